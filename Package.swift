@@ -1,0 +1,61 @@
+// swift-tools-version: 6.1
+import PackageDescription
+
+/// Warnings are errors in CI (`CI=true`), so the tree stays clean without slowing local work.
+let strict: [SwiftSetting] = Context.environment["CI"] == "true" ? [.unsafeFlags(["-warnings-as-errors"])] : []
+
+let package = Package(
+    name: "Backend",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "interop-server", targets: ["interop-server"]),
+        .executable(name: "protoc-gen-swiftpbc", targets: ["protoc-gen-swiftpbc"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+    ],
+    targets: [
+        // System libraries: [system] modulemap + shim.h, apt providers named.
+        .systemLibrary(name: "CNGHTTP2", providers: [.apt(["libnghttp2-dev"])]),
+        .systemLibrary(name: "CProtobufC", providers: [.apt(["libprotobuf-c-dev"])]),
+        .systemLibrary(name: "COpenSSL", providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CSQLite", providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(name: "CZlib", providers: [.apt(["zlib1g-dev"])]),
+
+        // The runtime: no C in RPCCore; the transport owns nghttp2, OpenSSL and zlib.
+        .target(name: "RPCCore", swiftSettings: strict),
+        .target(
+            name: "RPCTransport",
+            dependencies: [
+                "RPCCore", "CNGHTTP2", "COpenSSL", "CZlib",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
+
+        // Contracts: protoc-c output (C) and our generated Swift, all committed.
+        .target(name: "ContractsC", dependencies: ["CProtobufC"]),
+        .target(name: "RPCProtobuf", dependencies: ["RPCCore", "CProtobufC"], swiftSettings: strict),
+        .target(name: "GRPCContracts", dependencies: ["RPCCore", "RPCProtobuf", "ContractsC"], swiftSettings: strict),
+        .executableTarget(name: "protoc-gen-swiftpbc", dependencies: ["ContractsC", "CProtobufC"], swiftSettings: strict),
+
+        // Standard services every process serves.
+        .target(name: "RPCServices", dependencies: ["RPCCore", "GRPCContracts"], swiftSettings: strict),
+
+        .executableTarget(
+            name: "interop-server",
+            dependencies: [
+                "RPCCore", "RPCTransport", "RPCServices", "GRPCContracts",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: strict
+        ),
+
+        .testTarget(name: "RPCCoreTests", dependencies: ["RPCCore"]),
+        .testTarget(name: "RPCTransportTests", dependencies: ["RPCCore", "RPCTransport", "RPCServices", "GRPCContracts"]),
+    ]
+)

@@ -1,0 +1,110 @@
+/// A method implementation as the transport runs it: raw bytes in and out, shaped by call kind.
+/// Generated code builds these from a service's typed methods, so handlers never see bytes.
+///
+/// Unary and server-streaming handlers receive their one request message whole: the transport
+/// starts them only once the request stream has ended, which saves a message queue per call.
+public enum RawHandler: Sendable {
+    case unary(@Sendable (_ request: [UInt8], _ context: ServerContext) async throws -> [UInt8])
+    case serverStreaming(@Sendable (_ request: [UInt8], _ responses: any ServerResponseSink, _ context: ServerContext) async throws -> Void)
+    case clientStreaming(@Sendable (_ requests: RawMessageStream, _ context: ServerContext) async throws -> [UInt8])
+    case bidirectionalStreaming(@Sendable (_ requests: RawMessageStream, _ responses: any ServerResponseSink, _ context: ServerContext) async throws -> Void)
+
+    public var kind: CallKind {
+        switch self {
+        case .unary: .unary
+        case .serverStreaming: .serverStreaming
+        case .clientStreaming: .clientStreaming
+        case .bidirectionalStreaming: .bidirectionalStreaming
+        }
+    }
+
+    @inline(__always)
+    static func decode<M: ProtoMessage>(_ bytes: [UInt8], as: M.Type) throws -> M {
+        do { return try M(serializedBytes: bytes) } catch {
+            throw RPCError(.invalidArgument, "could not decode \(M.protoMessageName)")
+        }
+    }
+
+    /// Typed builders used by generated code.
+    public static func unary<Req: ProtoMessage, Res: ProtoMessage>(
+        _ req: Req.Type, _ res: Res.Type,
+        _ body: @escaping @Sendable (Req, ServerContext) async throws -> Res
+    ) -> RawHandler {
+        .unary { bytes, ctx in try await body(decode(bytes, as: Req.self), ctx).serializedBytes() }
+    }
+    public static func serverStreaming<Req: ProtoMessage, Res: ProtoMessage>(
+        _ req: Req.Type, _ res: Res.Type,
+        _ body: @escaping @Sendable (Req, ResponseWriter<Res>, ServerContext) async throws -> Void
+    ) -> RawHandler {
+        .serverStreaming { bytes, sink, ctx in
+            try await body(decode(bytes, as: Req.self), ResponseWriter(sink: sink), ctx)
+        }
+    }
+    public static func clientStreaming<Req: ProtoMessage, Res: ProtoMessage>(
+        _ req: Req.Type, _ res: Res.Type,
+        _ body: @escaping @Sendable (MessageStream<Req>, ServerContext) async throws -> Res
+    ) -> RawHandler {
+        .clientStreaming { raw, ctx in try await body(MessageStream(raw: raw), ctx).serializedBytes() }
+    }
+    public static func bidirectionalStreaming<Req: ProtoMessage, Res: ProtoMessage>(
+        _ req: Req.Type, _ res: Res.Type,
+        _ body: @escaping @Sendable (MessageStream<Req>, ResponseWriter<Res>, ServerContext) async throws -> Void
+    ) -> RawHandler {
+        .bidirectionalStreaming { raw, sink, ctx in
+            try await body(MessageStream(raw: raw), ResponseWriter(sink: sink), ctx)
+        }
+    }
+}
+
+/// One routable method: its descriptor and its implementation.
+public struct ServerMethod: Sendable {
+    public var descriptor: MethodDescriptor
+    public var handler: RawHandler
+    public init(_ descriptor: MethodDescriptor, _ handler: RawHandler) {
+        self.descriptor = descriptor
+        self.handler = handler
+    }
+}
+
+/// A service implementation the server can route to. Generated service protocols refine this and
+/// supply `methods` from their typed requirements.
+public protocol RPCService: Sendable {
+    /// Fully qualified service name, as reflection lists it.
+    var serviceName: String { get }
+    var methods: [ServerMethod] { get }
+}
+
+/// Runs before every handler: may reject the call (throw an `RPCError`) or attach values to the
+/// context (the caller's verified identity).
+public protocol ServerInterceptor: Sendable {
+    func intercept(_ context: ServerContext) async throws
+}
+
+/// Maps `:path` to methods. Built once at start; read-only afterwards, so lookups need no lock.
+public struct Router: Sendable {
+    public private(set) var methods: [String: ServerMethod] = [:]
+    public private(set) var services: [String] = []
+
+    public init() {}
+    public init(services: [any RPCService]) {
+        for s in services { register(s) }
+    }
+
+    public mutating func register(_ service: any RPCService) {
+        if !services.contains(service.serviceName) { services.append(service.serviceName) }
+        for m in service.methods { methods[m.descriptor.path] = m }
+    }
+
+    /// Looks a path up; on a miss tells apart an unknown service from an unknown method.
+    public func lookup(_ path: String) -> Result<ServerMethod, RPCError> {
+        if let m = methods[path] { return .success(m) }
+        let parts = path.split(separator: "/", omittingEmptySubsequences: true)
+        if parts.count == 2, services.contains(String(parts[0])) {
+            return .failure(RPCError(.unimplemented, "Method not found: \(path)"))
+        }
+        if parts.count == 2 {
+            return .failure(RPCError(.unimplemented, "Service not found: \(parts[0])"))
+        }
+        return .failure(RPCError(.unimplemented, "Malformed method path: \(path)"))
+    }
+}

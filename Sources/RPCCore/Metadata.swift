@@ -1,0 +1,94 @@
+/// gRPC metadata: an ordered multimap of lower-case ASCII keys to values. Keys ending in `-bin`
+/// carry binary values (base64 on the wire, padded or not); all other values are printable ASCII.
+public struct Metadata: Sendable, Hashable, Sequence, ExpressibleByDictionaryLiteral, CustomStringConvertible {
+    public enum Value: Sendable, Hashable {
+        case string(String)
+        case binary([UInt8])
+    }
+
+    public private(set) var entries: [(key: String, value: Value)] = []
+
+    public init() {}
+    public init(dictionaryLiteral elements: (String, String)...) {
+        for (k, v) in elements { add(k, v) }
+    }
+
+    public var isEmpty: Bool { entries.isEmpty }
+    public var count: Int { entries.count }
+
+    /// Adds a text value. Keys are lower-cased, as HTTP/2 requires.
+    public mutating func add(_ key: String, _ value: String) {
+        entries.append((key.lowercased(), .string(value)))
+    }
+    /// Adds a binary value; the key must end in `-bin`.
+    public mutating func add(_ key: String, binary: [UInt8]) {
+        entries.append((key.lowercased(), .binary(binary)))
+    }
+    public mutating func add(_ key: String, _ value: Value) {
+        entries.append((key.lowercased(), value))
+    }
+    public mutating func append(contentsOf other: Metadata) { entries.append(contentsOf: other.entries) }
+
+    /// Replaces every value of `key` with one.
+    public mutating func set(_ key: String, _ value: String) {
+        remove(key)
+        add(key, value)
+    }
+    public mutating func remove(_ key: String) {
+        let k = key.lowercased()
+        entries.removeAll { $0.key == k }
+    }
+    public mutating func removeAll(where predicate: (String) -> Bool) {
+        entries.removeAll { predicate($0.key) }
+    }
+
+    /// The first text value of `key`.
+    public subscript(_ key: String) -> String? {
+        let k = key.lowercased()
+        for e in entries where e.key == k {
+            if case .string(let s) = e.value { return s }
+        }
+        return nil
+    }
+    /// The first binary value of `key`.
+    public func binary(_ key: String) -> [UInt8]? {
+        let k = key.lowercased()
+        for e in entries where e.key == k {
+            if case .binary(let b) = e.value { return b }
+        }
+        return nil
+    }
+    public func values(_ key: String) -> [Value] {
+        let k = key.lowercased()
+        return entries.filter { $0.key == k }.map(\.value)
+    }
+
+    public func makeIterator() -> IndexingIterator<[(key: String, value: Value)]> { entries.makeIterator() }
+
+    public static func == (a: Metadata, b: Metadata) -> Bool {
+        a.entries.count == b.entries.count && zip(a.entries, b.entries).allSatisfy { $0.key == $1.key && $0.value == $1.value }
+    }
+    public func hash(into h: inout Hasher) {
+        for e in entries { h.combine(e.key); h.combine(e.value) }
+    }
+    public var description: String {
+        "[" + entries.map { e in
+            switch e.value {
+            case .string(let s): "\(e.key): \(s)"
+            case .binary(let b): "\(e.key): <\(b.count) bytes>"
+            }
+        }.joined(separator: ", ") + "]"
+    }
+
+    /// Header names the gRPC protocol reserves: never user metadata, never forwarded as such.
+    public static func isReserved(_ key: String) -> Bool {
+        if key.hasPrefix(":") || key.hasPrefix("grpc-") { return true }
+        switch key {
+        case "content-type", "te", "user-agent", "content-length", "connection", "host",
+             "transfer-encoding", "keep-alive", "upgrade", "proxy-connection", "accept-encoding":
+            return true
+        default:
+            return false
+        }
+    }
+}

@@ -1,0 +1,62 @@
+import Synchronization
+
+/// Everything a handler knows about its call besides the messages, and the response metadata it
+/// may set. One per call; safe to share with tasks the handler starts.
+public final class ServerContext: Sendable {
+    public let method: MethodDescriptor
+    /// Request metadata, reserved headers (`:path`, `grpc-*`, `content-type`, ...) removed.
+    public let requestMetadata: Metadata
+    /// When the client gives up (`grpc-timeout`), if it said. The transport cancels the handler then.
+    public let deadline: ContinuousClock.Instant?
+    /// The client's address (`127.0.0.1:50123`).
+    public let peer: String
+    /// `:authority` of the request.
+    public let authority: String
+    /// Whether the (single) request message of a unary or server-streaming call arrived compressed.
+    public let requestCompressed: Bool
+
+    private struct State: Sendable {
+        var initialMetadata = Metadata()
+        var trailers = Metadata()
+        var compressResponses = false
+        var values: [String: any Sendable] = [:]
+    }
+    private let state: Mutex<State>
+
+    public init(method: MethodDescriptor, requestMetadata: Metadata, deadline: ContinuousClock.Instant?,
+                peer: String, authority: String = "", requestCompressed: Bool = false,
+                compressResponses: Bool = false) {
+        self.method = method
+        self.requestMetadata = requestMetadata
+        self.deadline = deadline
+        self.peer = peer
+        self.authority = authority
+        self.requestCompressed = requestCompressed
+        self.state = Mutex(State(compressResponses: compressResponses))
+    }
+
+    /// Metadata sent in the response HEADERS, before the first message (or with the status when
+    /// there is none). Changes after the headers went out are ignored.
+    public var initialMetadata: Metadata {
+        get { state.withLock { $0.initialMetadata } }
+        set { state.withLock { $0.initialMetadata = newValue } }
+    }
+    /// Metadata sent in the trailers with the status.
+    public var trailers: Metadata {
+        get { state.withLock { $0.trailers } }
+        set { state.withLock { $0.trailers = newValue } }
+    }
+    /// Whether responses are gzip-compressed (only honoured when the client accepts gzip).
+    public var compressResponses: Bool {
+        get { state.withLock { $0.compressResponses } }
+        set { state.withLock { $0.compressResponses = newValue } }
+    }
+    /// Values interceptors attach for handlers (the verified caller identity, ...).
+    public subscript<T: Sendable>(key: String, as type: T.Type = T.self) -> T? {
+        get { state.withLock { $0.values[key] as? T } }
+        set { state.withLock { $0.values[key] = newValue } }
+    }
+
+    /// Time left before the deadline, if any.
+    public var timeRemaining: Duration? { deadline.map { $0 - .now } }
+}
