@@ -38,7 +38,7 @@ let package = Package(
         ),
 
         // Contracts: protoc-c output (C) and our generated Swift, all committed.
-        .target(name: "ContractsC", dependencies: ["CProtobufC"]),
+        .target(name: "ContractsC", dependencies: ["CProtobufC"], linkerSettings: [.linkedLibrary("protobuf-c")]),
         .target(name: "RPCProtobuf", dependencies: ["RPCCore", "CProtobufC"], swiftSettings: strict),
         .target(name: "GRPCContracts", dependencies: ["RPCCore", "RPCProtobuf", "ContractsC"], swiftSettings: strict),
         .executableTarget(name: "protoc-gen-swiftpbc", dependencies: ["ContractsC", "CProtobufC"], swiftSettings: strict),

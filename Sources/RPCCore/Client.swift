@@ -6,7 +6,7 @@ public struct CallOptions: Sendable {
     /// Compress request messages with gzip.
     public var compressRequests: Bool
 
-    public init(timeout: Duration? = nil, metadata: Metadata = [:], compressRequests: Bool = false) {
+    public init(timeout: Duration? = nil, metadata: Metadata = Metadata(), compressRequests: Bool = false) {
         self.timeout = timeout
         self.metadata = metadata
         self.compressRequests = compressRequests

@@ -1,6 +1,6 @@
 /// gRPC metadata: an ordered multimap of lower-case ASCII keys to values. Keys ending in `-bin`
 /// carry binary values (base64 on the wire, padded or not); all other values are printable ASCII.
-public struct Metadata: Sendable, Hashable, Sequence, ExpressibleByDictionaryLiteral, CustomStringConvertible {
+public struct Metadata: Sendable, Hashable, Sequence, CustomStringConvertible {
     public enum Value: Sendable, Hashable {
         case string(String)
         case binary([UInt8])
@@ -9,7 +9,8 @@ public struct Metadata: Sendable, Hashable, Sequence, ExpressibleByDictionaryLit
     public private(set) var entries: [(key: String, value: Value)] = []
 
     public init() {}
-    public init(dictionaryLiteral elements: (String, String)...) {
+    /// Text entries in order: `Metadata([("x-a", "1")])`.
+    public init(_ elements: [(String, String)]) {
         for (k, v) in elements { add(k, v) }
     }
 

@@ -71,7 +71,7 @@ public struct RPCError: Error, Sendable, Hashable, CustomStringConvertible {
     /// Serialized `google.rpc.Status`, sent as `grpc-status-details-bin` when present.
     public var details: [UInt8]?
 
-    public init(_ code: StatusCode, _ message: String, trailers: Metadata = [:], details: [UInt8]? = nil) {
+    public init(_ code: StatusCode, _ message: String, trailers: Metadata = Metadata(), details: [UInt8]? = nil) {
         self.code = code
         self.message = message
         self.trailers = trailers

@@ -1,0 +1,1 @@
+// Module GRPCContracts: see docs/architecture.md

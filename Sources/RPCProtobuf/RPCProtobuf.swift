@@ -1,0 +1,1 @@
+// Module RPCProtobuf: see docs/architecture.md

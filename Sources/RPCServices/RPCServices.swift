@@ -1,0 +1,1 @@
+// Module RPCServices: see docs/architecture.md

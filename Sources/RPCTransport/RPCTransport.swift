@@ -1,0 +1,1 @@
+// Module RPCTransport: see docs/architecture.md

@@ -1,0 +1,1 @@
+print("interop-server: not built yet")

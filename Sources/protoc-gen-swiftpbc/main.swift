@@ -1,0 +1,1 @@
+print("protoc-gen-swiftpbc: not built yet")

@@ -1,0 +1,29 @@
+import Testing
+@testable import RPCCore
+
+@Suite struct MetadataTests {
+    @Test func keysAreLowercasedAndOrdered() {
+        var m = Metadata()
+        m.add("X-A", "1")
+        m.add("x-b-bin", binary: [0, 1])
+        m.add("x-a", "2")
+        #expect(m["x-a"] == "1")
+        #expect(m.values("X-A").count == 2)
+        #expect(m.binary("x-b-bin") == [0, 1])
+        m.set("x-a", "3")
+        #expect(m.values("x-a") == [.string("3")])
+    }
+
+    @Test func routerTellsUnknownServiceFromUnknownMethod() {
+        struct S: RPCService {
+            var serviceName: String { "a.v1.S" }
+            var methods: [ServerMethod] {
+                [ServerMethod(MethodDescriptor(service: "a.v1.S", method: "M", kind: .unary), .unary { b, _ in b })]
+            }
+        }
+        let r = Router(services: [S()])
+        if case .failure(let e) = r.lookup("/a.v1.S/X") { #expect(e.message.contains("Method not found")) } else { Issue.record("expected failure") }
+        if case .failure(let e) = r.lookup("/a.v1.T/M") { #expect(e.message.contains("Service not found")) } else { Issue.record("expected failure") }
+        if case .success(let m) = r.lookup("/a.v1.S/M") { #expect(m.descriptor.kind == .unary) } else { Issue.record("expected success") }
+    }
+}
