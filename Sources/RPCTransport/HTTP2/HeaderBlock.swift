@@ -1,0 +1,61 @@
+import CNGHTTP2
+import RPCCore
+
+/// Builds an nghttp2 name/value array from Swift strings with one contiguous byte buffer, so a
+/// whole header block costs two allocations. nghttp2 copies the block on submit.
+struct HeaderBlock {
+    private var bytes: [UInt8] = []
+    private var spans: [(Int, Int, Int, Int)] = []
+
+    init(capacity: Int = 256) { bytes.reserveCapacity(capacity); spans.reserveCapacity(8) }
+
+    mutating func add(_ name: String, _ value: String) {
+        let n0 = bytes.count
+        bytes.append(contentsOf: name.utf8)
+        let v0 = bytes.count
+        bytes.append(contentsOf: value.utf8)
+        spans.append((n0, v0 - n0, v0, bytes.count - v0))
+    }
+
+    /// Adds user metadata; `-bin` values go as unpadded base64. Reserved names are skipped so a
+    /// handler cannot forge `grpc-status` or pseudo-headers.
+    mutating func add(metadata: Metadata) {
+        for (key, value) in metadata where !Metadata.isReserved(key) && Self.isValidName(key) {
+            switch value {
+            case .string(let s): add(key, Self.sanitize(s))
+            case .binary(let b): add(key, Base64.encode(b))
+            }
+        }
+    }
+
+    static func isValidName(_ name: String) -> Bool {
+        !name.isEmpty && name.utf8.allSatisfy { c in
+            (c >= 97 && c <= 122) || (c >= 48 && c <= 57) || c == 45 || c == 95 || c == 46
+        }
+    }
+    /// Text metadata must be printable ASCII; anything else is replaced rather than sent broken.
+    static func sanitize(_ s: String) -> String {
+        if s.utf8.allSatisfy({ $0 >= 0x20 && $0 <= 0x7E }) { return s }
+        return String(decoding: s.utf8.map { $0 >= 0x20 && $0 <= 0x7E ? $0 : UInt8(ascii: "?") }, as: UTF8.self)
+    }
+
+    func withNV<R>(_ body: (UnsafePointer<nghttp2_nv>, Int) -> R) -> R {
+        var storage = bytes
+        return storage.withUnsafeMutableBufferPointer { buf in
+            let base = buf.baseAddress!
+            var nva = spans.map { s in
+                nghttp2_nv(name: base + s.0, value: base + s.2, namelen: s.1, valuelen: s.3,
+                           flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue))
+            }
+            return nva.withUnsafeMutableBufferPointer { body($0.baseAddress!, $0.count) }
+        }
+    }
+}
+
+extension String {
+    /// A string from bytes nghttp2 lends to a callback.
+    @inline(__always)
+    init(nghttp2 ptr: UnsafePointer<UInt8>, count: Int) {
+        self = String(decoding: UnsafeBufferPointer(start: ptr, count: count), as: UTF8.self)
+    }
+}

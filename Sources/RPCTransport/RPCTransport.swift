@@ -1,1 +1,0 @@
-// Module RPCTransport: see docs/architecture.md

@@ -1,0 +1,111 @@
+import Logging
+import NIOCore
+import NIOPosix
+import RPCCore
+import Synchronization
+
+/// State every connection of one server shares (read-only after start, except the registry).
+final class ServerShared: Sendable {
+    let configuration: ServerConfiguration
+    let router: Router
+    let logger: Logger
+    let registry = ConnectionRegistry()
+
+    init(configuration: ServerConfiguration, router: Router, logger: Logger) {
+        self.configuration = configuration
+        self.router = router
+        self.logger = logger
+    }
+}
+
+/// Live connections, so a graceful shutdown can reach each one on its own loop.
+final class ConnectionRegistry: Sendable {
+    private let entries = Mutex<[ObjectIdentifier: (any EventLoop, NIOLoopBound<ServerConnectionHandler>)]>([:])
+    private let emptied = Mutex<[CheckedContinuation<Void, Never>]>([])
+
+    func add(_ handler: ServerConnectionHandler, key: ObjectIdentifier, loop: any EventLoop) {
+        let bound = NIOLoopBound(handler, eventLoop: loop)
+        entries.withLock { $0[key] = (loop, bound) }
+    }
+    func remove(key: ObjectIdentifier) {
+        let waiters: [CheckedContinuation<Void, Never>] = entries.withLock { e in
+            e[key] = nil
+            return e.isEmpty ? emptied.withLock { w in defer { w = [] }; return w } : []
+        }
+        for w in waiters { w.resume() }
+    }
+    var count: Int { entries.withLock { $0.count } }
+
+    func forEach(_ body: @escaping @Sendable (ServerConnectionHandler) -> Void) {
+        for (_, (loop, bound)) in entries.withLock({ $0 }) {
+            loop.execute { body(bound.value) }
+        }
+    }
+    /// Returns once no connection is left.
+    func waitUntilEmpty() async {
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            let done = entries.withLock { e in
+                if e.isEmpty { return true }
+                emptied.withLock { $0.append(c) }
+                return false
+            }
+            if done { c.resume() }
+        }
+    }
+}
+
+/// A gRPC server: h2c (or TLS with ALPN h2) on one port, routing to registered services.
+public final class RPCServer: Sendable {
+    public let configuration: ServerConfiguration
+    let shared: ServerShared
+    let group: MultiThreadedEventLoopGroup
+    private let listener = Mutex<(any Channel)?>(nil)
+
+    public init(configuration: ServerConfiguration, services: [any RPCService], logger: Logger = Logger(label: "rpc.server")) {
+        self.configuration = configuration
+        self.shared = ServerShared(configuration: configuration, router: Router(services: services), logger: logger)
+        self.group = MultiThreadedEventLoopGroup(numberOfThreads: max(1, configuration.threads))
+    }
+
+    /// Binds and starts accepting; returns the bound port (useful with port 0).
+    @discardableResult
+    public func start() async throws -> Int {
+        let shared = self.shared
+        let bootstrap = ServerBootstrap(group: group)
+            .serverChannelOption(.backlog, value: 1024)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            .childChannelOption(.maxMessagesPerRead, value: 4)
+            .childChannelOption(.writeBufferWaterMark, value: .init(low: 64 * 1024, high: 256 * 1024))
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(ServerConnectionHandler(shared: shared))
+                }
+            }
+        let channel = try await bootstrap.bind(host: configuration.host, port: configuration.port).get()
+        listener.withLock { $0 = channel }
+        return channel.localAddress?.port ?? configuration.port
+    }
+
+    /// Stops accepting, sends GOAWAY on every connection, lets in-flight calls finish within the
+    /// grace period, then closes what is left and stops the event loops.
+    public func shutdownGracefully() async {
+        let channel = listener.withLock { c in defer { c = nil }; return c }
+        try? await channel?.close().get()
+        shared.registry.forEach { $0.beginGracefulShutdown() }
+        let registry = shared.registry
+        let grace = configuration.shutdownGracePeriod
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await registry.waitUntilEmpty() }
+            group.addTask { try? await Task.sleep(for: grace) }
+            await group.next()
+            group.cancelAll()
+        }
+        shared.registry.forEach { $0.forceClose() }
+        try? await Task.sleep(for: .milliseconds(50))
+        try? await group.shutdownGracefully()
+    }
+
+    /// Number of open connections (for tests and metrics).
+    public var connectionCount: Int { shared.registry.count }
+}

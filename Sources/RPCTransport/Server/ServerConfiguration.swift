@@ -1,0 +1,29 @@
+import RPCCore
+
+/// How a server listens and what it tolerates. Defaults are safe for a public endpoint.
+public struct ServerConfiguration: Sendable {
+    public var host: String
+    public var port: Int
+    /// Sent in SETTINGS; nghttp2 refuses streams past it with REFUSED_STREAM.
+    public var maxConcurrentStreams: Int = 100
+    /// Counted in the header callback (RFC 7541 size: name + value + 32 per field).
+    public var maxHeaderListSize: Int = 16 * 1024
+    /// Larger request messages get RESOURCE_EXHAUSTED before they are buffered.
+    public var maxReceiveMessageSize: Int = 4 * 1024 * 1024
+    /// Initial flow-control window per stream; the connection window is 4× this.
+    public var initialWindowSize: Int = 1024 * 1024
+    /// Bytes a streaming handler may queue per stream before `write` waits for the client.
+    public var maxBufferedResponseBytes: Int = 256 * 1024
+    /// How long in-flight calls may run after a graceful shutdown starts.
+    public var shutdownGracePeriod: Duration = .seconds(10)
+    /// Event loop threads; defaults to one per core.
+    public var threads: Int = System.coreCount
+    public var interceptors: [any ServerInterceptor] = []
+
+    public init(host: String = "127.0.0.1", port: Int = 0) {
+        self.host = host
+        self.port = port
+    }
+}
+
+import NIOCore

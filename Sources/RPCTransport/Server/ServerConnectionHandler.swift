@@ -1,0 +1,720 @@
+import CNGHTTP2
+import Logging
+import NIOCore
+import RPCCore
+
+/// One HTTP/2 connection of a gRPC server: bytes in → `nghttp2_session_mem_recv`, nghttp2 callbacks
+/// build per-stream state and start handlers, `nghttp2_session_mem_send` → bytes out. Every nghttp2
+/// call for the connection runs on its event loop; handler tasks run there too (see
+/// `EventLoopTaskExecutor`) and report back through `NIOLoopBound`.
+final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    let shared: ServerShared
+    private(set) var session: OpaquePointer?
+    var streams: [Int32: ServerStream] = [:]
+    private var context: ChannelHandlerContext?
+    private var executor: EventLoopTaskExecutor?
+    private var peer = ""
+    private var flushScheduled = false
+    private var inCallback = false
+    private var shuttingDown = false
+    private var closed = false
+    private var registryKey: ObjectIdentifier { ObjectIdentifier(self) }
+
+    init(shared: ServerShared) {
+        self.shared = shared
+    }
+
+    // MARK: Channel lifecycle
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+        self.executor = EventLoopTaskExecutor(context.eventLoop)
+        self.peer = context.channel.remoteAddress.map(Self.describe) ?? "unknown"
+        startSession()
+        shared.registry.add(self, key: registryKey, loop: context.eventLoop)
+        if context.channel.isActive { flush() }
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        flush()
+        context.fireChannelActive()
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        teardown()
+        self.context = nil
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        teardown()
+        context.fireChannelInactive()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard let session else { return }
+        let buffer = unwrapInboundIn(data)
+        let rv = buffer.withUnsafeReadableBytes { bytes -> Int in
+            inCallback = true
+            defer { inCallback = false }
+            return nghttp2_session_mem_recv(session, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count)
+        }
+        if rv < 0 {
+            // Bad preface or a connection-level protocol error: nghttp2 has queued GOAWAY where it can.
+            shared.logger.debug("closing connection from \(peer): \(String(cString: nghttp2_strerror(Int32(rv))))")
+            flush()
+            closeConnection()
+            return
+        }
+        flushScheduled = true
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        flush()
+        context.fireChannelReadComplete()
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable { flush() }
+        context.fireChannelWritabilityChanged()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        shared.logger.debug("connection error from \(peer): \(error)")
+        closeConnection()
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is ChannelShouldQuiesceEvent { beginGracefulShutdown() }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    private func startSession() {
+        var callbacks: OpaquePointer?
+        nghttp2_session_callbacks_new(&callbacks)
+        defer { nghttp2_session_callbacks_del(callbacks) }
+        nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks, serverOnBeginHeaders)
+        nghttp2_session_callbacks_set_on_header_callback(callbacks, serverOnHeader)
+        nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, serverOnFrameRecv)
+        nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, serverOnDataChunk)
+        nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, serverOnStreamClose)
+
+        var option: OpaquePointer?
+        nghttp2_option_new(&option)
+        defer { nghttp2_option_del(option) }
+        // We open the flow-control window as handlers read (backpressure), not as bytes arrive.
+        nghttp2_option_set_no_auto_window_update(option, 1)
+        // Rapid-Reset protection stays on, at nghttp2's own defaults (burst 1000, 33/s).
+        nghttp2_option_set_stream_reset_rate_limit(option, 1000, 33)
+        nghttp2_option_set_max_continuations(option, 8)
+
+        var s: OpaquePointer?
+        nghttp2_session_server_new2(&s, callbacks, Unmanaged.passUnretained(self).toOpaque(), option)
+        session = s
+        let config = shared.configuration
+        var settings = [
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue), value: UInt32(config.maxConcurrentStreams)),
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE.rawValue), value: UInt32(config.maxHeaderListSize)),
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE.rawValue), value: UInt32(config.initialWindowSize)),
+        ]
+        nghttp2_submit_settings(s, UInt8(NGHTTP2_FLAG_NONE.rawValue), &settings, settings.count)
+        let connectionWindow = Int32(clamping: config.initialWindowSize * 4)
+        nghttp2_session_set_local_window_size(s, UInt8(NGHTTP2_FLAG_NONE.rawValue), 0, connectionWindow)
+    }
+
+    private func teardown() {
+        guard !closed else { return }
+        closed = true
+        shared.registry.remove(key: registryKey)
+        for (_, stream) in streams { abandon(stream) }
+        streams.removeAll()
+        if let session { nghttp2_session_del(session) }
+        session = nil
+    }
+
+    private func closeConnection() {
+        guard let context, !closed else { return }
+        context.close(promise: nil)
+    }
+
+    /// GOAWAY with the last stream we accepted; streams already running finish, then the
+    /// connection closes itself once nghttp2 has nothing left to read or write.
+    func beginGracefulShutdown() {
+        guard let session, !shuttingDown else { return }
+        shuttingDown = true
+        nghttp2_submit_goaway(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), nghttp2_session_get_last_proc_stream_id(session),
+                              NGHTTP2_NO_ERROR.rawValue, nil, 0)
+        flush()
+    }
+
+    /// Hard stop at the end of the grace period.
+    func forceClose() {
+        for (_, stream) in streams { stream.task?.cancel() }
+        closeConnection()
+    }
+
+    // MARK: Output
+
+    /// Drains nghttp2's output into the channel. Stops while the socket is not writable: DATA is
+    /// pulled lazily from stream buffers, so nothing piles up beyond what handlers may queue.
+    func flush() {
+        flushScheduled = false
+        guard let context, let session, !inCallback else { return }
+        var buffer: ByteBuffer?
+        var wrote = false
+        while context.channel.isWritable || !context.channel.isActive {
+            var ptr: UnsafePointer<UInt8>?
+            let n = nghttp2_session_mem_send(session, &ptr)
+            if n < 0 {
+                shared.logger.debug("nghttp2 send error: \(String(cString: nghttp2_strerror(Int32(n))))")
+                closeConnection()
+                return
+            }
+            if n == 0 { break }
+            if buffer == nil { buffer = context.channel.allocator.buffer(capacity: max(n, 16384)) }
+            buffer!.writeBytes(UnsafeRawBufferPointer(start: ptr, count: n))
+            if buffer!.readableBytes >= 65536 {
+                context.write(wrapOutboundOut(buffer!), promise: nil)
+                buffer = nil
+                wrote = true
+            }
+        }
+        if let buffer {
+            context.write(wrapOutboundOut(buffer), promise: nil)
+            wrote = true
+        }
+        if wrote { context.flush() }
+        if nghttp2_session_want_read(session) == 0 && nghttp2_session_want_write(session) == 0 {
+            closeConnection()
+        }
+    }
+
+    /// Coalesces output from handler completions that land in the same event-loop tick.
+    func scheduleFlush() {
+        guard !flushScheduled, let context else { return }
+        flushScheduled = true
+        let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        context.eventLoop.execute { bound.value.flush() }
+    }
+
+    // MARK: nghttp2 callbacks (called only from inside mem_recv / mem_send)
+
+    func onBeginHeaders(_ frame: UnsafePointer<nghttp2_frame>) -> Int32 {
+        let hd = frame.pointee.hd
+        guard hd.type == UInt8(NGHTTP2_HEADERS.rawValue),
+              frame.pointee.headers.cat == NGHTTP2_HCAT_REQUEST,
+              let context else { return 0 }
+        let stream = ServerStream(id: hd.stream_id, maxMessageSize: shared.configuration.maxReceiveMessageSize,
+                                  allocator: context.channel.allocator)
+        streams[hd.stream_id] = stream
+        return 0
+    }
+
+    func onHeader(_ frame: UnsafePointer<nghttp2_frame>, _ name: UnsafePointer<UInt8>, _ nameLen: Int,
+                  _ value: UnsafePointer<UInt8>, _ valueLen: Int) -> Int32 {
+        guard let stream = streams[frame.pointee.hd.stream_id], stream.phase == .receivingHeaders else { return 0 }
+        stream.headerListSize += nameLen + valueLen + 32
+        if stream.headerListSize > shared.configuration.maxHeaderListSize {
+            stream.headersTooLarge = true
+            return 0
+        }
+        if stream.headersTooLarge { return 0 }
+        if nameLen > 0 && name[0] == UInt8(ascii: ":") {
+            let n = String(nghttp2: name, count: nameLen)
+            let v = String(nghttp2: value, count: valueLen)
+            switch n {
+            case ":method": stream.method = v
+            case ":path": stream.path = v
+            case ":authority": stream.authority = v
+            default: break
+            }
+            return 0
+        }
+        let n = String(nghttp2: name, count: nameLen)
+        switch n {
+        case "content-type": stream.contentType = String(nghttp2: value, count: valueLen)
+        case "grpc-timeout": stream.timeout = String(nghttp2: value, count: valueLen)
+        case "grpc-encoding": stream.encoding = String(nghttp2: value, count: valueLen)
+        case "grpc-accept-encoding": stream.acceptEncoding = String(nghttp2: value, count: valueLen)
+        case "host": if stream.authority.isEmpty { stream.authority = String(nghttp2: value, count: valueLen) }
+        default:
+            if Metadata.isReserved(n) { return 0 }
+            if n.hasSuffix("-bin") {
+                let v = String(nghttp2: value, count: valueLen)
+                if let bytes = Base64.decode(v) {
+                    stream.metadata.add(n, binary: bytes)
+                } else {
+                    stream.badMetadata = "metadata '\(n)' is not valid base64"
+                }
+            } else {
+                stream.metadata.add(n, .string(String(nghttp2: value, count: valueLen)))
+            }
+        }
+        return 0
+    }
+
+    func onFrameRecv(_ frame: UnsafePointer<nghttp2_frame>) -> Int32 {
+        let hd = frame.pointee.hd
+        let endStream = hd.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0
+        guard let stream = streams[hd.stream_id] else { return 0 }
+        if hd.type == UInt8(NGHTTP2_HEADERS.rawValue) {
+            if stream.phase == .receivingHeaders && frame.pointee.headers.cat == NGHTTP2_HCAT_REQUEST {
+                stream.phase = .receiving
+                acceptCall(stream)
+            }
+            if endStream { inputEnded(stream) }
+        } else if hd.type == UInt8(NGHTTP2_DATA.rawValue) && endStream {
+            inputEnded(stream)
+        }
+        return 0
+    }
+
+    func onDataChunk(_ streamID: Int32, _ data: UnsafePointer<UInt8>, _ len: Int) -> Int32 {
+        guard let session else { return 0 }
+        guard let stream = streams[streamID], stream.phase == .receiving || stream.phase == .running,
+              stream.target != nil, !stream.inputClosed else {
+            // Data for a stream we already answered: give the window back and drop it.
+            nghttp2_session_consume(session, streamID, len)
+            return 0
+        }
+        do throws(MessageDeframer.Failure) {
+            try stream.deframer.feed(UnsafeRawBufferPointer(start: data, count: len)) { frame in
+                receivedMessage(stream, frame)
+            }
+        } catch {
+            nghttp2_session_consume(session, streamID, len)
+            switch error {
+            case .tooLarge(let size):
+                fail(stream, RPCError(.resourceExhausted,
+                                      "request message of \(size) bytes exceeds the limit of \(shared.configuration.maxReceiveMessageSize) bytes"))
+            case .badFlag(let flag):
+                fail(stream, RPCError(.internal, "invalid gRPC message flag \(flag)"))
+            }
+        }
+        return 0
+    }
+
+    func onStreamClose(_ streamID: Int32, _ errorCode: UInt32) -> Int32 {
+        guard let stream = streams.removeValue(forKey: streamID) else { return 0 }
+        abandon(stream)
+        return 0
+    }
+
+    /// The stream is gone (closed by either side, or the connection ended): stop its handler.
+    private func abandon(_ stream: ServerStream) {
+        let wasRunning = stream.phase == .running
+        stream.phase = .done
+        stream.deadlineTimer?.cancel()
+        stream.deadlineTimer = nil
+        if wasRunning { stream.task?.cancel() }
+        stream.requestStream?.finish(throwing: RPCError.cancelled("the client cancelled the call"))
+        let waiters = stream.writeWaiters
+        stream.writeWaiters = []
+        for w in waiters { w.resume(throwing: RPCError.cancelled("the client cancelled the call")) }
+    }
+
+    // MARK: Calls
+
+    /// Request headers are complete: validate them and pick the method.
+    private func acceptCall(_ stream: ServerStream) {
+        if stream.headersTooLarge {
+            return fail(stream, RPCError(.resourceExhausted,
+                                         "request header list exceeds the limit of \(shared.configuration.maxHeaderListSize) bytes"))
+        }
+        guard stream.contentType.hasPrefix("application/grpc") else {
+            return respondNonGRPC(stream, status: 415,
+                                  message: "invalid content-type '\(stream.contentType)': a gRPC request needs application/grpc")
+        }
+        guard stream.method == "POST" else {
+            return respondNonGRPC(stream, status: 405, message: "gRPC requests use POST, not \(stream.method)")
+        }
+        if let bad = stream.badMetadata { return fail(stream, RPCError(.internal, bad)) }
+        if let enc = stream.encoding, enc != "identity", enc != "gzip" {
+            return fail(stream, RPCError(.unimplemented, "message encoding '\(enc)' is not supported; use gzip or identity"))
+        }
+        stream.clientAcceptsGzip = stream.acceptEncoding.map { $0.contains("gzip") } ?? false
+        switch shared.router.lookup(stream.path) {
+        case .failure(let error):
+            return fail(stream, error)
+        case .success(let method):
+            stream.target = method
+        }
+        if let timeout = stream.timeout {
+            guard let d = GRPCTimeout.parse(timeout) else {
+                return fail(stream, RPCError(.internal, "malformed grpc-timeout '\(timeout)'"))
+            }
+            startDeadline(stream, after: d)
+        }
+        if stream.target!.handler.kind.clientStreams { startHandler(stream) }
+    }
+
+    private func startDeadline(_ stream: ServerStream, after d: Duration) {
+        guard let context else { return }
+        let nanos = Int64(d.components.seconds) &* 1_000_000_000 &+ d.components.attoseconds / 1_000_000_000
+        let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        let id = stream.id
+        stream.deadlineTimer = context.eventLoop.scheduleTask(in: .nanoseconds(max(0, nanos))) {
+            bound.value.deadlineReached(id)
+        }
+    }
+
+    private func deadlineReached(_ id: Int32) {
+        guard let stream = streams[id], stream.phase != .done else { return }
+        stream.task?.cancel()
+        stream.requestStream?.finish(throwing: RPCError.deadlineExceeded())
+        fail(stream, RPCError.deadlineExceeded("deadline exceeded"))
+        flush()
+    }
+
+    private func receivedMessage(_ stream: ServerStream, _ frame: MessageDeframer.Frame) {
+        guard let target = stream.target, let session else { return }
+        var payload = frame.payload
+        if frame.compressed {
+            guard stream.encoding == "gzip" else {
+                nghttp2_session_consume(session, stream.id, frame.wireSize)
+                return fail(stream, RPCError(.internal, "compressed message received but the request has no grpc-encoding"))
+            }
+            do {
+                payload = try Gzip.decompress(payload, limit: shared.configuration.maxReceiveMessageSize)
+            } catch is Gzip.TooLarge {
+                nghttp2_session_consume(session, stream.id, frame.wireSize)
+                return fail(stream, RPCError(.resourceExhausted, "decompressed request message exceeds the limit of \(shared.configuration.maxReceiveMessageSize) bytes"))
+            } catch {
+                nghttp2_session_consume(session, stream.id, frame.wireSize)
+                return fail(stream, RPCError(.internal, "request message is not valid gzip"))
+            }
+        }
+        let message = RawMessageStream.InboundMessage(bytes: payload, compressed: frame.compressed, wireSize: frame.wireSize)
+        if target.handler.kind.clientStreams {
+            // Window opens when the handler reads the message (RawMessageStream.onConsumed).
+            stream.requestStream?.yield(message)
+        } else {
+            nghttp2_session_consume(session, stream.id, frame.wireSize)
+            stream.messageCount += 1
+            if stream.messageCount > 1 {
+                return fail(stream, RPCError(.unimplemented, "\(target.descriptor.path) takes exactly one request message, got more"))
+            }
+            stream.single = message
+        }
+    }
+
+    private func inputEnded(_ stream: ServerStream) {
+        guard !stream.inputClosed else { return }
+        stream.inputClosed = true
+        guard stream.phase == .receiving || stream.phase == .running, let target = stream.target else { return }
+        if stream.deframer.hasPartialMessage {
+            stream.requestStream?.finish(throwing: RPCError(.internal, "request stream ended inside a message"))
+            return fail(stream, RPCError(.internal, "request stream ended inside a message (truncated message)"))
+        }
+        if target.handler.kind.clientStreams {
+            stream.requestStream?.finish()
+        } else {
+            guard stream.single != nil else {
+                return fail(stream, RPCError(.unimplemented, "\(target.descriptor.path) takes exactly one request message, got none"))
+            }
+            startHandler(stream)
+        }
+    }
+
+    private func startHandler(_ stream: ServerStream) {
+        guard let target = stream.target, let context, let executor else { return }
+        stream.phase = .running
+        let deadline = stream.timeout.flatMap(GRPCTimeout.parse).map { ContinuousClock.now + $0 }
+        let requestCompressed = stream.single?.compressed ?? false
+        let callContext = ServerContext(
+            method: target.descriptor, requestMetadata: stream.metadata, deadline: deadline, peer: peer,
+            authority: stream.authority, requestCompressed: requestCompressed,
+            compressResponses: stream.encoding == "gzip")
+        stream.context = callContext
+        let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        let loop = context.eventLoop
+        let id = stream.id
+        let interceptors = shared.configuration.interceptors
+        let logger = shared.logger
+
+        switch target.handler {
+        case .unary(let body):
+            let request = stream.single!.bytes
+            stream.single = nil
+            stream.task = Task(executorPreference: executor) {
+                let result: Result<[UInt8], any Error>
+                do {
+                    for i in interceptors { try await i.intercept(callContext) }
+                    result = .success(try await body(request, callContext))
+                } catch {
+                    result = .failure(error)
+                }
+                loop.runOnLoop { bound.value.complete(id, response: result, logger: logger) }
+            }
+        case .serverStreaming(let body):
+            let request = stream.single!.bytes
+            stream.single = nil
+            let sink = StreamSink(handler: bound, loop: loop, streamID: id)
+            stream.task = Task(executorPreference: executor) {
+                let result: Result<[UInt8], any Error>
+                do {
+                    for i in interceptors { try await i.intercept(callContext) }
+                    try await body(request, sink, callContext)
+                    result = .success([])
+                } catch {
+                    result = .failure(error)
+                }
+                loop.runOnLoop { bound.value.complete(id, response: result, logger: logger, streaming: true) }
+            }
+        case .clientStreaming(let body):
+            let requests = makeRequestStream(stream, bound: bound, loop: loop)
+            stream.task = Task(executorPreference: executor) {
+                let result: Result<[UInt8], any Error>
+                do {
+                    for i in interceptors { try await i.intercept(callContext) }
+                    result = .success(try await body(requests, callContext))
+                } catch {
+                    result = .failure(error)
+                }
+                loop.runOnLoop { bound.value.complete(id, response: result, logger: logger) }
+            }
+        case .bidirectionalStreaming(let body):
+            let requests = makeRequestStream(stream, bound: bound, loop: loop)
+            let sink = StreamSink(handler: bound, loop: loop, streamID: id)
+            stream.task = Task(executorPreference: executor) {
+                let result: Result<[UInt8], any Error>
+                do {
+                    for i in interceptors { try await i.intercept(callContext) }
+                    try await body(requests, sink, callContext)
+                    result = .success([])
+                } catch {
+                    result = .failure(error)
+                }
+                loop.runOnLoop { bound.value.complete(id, response: result, logger: logger, streaming: true) }
+            }
+        }
+    }
+
+    private func makeRequestStream(_ stream: ServerStream, bound: NIOLoopBound<ServerConnectionHandler>,
+                                   loop: any EventLoop) -> RawMessageStream {
+        let id = stream.id
+        let requests = RawMessageStream(onConsumed: { bytes in
+            loop.runOnLoop {
+                let handler = bound.value
+                guard let session = handler.session, handler.streams[id] != nil else { return }
+                nghttp2_session_consume(session, id, bytes)
+                handler.scheduleFlush()
+            }
+        })
+        stream.requestStream = requests
+        return requests
+    }
+
+    /// The handler returned or threw.
+    func complete(_ id: Int32, response: Result<[UInt8], any Error>, logger: Logger, streaming: Bool = false) {
+        guard let stream = streams[id], stream.phase == .running else { return }
+        switch response {
+        case .success(let bytes):
+            if !streaming { enqueue(stream, message: bytes, compress: nil) }
+            finish(stream, RPCError(.ok, ""))
+        case .failure(let error):
+            if let rpc = error as? RPCError {
+                finish(stream, rpc)
+            } else if error is CancellationError {
+                finish(stream, RPCError.cancelled("the call was cancelled"))
+            } else {
+                logger.error("handler \(stream.path) failed: \(error)")
+                finish(stream, RPCError(.internal, "internal error"))
+            }
+        }
+        scheduleFlush()
+    }
+
+    /// Ends a call with an error from the transport itself (before or during the handler).
+    private func fail(_ stream: ServerStream, _ error: RPCError) {
+        guard stream.phase != .done else { return }
+        if stream.phase == .running { stream.task?.cancel() }
+        finish(stream, error)
+    }
+
+    /// Sends the status: Trailers-Only when no headers went out, else trailers after the data.
+    private func finish(_ stream: ServerStream, _ status: RPCError) {
+        guard let session, stream.phase != .done else { return }
+        stream.phase = .done
+        stream.deadlineTimer?.cancel()
+        stream.deadlineTimer = nil
+        var trailers = stream.headersSent ? HeaderBlock(capacity: 64) : responseHeaderBlock(stream)
+        trailers.add("grpc-status", String(status.code.rawValue))
+        if !status.message.isEmpty { trailers.add("grpc-message", PercentEncoding.encode(status.message)) }
+        if let details = status.details { trailers.add("grpc-status-details-bin", Base64.encode(details)) }
+        if let ctx = stream.context { trailers.add(metadata: ctx.trailers) }
+        trailers.add(metadata: status.trailers)
+        if stream.headersSent {
+            stream.trailers = trailers
+            resumeData(stream)
+        } else {
+            stream.headersSent = true
+            _ = trailers.withNV { nva, n in nghttp2_submit_response(session, stream.id, nva, n, nil) }
+        }
+        if !stream.inputClosed {
+            // The client may still be sending; it can stop now (gRPC servers send RST NO_ERROR).
+            stream.requestStream?.finish()
+        }
+        let waiters = stream.writeWaiters
+        stream.writeWaiters = []
+        for w in waiters { w.resume(throwing: RPCError.cancelled("the call has ended")) }
+    }
+
+    private func respondNonGRPC(_ stream: ServerStream, status: Int, message: String) {
+        guard let session else { return }
+        stream.phase = .done
+        stream.headersSent = true
+        var block = HeaderBlock()
+        block.add(":status", String(status))
+        block.add("content-type", "application/grpc")
+        block.add("grpc-status", String(StatusCode.internal.rawValue))
+        block.add("grpc-message", PercentEncoding.encode(message))
+        _ = block.withNV { nva, n in nghttp2_submit_response(session, stream.id, nva, n, nil) }
+    }
+
+    private func responseHeaderBlock(_ stream: ServerStream) -> HeaderBlock {
+        var block = HeaderBlock()
+        block.add(":status", "200")
+        block.add("content-type", "application/grpc")
+        if stream.clientAcceptsGzip { block.add("grpc-encoding", "gzip") }
+        block.add("grpc-accept-encoding", "gzip,identity")
+        if let ctx = stream.context { block.add(metadata: ctx.initialMetadata) }
+        return block
+    }
+
+    func sendHeadersIfNeeded(_ stream: ServerStream) {
+        guard !stream.headersSent, let session else { return }
+        stream.headersSent = true
+        let block = responseHeaderBlock(stream)
+        var provider = nghttp2_data_provider(source: nghttp2_data_source(ptr: nil), read_callback: serverReadData)
+        _ = block.withNV { nva, n in nghttp2_submit_response(session, stream.id, nva, n, &provider) }
+    }
+
+    /// Queues one response message (framed, compressed when agreed). Returns false when the
+    /// buffered bytes are over the limit and the writer should wait.
+    @discardableResult
+    func enqueue(_ stream: ServerStream, message: [UInt8], compress: Bool?) -> Bool {
+        sendHeadersIfNeeded(stream)
+        let wantsCompression = compress ?? stream.context?.compressResponses ?? false
+        let compressed = wantsCompression && stream.clientAcceptsGzip
+        let payload = compressed ? Gzip.compress(message) : message
+        let n = payload.count
+        stream.outbound.writeInteger(UInt8(compressed ? 1 : 0))
+        stream.outbound.writeInteger(UInt32(truncatingIfNeeded: n))
+        stream.outbound.writeBytes(payload)
+        resumeData(stream)
+        return stream.outbound.readableBytes <= shared.configuration.maxBufferedResponseBytes
+    }
+
+    private func resumeData(_ stream: ServerStream) {
+        if stream.dataDeferred, let session {
+            stream.dataDeferred = false
+            nghttp2_session_resume_data(session, stream.id)
+        }
+    }
+
+    /// nghttp2 pulls response bytes for DATA frames.
+    func readData(_ streamID: Int32, _ buf: UnsafeMutablePointer<UInt8>, _ length: Int,
+                  _ flags: UnsafeMutablePointer<UInt32>) -> Int {
+        guard let stream = streams[streamID], let session else { return Int(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue) }
+        let n = min(length, stream.outbound.readableBytes)
+        if n > 0 {
+            stream.outbound.readWithUnsafeReadableBytes { src in
+                buf.update(from: src.baseAddress!.assumingMemoryBound(to: UInt8.self), count: n)
+                return n
+            }
+            if stream.outbound.readableBytes == 0 { stream.outbound.clear() }
+            if !stream.writeWaiters.isEmpty && stream.outbound.readableBytes <= shared.configuration.maxBufferedResponseBytes {
+                let waiters = stream.writeWaiters
+                stream.writeWaiters = []
+                for w in waiters { w.resume() }
+            }
+        }
+        if stream.outbound.readableBytes == 0, let trailers = stream.trailers {
+            flags.pointee |= NGHTTP2_DATA_FLAG_EOF.rawValue | NGHTTP2_DATA_FLAG_NO_END_STREAM.rawValue
+            stream.trailers = nil
+            _ = trailers.withNV { nva, count in nghttp2_submit_trailer(session, streamID, nva, count) }
+            return n
+        }
+        if n == 0 {
+            stream.dataDeferred = true
+            return Int(NGHTTP2_ERR_DEFERRED.rawValue)
+        }
+        return n
+    }
+
+    static func describe(_ address: SocketAddress) -> String {
+        if let ip = address.ipAddress, let port = address.port {
+            return address.protocol == .inet6 ? "[\(ip)]:\(port)" : "\(ip):\(port)"
+        }
+        return "\(address)"
+    }
+}
+
+/// The streaming-response sink handlers write to; hops to the connection's loop.
+struct StreamSink: ServerResponseSink {
+    let handler: NIOLoopBound<ServerConnectionHandler>
+    let loop: any EventLoop
+    let streamID: Int32
+
+    func sendInitialMetadata() async throws {
+        let (handler, id) = (self.handler, streamID)
+        try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
+            loop.runOnLoop {
+                let h = handler.value
+                guard let stream = h.streams[id], stream.phase == .running else {
+                    return c.resume(throwing: RPCError.cancelled("the call has ended"))
+                }
+                h.sendHeadersIfNeeded(stream)
+                h.scheduleFlush()
+                c.resume()
+            }
+        }
+    }
+
+    func write(_ message: [UInt8], compress: Bool?) async throws {
+        let (handler, id) = (self.handler, streamID)
+        try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
+            loop.runOnLoop {
+                let h = handler.value
+                guard let stream = h.streams[id], stream.phase == .running else {
+                    return c.resume(throwing: RPCError.cancelled("the call has ended"))
+                }
+                if h.enqueue(stream, message: message, compress: compress) {
+                    c.resume()
+                } else {
+                    stream.writeWaiters.append(c)
+                }
+                h.scheduleFlush()
+            }
+        }
+    }
+}
+
+// MARK: C callbacks → the handler (user_data is the unretained handler)
+
+@inline(__always)
+private func handler(_ p: UnsafeMutableRawPointer?) -> ServerConnectionHandler {
+    Unmanaged<ServerConnectionHandler>.fromOpaque(p!).takeUnretainedValue()
+}
+
+private let serverOnBeginHeaders: nghttp2_on_begin_headers_callback = { _, frame, user in
+    handler(user).onBeginHeaders(frame!)
+}
+private let serverOnHeader: nghttp2_on_header_callback = { _, frame, name, nameLen, value, valueLen, _, user in
+    handler(user).onHeader(frame!, name!, nameLen, value!, valueLen)
+}
+private let serverOnFrameRecv: nghttp2_on_frame_recv_callback = { _, frame, user in
+    handler(user).onFrameRecv(frame!)
+}
+private let serverOnDataChunk: nghttp2_on_data_chunk_recv_callback = { _, _, streamID, data, len, user in
+    handler(user).onDataChunk(streamID, data!, len)
+}
+private let serverOnStreamClose: nghttp2_on_stream_close_callback = { _, streamID, code, user in
+    handler(user).onStreamClose(streamID, code)
+}
+private let serverReadData: nghttp2_data_source_read_callback = { _, streamID, buf, length, flags, _, user in
+    handler(user).readData(streamID, buf!, length, flags!)
+}

@@ -1,0 +1,51 @@
+import NIOCore
+import RPCCore
+
+/// One request stream's state. Owned by its `ServerConnectionHandler` and touched only on the
+/// connection's event loop.
+final class ServerStream {
+    enum Phase { case receivingHeaders, receiving, running, done }
+
+    let id: Int32
+    var phase: Phase = .receivingHeaders
+
+    // Request headers as they arrive.
+    var method = ""
+    var path = ""
+    var contentType = ""
+    var authority = ""
+    var timeout: String?
+    var encoding: String?
+    var acceptEncoding: String?
+    var metadata = Metadata()
+    var headerListSize = 0
+    var headersTooLarge = false
+    var badMetadata: String?
+
+    // Request messages.
+    var deframer: MessageDeframer
+    var target: ServerMethod?
+    var single: RawMessageStream.InboundMessage?
+    var messageCount = 0
+    var requestStream: RawMessageStream?
+    var inputClosed = false
+
+    // The call.
+    var context: ServerContext?
+    var task: Task<Void, Never>?
+    var deadlineTimer: Scheduled<Void>?
+    var clientAcceptsGzip = false
+
+    // Response.
+    var headersSent = false
+    var outbound: ByteBuffer
+    var dataDeferred = false
+    var trailers: HeaderBlock?
+    var writeWaiters: [CheckedContinuation<Void, any Error>] = []
+
+    init(id: Int32, maxMessageSize: Int, allocator: ByteBufferAllocator) {
+        self.id = id
+        self.deframer = MessageDeframer(maxMessageSize: maxMessageSize)
+        self.outbound = allocator.buffer(capacity: 0)
+    }
+}

@@ -1,0 +1,76 @@
+import RPCCore
+
+/// Reassembles gRPC length-prefixed messages (1-byte compressed flag, 4-byte big-endian length,
+/// payload) from DATA chunks of any size. Rejects a message longer than `maxMessageSize` as soon
+/// as its prefix arrives, before buffering any of it.
+struct MessageDeframer {
+    struct Frame {
+        var payload: [UInt8]
+        var compressed: Bool
+        var wireSize: Int { payload.count + 5 }
+    }
+    enum Failure: Error {
+        case tooLarge(Int)
+        case badFlag(UInt8)
+    }
+
+    let maxMessageSize: Int
+    private var prefix: (UInt8, UInt8, UInt8, UInt8, UInt8) = (0, 0, 0, 0, 0)
+    private var prefixCount = 0
+    private var payload: [UInt8] = []
+    private var expected = 0
+
+    init(maxMessageSize: Int) { self.maxMessageSize = maxMessageSize }
+
+    /// True when bytes of an unfinished message are buffered (a truncated message at end of stream).
+    var hasPartialMessage: Bool { prefixCount > 0 }
+
+    mutating func feed(_ chunk: UnsafeRawBufferPointer, _ emit: (Frame) -> Void) throws(Failure) {
+        var i = 0
+        let n = chunk.count
+        while i < n {
+            if prefixCount < 5 {
+                let b = chunk[i]
+                switch prefixCount {
+                case 0: prefix.0 = b
+                case 1: prefix.1 = b
+                case 2: prefix.2 = b
+                case 3: prefix.3 = b
+                default: prefix.4 = b
+                }
+                prefixCount += 1
+                i += 1
+                if prefixCount == 5 {
+                    guard prefix.0 <= 1 else { throw .badFlag(prefix.0) }
+                    expected = Int(prefix.1) << 24 | Int(prefix.2) << 16 | Int(prefix.3) << 8 | Int(prefix.4)
+                    guard expected <= maxMessageSize else { throw .tooLarge(expected) }
+                    if expected == 0 {
+                        emit(Frame(payload: [], compressed: prefix.0 == 1))
+                        prefixCount = 0
+                    } else {
+                        payload.reserveCapacity(expected)
+                    }
+                }
+                continue
+            }
+            let take = min(expected - payload.count, n - i)
+            payload.append(contentsOf: UnsafeRawBufferPointer(rebasing: chunk[i..<(i + take)]))
+            i += take
+            if payload.count == expected {
+                emit(Frame(payload: payload, compressed: prefix.0 == 1))
+                payload = []
+                prefixCount = 0
+            }
+        }
+    }
+}
+
+/// Writes one length-prefixed message.
+@inline(__always)
+func appendFramed(_ message: [UInt8], compressed: Bool, to out: inout [UInt8]) {
+    let n = message.count
+    out.append(compressed ? 1 : 0)
+    out.append(UInt8(truncatingIfNeeded: n >> 24)); out.append(UInt8(truncatingIfNeeded: n >> 16))
+    out.append(UInt8(truncatingIfNeeded: n >> 8)); out.append(UInt8(truncatingIfNeeded: n))
+    out.append(contentsOf: message)
+}
