@@ -1,0 +1,432 @@
+import CNGHTTP2
+import NIOCore
+import RPCCore
+
+/// One call's state inside a client connection; touched only on the connection's event loop.
+final class ClientStreamState {
+    var id: Int32 = -1
+    let call: ClientCall
+    var outbound: ByteBuffer
+    var sendClosed = false
+    var dataDeferred = false
+    var sendWaiters: [CheckedContinuation<Void, any Error>] = []
+
+    var responseStatus = 0
+    var contentType = ""
+    var encoding: String?
+    var headers = Metadata()
+    var grpcStatus: Int?
+    var grpcMessage = ""
+    var statusDetails: [UInt8]?
+    var headersReceived = false
+    var deframer: MessageDeframer
+    var deadlineTimer: Scheduled<Void>?
+
+    init(call: ClientCall, allocator: ByteBufferAllocator, maxMessageSize: Int) {
+        self.call = call
+        self.outbound = allocator.buffer(capacity: 0)
+        self.deframer = MessageDeframer(maxMessageSize: maxMessageSize)
+    }
+}
+
+/// Client side of one HTTP/2 connection, driven like the server side: nghttp2 client session,
+/// bytes in/out through the channel, many concurrent calls multiplexed as streams.
+final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    let configuration: ChannelConfiguration
+    private(set) var session: OpaquePointer?
+    var streams: [Int32: ClientStreamState] = [:]
+    private var context: ChannelHandlerContext?
+    private var flushScheduled = false
+    private var inCallback = false
+    private(set) var isUsable = true
+    private var closed = false
+    let onClose: @Sendable () -> Void
+
+    init(configuration: ChannelConfiguration, onClose: @escaping @Sendable () -> Void) {
+        self.configuration = configuration
+        self.onClose = onClose
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+        var callbacks: OpaquePointer?
+        nghttp2_session_callbacks_new(&callbacks)
+        defer { nghttp2_session_callbacks_del(callbacks) }
+        nghttp2_session_callbacks_set_on_header_callback(callbacks, clientOnHeader)
+        nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, clientOnFrameRecv)
+        nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, clientOnDataChunk)
+        nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, clientOnStreamClose)
+        var option: OpaquePointer?
+        nghttp2_option_new(&option)
+        defer { nghttp2_option_del(option) }
+        nghttp2_option_set_no_auto_window_update(option, 1)
+        var s: OpaquePointer?
+        nghttp2_session_client_new2(&s, callbacks, Unmanaged.passUnretained(self).toOpaque(), option)
+        session = s
+        var settings = [
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_ENABLE_PUSH.rawValue), value: 0),
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE.rawValue), value: UInt32(configuration.initialWindowSize)),
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE.rawValue), value: UInt32(configuration.maxHeaderListSize)),
+        ]
+        nghttp2_submit_settings(s, UInt8(NGHTTP2_FLAG_NONE.rawValue), &settings, settings.count)
+        nghttp2_session_set_local_window_size(s, UInt8(NGHTTP2_FLAG_NONE.rawValue), 0, Int32(clamping: configuration.initialWindowSize * 4))
+        if context.channel.isActive { flush() }
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        flush()
+        context.fireChannelActive()
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        teardown(RPCError(.unavailable, "connection to \(configuration.target) closed"))
+        self.context = nil
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        teardown(RPCError(.unavailable, "connection to \(configuration.target) closed"))
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        teardown(RPCError(.unavailable, "connection to \(configuration.target) failed: \(error)"))
+        context.close(promise: nil)
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard let session else { return }
+        let buffer = unwrapInboundIn(data)
+        let rv = buffer.withUnsafeReadableBytes { bytes -> Int in
+            inCallback = true
+            defer { inCallback = false }
+            return nghttp2_session_mem_recv(session, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count)
+        }
+        if rv < 0 {
+            teardown(RPCError(.unavailable, "HTTP/2 protocol error from \(configuration.target): \(String(cString: nghttp2_strerror(Int32(rv))))"))
+            context.close(promise: nil)
+            return
+        }
+        flushScheduled = true
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        flush()
+        context.fireChannelReadComplete()
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable { flush() }
+        context.fireChannelWritabilityChanged()
+    }
+
+    private func teardown(_ error: RPCError) {
+        guard !closed else { return }
+        closed = true
+        isUsable = false
+        for (_, s) in streams { finishStream(s, status: RPCStatus(error.code, error.message), trailers: Metadata()) }
+        streams.removeAll()
+        if let session { nghttp2_session_del(session) }
+        session = nil
+        onClose()
+    }
+
+    func flush() {
+        flushScheduled = false
+        guard let context, let session, !inCallback else { return }
+        var buffer: ByteBuffer?
+        var wrote = false
+        while context.channel.isWritable {
+            var ptr: UnsafePointer<UInt8>?
+            let n = nghttp2_session_mem_send(session, &ptr)
+            if n < 0 {
+                teardown(RPCError(.unavailable, "HTTP/2 send error: \(String(cString: nghttp2_strerror(Int32(n))))"))
+                context.close(promise: nil)
+                return
+            }
+            if n == 0 { break }
+            if buffer == nil { buffer = context.channel.allocator.buffer(capacity: max(n, 16384)) }
+            buffer!.writeBytes(UnsafeRawBufferPointer(start: ptr, count: n))
+            if buffer!.readableBytes >= 65536 {
+                context.write(wrapOutboundOut(buffer!), promise: nil)
+                buffer = nil
+                wrote = true
+            }
+        }
+        if let buffer { context.write(wrapOutboundOut(buffer), promise: nil); wrote = true }
+        if wrote { context.flush() }
+        if nghttp2_session_want_read(session) == 0 && nghttp2_session_want_write(session) == 0 {
+            context.close(promise: nil)
+        }
+    }
+
+    func scheduleFlush() {
+        guard !flushScheduled, let context else { return }
+        flushScheduled = true
+        let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        context.eventLoop.execute { bound.value.flush() }
+    }
+
+    // MARK: Starting calls
+
+    func start(_ call: ClientCall, method: MethodDescriptor, options: CallOptions) {
+        guard let session, let context, isUsable else {
+            call.fail(RPCStatus(.unavailable, "connection to \(configuration.target) is closing"))
+            return
+        }
+        let state = ClientStreamState(call: call, allocator: context.channel.allocator,
+                                      maxMessageSize: configuration.maxReceiveMessageSize)
+        var block = HeaderBlock()
+        block.add(":method", "POST")
+        block.add(":scheme", configuration.tls == nil ? "http" : "https")
+        block.add(":path", method.path)
+        block.add(":authority", configuration.authority)
+        block.add("content-type", "application/grpc")
+        block.add("te", "trailers")
+        block.add("user-agent", "backend-swift-grpc/1.0")
+        block.add("grpc-accept-encoding", "gzip,identity")
+        if options.compressRequests { block.add("grpc-encoding", "gzip") }
+        if let timeout = options.timeout { block.add("grpc-timeout", GRPCTimeout.format(timeout)) }
+        block.add(metadata: options.metadata)
+        var provider = nghttp2_data_provider(source: nghttp2_data_source(ptr: nil), read_callback: clientReadData)
+        let id = block.withNV { nva, n in nghttp2_submit_request(session, nil, nva, n, &provider, nil) }
+        guard id > 0 else {
+            call.fail(RPCStatus(.unavailable, "could not start a stream: \(String(cString: nghttp2_strerror(id)))"))
+            return
+        }
+        state.id = id
+        streams[id] = state
+        call.attach(handler: NIOLoopBound(self, eventLoop: context.eventLoop), loop: context.eventLoop, streamID: id)
+        if let timeout = options.timeout {
+            let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
+            let (secs, atto) = timeout.components
+            let nanos = max(0, secs &* 1_000_000_000 &+ atto / 1_000_000_000)
+            state.deadlineTimer = context.eventLoop.scheduleTask(in: .nanoseconds(nanos)) {
+                bound.value.cancel(id, status: RPCStatus(.deadlineExceeded, "deadline exceeded after \(timeout)"))
+            }
+        }
+        scheduleFlush()
+    }
+
+    // MARK: Operations from ClientCall (on the loop)
+
+    func send(_ id: Int32, _ message: [UInt8], compress: Bool, _ c: CheckedContinuation<Void, any Error>) {
+        guard let s = streams[id], !s.sendClosed else {
+            return c.resume(throwing: RPCError(.failedPrecondition, "the request stream is closed"))
+        }
+        let payload = compress ? Gzip.compress(message) : message
+        s.outbound.writeInteger(UInt8(compress ? 1 : 0))
+        s.outbound.writeInteger(UInt32(truncatingIfNeeded: payload.count))
+        s.outbound.writeBytes(payload)
+        resume(s)
+        if s.outbound.readableBytes <= configuration.maxBufferedRequestBytes { c.resume() } else { s.sendWaiters.append(c) }
+        scheduleFlush()
+    }
+
+    func closeSend(_ id: Int32) {
+        guard let s = streams[id], !s.sendClosed else { return }
+        s.sendClosed = true
+        resume(s)
+        scheduleFlush()
+    }
+
+    func consumed(_ id: Int32, _ bytes: Int) {
+        guard let session, streams[id] != nil else { return }
+        nghttp2_session_consume(session, id, bytes)
+        scheduleFlush()
+    }
+
+    func cancel(_ id: Int32, status: RPCStatus) {
+        guard let session, let s = streams[id] else { return }
+        nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), id, NGHTTP2_CANCEL.rawValue)
+        finishStream(s, status: status, trailers: Metadata())
+        scheduleFlush()
+    }
+
+    private func resume(_ s: ClientStreamState) {
+        if s.dataDeferred, let session {
+            s.dataDeferred = false
+            nghttp2_session_resume_data(session, s.id)
+        }
+    }
+
+    private func finishStream(_ s: ClientStreamState, status: RPCStatus, trailers: Metadata) {
+        s.deadlineTimer?.cancel()
+        s.deadlineTimer = nil
+        let waiters = s.sendWaiters
+        s.sendWaiters = []
+        for w in waiters { w.resume(throwing: RPCError(status.code == .ok ? .cancelled : status.code, status.message)) }
+        s.call.finish(status: status, trailers: trailers, headers: s.headersReceived ? nil : s.headers)
+    }
+
+    // MARK: nghttp2 callbacks
+
+    func readData(_ id: Int32, _ buf: UnsafeMutablePointer<UInt8>, _ length: Int, _ flags: UnsafeMutablePointer<UInt32>) -> Int {
+        guard let s = streams[id] else { return Int(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue) }
+        let n = min(length, s.outbound.readableBytes)
+        if n > 0 {
+            s.outbound.readWithUnsafeReadableBytes { src in
+                buf.update(from: src.baseAddress!.assumingMemoryBound(to: UInt8.self), count: n)
+                return n
+            }
+            if s.outbound.readableBytes == 0 { s.outbound.clear() }
+            if !s.sendWaiters.isEmpty && s.outbound.readableBytes <= configuration.maxBufferedRequestBytes {
+                let w = s.sendWaiters
+                s.sendWaiters = []
+                for c in w { c.resume() }
+            }
+        }
+        if s.outbound.readableBytes == 0 && s.sendClosed {
+            flags.pointee |= NGHTTP2_DATA_FLAG_EOF.rawValue
+            return n
+        }
+        if n == 0 {
+            s.dataDeferred = true
+            return Int(NGHTTP2_ERR_DEFERRED.rawValue)
+        }
+        return n
+    }
+
+    func onHeader(_ frame: UnsafePointer<nghttp2_frame>, _ name: UnsafePointer<UInt8>, _ nameLen: Int,
+                  _ value: UnsafePointer<UInt8>, _ valueLen: Int) -> Int32 {
+        guard let s = streams[frame.pointee.hd.stream_id] else { return 0 }
+        let n = String(nghttp2: name, count: nameLen)
+        let v = String(nghttp2: value, count: valueLen)
+        switch n {
+        case ":status": s.responseStatus = Int(v) ?? 0
+        case "content-type": s.contentType = v
+        case "grpc-encoding": s.encoding = v
+        case "grpc-status": s.grpcStatus = Int(v)
+        case "grpc-message": s.grpcMessage = PercentEncoding.decode(v)
+        case "grpc-status-details-bin": s.statusDetails = Base64.decode(v)
+        default:
+            if Metadata.isReserved(n) { return 0 }
+            if n.hasSuffix("-bin") {
+                if let b = Base64.decode(v) { s.headers.add(n, binary: b) }
+            } else {
+                s.headers.add(n, .string(v))
+            }
+        }
+        return 0
+    }
+
+    func onFrameRecv(_ frame: UnsafePointer<nghttp2_frame>) -> Int32 {
+        let hd = frame.pointee.hd
+        if hd.type == UInt8(NGHTTP2_GOAWAY.rawValue) {
+            // No new calls on this connection; the channel opens another one.
+            isUsable = false
+            onClose()
+            return 0
+        }
+        guard let s = streams[hd.stream_id] else { return 0 }
+        let endStream = hd.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0
+        if hd.type == UInt8(NGHTTP2_HEADERS.rawValue) {
+            if !s.headersReceived {
+                s.headersReceived = true
+                if s.responseStatus != 200 || (!s.contentType.hasPrefix("application/grpc") && s.grpcStatus == nil) {
+                    let code = s.grpcStatus.flatMap(StatusCode.init(rawValue:)) ?? StatusCode(httpStatus: s.responseStatus)
+                    let message = s.grpcStatus != nil ? s.grpcMessage
+                        : "unexpected HTTP status \(s.responseStatus) (content-type '\(s.contentType)')"
+                    finishStream(s, status: RPCStatus(code, message), trailers: s.headers)
+                    streams[hd.stream_id] = nil
+                    return 0
+                }
+                if endStream {
+                    // Trailers-Only: headers and status in one block.
+                    let metadata = s.headers
+                    s.call.headersArrived(metadata)
+                    finishWithTrailers(s, metadata)
+                    return 0
+                }
+                s.call.headersArrived(s.headers)
+                s.headers = Metadata()
+            } else {
+                finishWithTrailers(s, s.headers)
+            }
+        } else if hd.type == UInt8(NGHTTP2_DATA.rawValue) && endStream && s.grpcStatus == nil {
+            finishStream(s, status: RPCStatus(.internal, "server closed the stream without sending a status"), trailers: Metadata())
+        }
+        return 0
+    }
+
+    private func finishWithTrailers(_ s: ClientStreamState, _ trailers: Metadata) {
+        if s.deframer.hasPartialMessage {
+            return finishStream(s, status: RPCStatus(.internal, "response ended inside a message"), trailers: trailers)
+        }
+        guard let raw = s.grpcStatus else {
+            return finishStream(s, status: RPCStatus(.internal, "missing grpc-status in trailers"), trailers: trailers)
+        }
+        let code = StatusCode(rawValue: raw) ?? .unknown
+        var t = trailers
+        if let d = s.statusDetails { t.add("grpc-status-details-bin", binary: d) }
+        finishStream(s, status: RPCStatus(code, s.grpcMessage), trailers: t)
+    }
+
+    func onDataChunk(_ id: Int32, _ data: UnsafePointer<UInt8>, _ len: Int) -> Int32 {
+        guard let session else { return 0 }
+        guard let s = streams[id] else {
+            nghttp2_session_consume(session, id, len)
+            return 0
+        }
+        do throws(MessageDeframer.Failure) {
+            try s.deframer.feed(UnsafeRawBufferPointer(start: data, count: len)) { frame in
+                var payload = frame.payload
+                if frame.compressed {
+                    guard s.encoding == "gzip", let inflated = try? Gzip.decompress(payload, limit: configuration.maxReceiveMessageSize) else {
+                        nghttp2_session_consume(session, id, frame.wireSize)
+                        cancel(id, status: RPCStatus(.internal, "compressed response message could not be decompressed (grpc-encoding '\(s.encoding ?? "")')"))
+                        return
+                    }
+                    payload = inflated
+                }
+                s.call.responses.yield(.init(bytes: payload, compressed: frame.compressed, wireSize: frame.wireSize))
+            }
+        } catch {
+            nghttp2_session_consume(session, id, len)
+            switch error {
+            case .tooLarge(let n):
+                cancel(id, status: RPCStatus(.resourceExhausted, "response message of \(n) bytes exceeds the limit of \(configuration.maxReceiveMessageSize) bytes"))
+            case .badFlag(let f):
+                cancel(id, status: RPCStatus(.internal, "invalid gRPC message flag \(f)"))
+            }
+        }
+        return 0
+    }
+
+    func onStreamClose(_ id: Int32, _ code: UInt32) -> Int32 {
+        guard let s = streams.removeValue(forKey: id) else { return 0 }
+        if !s.call.isFinished {
+            let status: RPCStatus = switch code {
+            case NGHTTP2_REFUSED_STREAM.rawValue: RPCStatus(.unavailable, "the server refused the stream (too many concurrent streams)")
+            case NGHTTP2_CANCEL.rawValue: RPCStatus(.cancelled, "the server cancelled the stream")
+            case NGHTTP2_ENHANCE_YOUR_CALM.rawValue: RPCStatus(.resourceExhausted, "the server asked to slow down (ENHANCE_YOUR_CALM)")
+            case NGHTTP2_INADEQUATE_SECURITY.rawValue: RPCStatus(.permissionDenied, "inadequate security")
+            default: RPCStatus(.internal, "stream closed with HTTP/2 error \(code) before a status")
+            }
+            finishStream(s, status: status, trailers: Metadata())
+        }
+        return 0
+    }
+}
+
+@inline(__always)
+private func clientHandler(_ p: UnsafeMutableRawPointer?) -> ClientConnectionHandler {
+    Unmanaged<ClientConnectionHandler>.fromOpaque(p!).takeUnretainedValue()
+}
+private let clientOnHeader: nghttp2_on_header_callback = { _, frame, name, nameLen, value, valueLen, _, user in
+    clientHandler(user).onHeader(frame!, name!, nameLen, value!, valueLen)
+}
+private let clientOnFrameRecv: nghttp2_on_frame_recv_callback = { _, frame, user in
+    clientHandler(user).onFrameRecv(frame!)
+}
+private let clientOnDataChunk: nghttp2_on_data_chunk_recv_callback = { _, _, id, data, len, user in
+    clientHandler(user).onDataChunk(id, data!, len)
+}
+private let clientOnStreamClose: nghttp2_on_stream_close_callback = { _, id, code, user in
+    clientHandler(user).onStreamClose(id, code)
+}
+private let clientReadData: nghttp2_data_source_read_callback = { _, id, buf, length, flags, _, user in
+    clientHandler(user).readData(id, buf!, length, flags!)
+}

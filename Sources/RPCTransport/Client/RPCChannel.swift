@@ -1,0 +1,173 @@
+import Logging
+import NIOCore
+import NIOPosix
+import RPCCore
+import Synchronization
+
+/// Where and how a channel connects.
+public struct ChannelConfiguration: Sendable {
+    public var host: String
+    public var port: Int
+    /// `:authority` sent with every call (defaults to host:port).
+    public var authority: String
+    public var connectTimeout: Duration = .seconds(2)
+    /// Reconnect backoff after a failed connection: grows by `backoffMultiplier` up to the maximum.
+    public var initialBackoff: Duration = .milliseconds(100)
+    public var maxBackoff: Duration = .seconds(5)
+    public var backoffMultiplier: Double = 1.6
+    public var initialWindowSize: Int = 1024 * 1024
+    public var maxHeaderListSize: Int = 16 * 1024
+    public var maxReceiveMessageSize: Int = 4 * 1024 * 1024
+    /// Bytes a sender may queue per stream before `send` waits for the server to read.
+    public var maxBufferedRequestBytes: Int = 256 * 1024
+
+    public init(host: String, port: Int, authority: String? = nil) {
+        self.host = host
+        self.port = port
+        self.authority = authority ?? "\(host):\(port)"
+    }
+    var target: String { "\(host):\(port)" }
+    var tls: Never? { nil }
+}
+
+/// A client channel: one HTTP/2 connection to a server, shared by every concurrent call
+/// (multiplexed as streams), opened lazily and reopened when the peer restarts or sends GOAWAY.
+/// While the peer is unreachable calls fail fast with UNAVAILABLE, and reconnection attempts are
+/// spaced by an exponential backoff.
+public final class RPCChannel: ClientTransport, Sendable {
+    public let configuration: ChannelConfiguration
+    private let group: any EventLoopGroup
+    private let ownsGroup: Bool
+
+    private struct Connection: @unchecked Sendable {
+        let channel: any Channel
+        let handler: NIOLoopBound<ClientConnectionHandler>
+        let generation: Int
+    }
+    private struct State {
+        var connection: Connection?
+        var connecting: [CheckedContinuation<Connection, any Error>]? = nil
+        var generation = 0
+        var nextAttempt: ContinuousClock.Instant?
+        var backoff: Duration
+        var lastError = ""
+        var closed = false
+    }
+    private let state: Mutex<State>
+
+    public init(configuration: ChannelConfiguration, group: (any EventLoopGroup)? = nil) {
+        self.configuration = configuration
+        self.group = group ?? MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        self.ownsGroup = group == nil
+        self.state = Mutex(State(backoff: configuration.initialBackoff))
+    }
+
+    public convenience init(host: String, port: Int) {
+        self.init(configuration: ChannelConfiguration(host: host, port: port))
+    }
+
+    /// A typed client over this channel.
+    public var client: RPCClient { RPCClient(transport: self) }
+
+    public func startCall(_ method: MethodDescriptor, options: CallOptions) async throws -> any RawClientCall {
+        let connection = try await connection()
+        let call = ClientCall()
+        let handler = connection.handler
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            connection.channel.eventLoop.execute {
+                handler.value.start(call, method: method, options: options)
+                c.resume()
+            }
+        }
+        return call
+    }
+
+    private func connection() async throws -> Connection {
+        enum Step { case ready(Connection), wait, connect(Int), fail(String) }
+        let step: Step = state.withLock { s in
+            if s.closed { return .fail("channel to \(configuration.target) is closed") }
+            if let c = s.connection { return .ready(c) }
+            if s.connecting != nil { return .wait }
+            if let next = s.nextAttempt, ContinuousClock.now < next {
+                return .fail("\(configuration.target) is unavailable (\(s.lastError)); next attempt in \(next - .now)")
+            }
+            s.connecting = []
+            s.generation += 1
+            return .connect(s.generation)
+        }
+        switch step {
+        case .ready(let c): return c
+        case .fail(let m): throw RPCError(.unavailable, m)
+        case .wait:
+            return try await withCheckedThrowingContinuation { c in
+                let ready: Result<Connection, any Error>? = state.withLock { s in
+                    if let conn = s.connection { return .success(conn) }
+                    if s.connecting == nil { return .failure(RPCError(.unavailable, "\(configuration.target) is unavailable (\(s.lastError))")) }
+                    s.connecting!.append(c)
+                    return nil
+                }
+                if let ready { c.resume(with: ready) }
+            }
+        case .connect(let generation):
+            do {
+                let conn = try await connect(generation: generation)
+                let waiters = state.withLock { s in
+                    s.connection = conn
+                    s.backoff = configuration.initialBackoff
+                    s.nextAttempt = nil
+                    defer { s.connecting = nil }
+                    return s.connecting ?? []
+                }
+                for w in waiters { w.resume(returning: conn) }
+                return conn
+            } catch {
+                let message = "cannot connect to \(configuration.target): \(error)"
+                let waiters = state.withLock { s in
+                    s.lastError = "\(error)"
+                    s.nextAttempt = .now + s.backoff
+                    s.backoff = min(s.backoff * configuration.backoffMultiplier, configuration.maxBackoff)
+                    defer { s.connecting = nil }
+                    return s.connecting ?? []
+                }
+                for w in waiters { w.resume(throwing: RPCError(.unavailable, message)) }
+                throw RPCError(.unavailable, message)
+            }
+        }
+    }
+
+    private func connect(generation: Int) async throws -> Connection {
+        let config = configuration
+        let onClose: @Sendable () -> Void = { [weak self] in self?.connectionClosed(generation: generation) }
+        let timeout = config.connectTimeout.components
+        let bootstrap = ClientBootstrap(group: group)
+            .connectTimeout(.milliseconds(timeout.seconds * 1000 + timeout.attoseconds / 1_000_000_000_000_000))
+            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(ClientConnectionHandler(configuration: config, onClose: onClose))
+                }
+            }
+        let channel = try await bootstrap.connect(host: config.host, port: config.port).get()
+        let handler = try await channel.eventLoop.submit {
+            NIOLoopBound(try channel.pipeline.syncOperations.handler(type: ClientConnectionHandler.self), eventLoop: channel.eventLoop)
+        }.get()
+        return Connection(channel: channel, handler: handler, generation: generation)
+    }
+
+    private func connectionClosed(generation: Int) {
+        state.withLock { s in
+            if s.connection?.generation == generation { s.connection = nil }
+        }
+    }
+
+    /// Closes the connection (in-flight calls fail with UNAVAILABLE) and the channel's own threads.
+    public func close() async {
+        let conn = state.withLock { s in
+            s.closed = true
+            defer { s.connection = nil }
+            return s.connection
+        }
+        try? await conn?.channel.close().get()
+        if ownsGroup { try? await group.shutdownGracefully() }
+    }
+}

@@ -1,0 +1,210 @@
+import Testing
+import RPCCore
+@testable import RPCTransport
+
+/// Starts an echo server on a free loopback port for one test.
+func withEchoServer<R>(_ configure: (inout ServerConfiguration) -> Void = { _ in },
+                       _ body: (Int, RPCClient) async throws -> R) async throws -> R {
+    var config = ServerConfiguration(host: "127.0.0.1", port: 0)
+    config.threads = 1
+    configure(&config)
+    let server = RPCServer(configuration: config, services: [EchoService()])
+    let port = try await server.start()
+    let channel = RPCChannel(host: "127.0.0.1", port: port)
+    do {
+        let r = try await body(port, channel.client)
+        await channel.close()
+        await server.shutdownGracefully()
+        return r
+    } catch {
+        await channel.close()
+        await server.shutdownGracefully()
+        throw error
+    }
+}
+
+@Suite struct ClientServerTests {
+    @Test func unaryWithMetadata() async throws {
+        try await withEchoServer { _, client in
+            var options = CallOptions()
+            options.metadata.add("x-echo-initial", "hello")
+            options.metadata.add("x-echo-trailing-bin", binary: [0, 255, 10])
+            let r = try await client.unary(EchoService.unaryMethod, Bytes("ping"), as: Bytes.self, options: options)
+            #expect(r.message.text == "ping")
+            #expect(r.initialMetadata["x-echo-initial"] == "hello")
+            #expect(r.trailers.binary("x-echo-trailing-bin") == [0, 255, 10])
+        }
+    }
+
+    @Test func manyConcurrentCallsShareOneConnection() async throws {
+        try await withEchoServer { _, client in
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for i in 0..<500 {
+                    group.addTask {
+                        let r = try await client.unary(EchoService.unaryMethod, Bytes("m\(i)"), as: Bytes.self)
+                        #expect(r.message.text == "m\(i)")
+                    }
+                }
+                try await group.waitForAll()
+            }
+        }
+    }
+
+    @Test func serverStreamingLargeFlowControlled() async throws {
+        try await withEchoServer { _, client in
+            // 64 × 64 KiB = 4 MiB through 1 MiB windows: exercises WINDOW_UPDATE and backpressure.
+            let total = try await client.serverStreaming(EchoService.serverStreamMethod, Bytes("64:65536"), as: Bytes.self) { stream in
+                var n = 0
+                for try await m in stream.messages { n += m.data.count }
+                return n
+            }
+            #expect(total == 64 * 65536)
+        }
+    }
+
+    @Test func clientStreamingAndBidi() async throws {
+        try await withEchoServer { _, client in
+            let r = try await client.clientStreaming(EchoService.clientStreamMethod, as: Bytes.self) { w in
+                for _ in 0..<100 { try await w.write(Bytes([UInt8](repeating: 1, count: 10_000))) }
+            }
+            #expect(r.message.text == "1000000")
+            let echoed = try await client.bidirectionalStreaming(EchoService.bidiMethod, as: Bytes.self) { (w: RequestWriter<Bytes>, responses) in
+                var got: [String] = []
+                var it = responses.messages.makeAsyncIterator()
+                for i in 0..<20 {
+                    try await w.write(Bytes("b\(i)"))
+                    if let m = try await it.next() { got.append(m.text) }
+                }
+                return got
+            }
+            #expect(echoed == (0..<20).map { "b\($0)" })
+        }
+    }
+
+    @Test func errorsCarryStatusMessageAndTrailers() async throws {
+        try await withEchoServer { _, client in
+            let message = "bad\tfield\r\nnon-BMP 😀 and 100%"
+            do {
+                _ = try await client.unary(EchoService.failMethod, Bytes(message), as: Bytes.self)
+                Issue.record("expected failure")
+            } catch let e as RPCError {
+                #expect(e.code == .invalidArgument)
+                #expect(e.message == message)
+                #expect(e.trailers["x-detail"] == "kept")
+            }
+            do {
+                _ = try await client.unary(MethodDescriptor(service: "test.Echo", method: "Missing", kind: .unary), Bytes(), as: Bytes.self)
+                Issue.record("expected failure")
+            } catch let e as RPCError {
+                #expect(e.code == .unimplemented)
+            }
+        }
+    }
+
+    @Test func deadlineExceeded() async throws {
+        try await withEchoServer { _, client in
+            let start = ContinuousClock.now
+            do {
+                _ = try await client.unary(EchoService.sleepMethod, Bytes("10"), as: Bytes.self, options: CallOptions(timeout: .milliseconds(200)))
+                Issue.record("expected failure")
+            } catch let e as RPCError {
+                #expect(e.code == .deadlineExceeded)
+            }
+            #expect(ContinuousClock.now - start < .seconds(5))
+        }
+    }
+
+    @Test func cancellationStopsTheCall() async throws {
+        try await withEchoServer { _, client in
+            let task = Task {
+                try await client.unary(EchoService.sleepMethod, Bytes("10"), as: Bytes.self)
+            }
+            try await Task.sleep(for: .milliseconds(100))
+            task.cancel()
+            do {
+                _ = try await task.value
+                Issue.record("expected failure")
+            } catch let e as RPCError {
+                #expect(e.code == .cancelled)
+            }
+        }
+    }
+
+    @Test func compressionBothWays() async throws {
+        try await withEchoServer { _, client in
+            let big = Bytes([UInt8](repeating: 7, count: 100_000))
+            let r = try await client.unary(EchoService.unaryMethod, big, as: Bytes.self, options: CallOptions(compressRequests: true))
+            #expect(r.message == big)
+        }
+    }
+
+    @Test func oversizedRequestIsResourceExhausted() async throws {
+        try await withEchoServer({ $0.maxReceiveMessageSize = 1000 }) { _, client in
+            do {
+                _ = try await client.unary(EchoService.unaryMethod, Bytes([UInt8](repeating: 1, count: 2000)), as: Bytes.self)
+                Issue.record("expected failure")
+            } catch let e as RPCError {
+                #expect(e.code == .resourceExhausted)
+            }
+            // The connection still serves other calls.
+            let ok = try await client.unary(EchoService.unaryMethod, Bytes("after"), as: Bytes.self)
+            #expect(ok.message.text == "after")
+        }
+    }
+
+    @Test func unavailableFastThenReconnectsWhenThePeerComesBack() async throws {
+        // Find a free port, then leave it closed.
+        var config = ServerConfiguration(host: "127.0.0.1", port: 0)
+        config.threads = 1
+        let probe = RPCServer(configuration: config, services: [EchoService()])
+        let port = try await probe.start()
+        await probe.shutdownGracefully()
+
+        let channel = RPCChannel(host: "127.0.0.1", port: port)
+        let start = ContinuousClock.now
+        do {
+            _ = try await channel.client.unary(EchoService.unaryMethod, Bytes("x"), as: Bytes.self)
+            Issue.record("expected failure")
+        } catch let e as RPCError {
+            #expect(e.code == .unavailable)
+        }
+        #expect(ContinuousClock.now - start < .seconds(2))
+
+        config.port = port
+        let server = RPCServer(configuration: config, services: [EchoService()])
+        _ = try await server.start()
+        try await Task.sleep(for: .milliseconds(300))  // past the first backoff
+        let r = try await channel.client.unary(EchoService.unaryMethod, Bytes("back"), as: Bytes.self)
+        #expect(r.message.text == "back")
+
+        // Restart the server under the channel: the next call after backoff reconnects.
+        await server.shutdownGracefully()
+        let again = RPCServer(configuration: config, services: [EchoService()])
+        _ = try await again.start()
+        var recovered = false
+        for _ in 0..<30 where !recovered {
+            if let r = try? await channel.client.unary(EchoService.unaryMethod, Bytes("again"), as: Bytes.self) {
+                recovered = r.message.text == "again"
+            } else {
+                try await Task.sleep(for: .milliseconds(100))
+            }
+        }
+        #expect(recovered)
+        await channel.close()
+        await again.shutdownGracefully()
+    }
+
+    @Test func gracefulShutdownLetsInFlightCallsFinish() async throws {
+        var config = ServerConfiguration(host: "127.0.0.1", port: 0)
+        config.threads = 1
+        let server = RPCServer(configuration: config, services: [EchoService()])
+        let port = try await server.start()
+        let channel = RPCChannel(host: "127.0.0.1", port: port)
+        let inflight = Task { try await channel.client.unary(EchoService.sleepMethod, Bytes("1"), as: Bytes.self) }
+        try await Task.sleep(for: .milliseconds(200))
+        await server.shutdownGracefully()
+        let r = try await inflight.value
+        #expect(r.message.text == "1")
+        await channel.close()
+    }
+}
