@@ -1,1 +1,0 @@
-// Module RPCProtobuf: see docs/architecture.md
