@@ -37,6 +37,18 @@ let package = Package(
             swiftSettings: strict
         ),
 
+        // TLS over OpenSSL as a NIO channel handler (memory BIOs; no C types in its API).
+        .target(
+            name: "RPCTLS",
+            dependencies: [
+                "COpenSSL",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
+
         // Contracts: protoc-c output (C) and our generated Swift, all committed.
         .target(name: "ContractsC", dependencies: ["CProtobufC"], linkerSettings: [.linkedLibrary("protobuf-c")]),
         .target(name: "RPCProtobuf", dependencies: ["RPCCore", "CProtobufC"], swiftSettings: strict),
@@ -56,6 +68,14 @@ let package = Package(
         ),
 
         .testTarget(name: "RPCCoreTests", dependencies: ["RPCCore"]),
+        .testTarget(
+            name: "TLSTests",
+            dependencies: [
+                "RPCTLS",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ]
+        ),
         .testTarget(name: "RPCTransportTests", dependencies: ["RPCCore", "RPCTransport", "RPCServices", "GRPCContracts"]),
     ]
 )

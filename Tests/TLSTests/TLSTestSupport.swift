@@ -1,0 +1,304 @@
+import Foundation
+import NIOCore
+import NIOPosix
+import Synchronization
+import Testing
+
+@testable import RPCTLS
+
+/// A fresh self-signed certificate in its own temporary directory, removed by `remove()`.
+struct TestCertificate {
+    let directory: String
+    let certFile: String
+    let keyFile: String
+
+    static func make() throws -> TestCertificate {
+        let directory = NSTemporaryDirectory() + "rpctls-\(getpid())-\(UInt64.random(in: 0...UInt64.max))"
+        let files = try DevelopmentCertificate.generate(commonName: "localhost", directory: directory)
+        return TestCertificate(directory: directory, certFile: files.certFile, keyFile: files.keyFile)
+    }
+
+    func remove() {
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+}
+
+/// What the server's connections reported, in order; tests poll it.
+enum ServerEvent: Sendable, Equatable {
+    case handshake(String?)
+    case error(TLSError)
+    case otherError(String)
+    case inputClosed
+    case inactive
+}
+
+final class EventLog: Sendable {
+    private let events = Mutex<[ServerEvent]>([])
+
+    func append(_ event: ServerEvent) { events.withLock { $0.append(event) } }
+    var all: [ServerEvent] { events.withLock { $0 } }
+
+    /// Waits (polling) until an event matches, or fails the test after `timeout`.
+    @discardableResult
+    func wait(
+        timeout: Duration = .seconds(10), sourceLocation: SourceLocation = #_sourceLocation,
+        _ predicate: (ServerEvent) -> Bool
+    ) async -> ServerEvent? {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if let match = all.first(where: predicate) { return match }
+            try? await Task.sleep(for: .milliseconds(5))
+        }
+        Issue.record("no matching server event within \(timeout); saw \(all)", sourceLocation: sourceLocation)
+        return nil
+    }
+}
+
+/// Echoes plaintext back; closes when the peer half-closes; records what it sees.
+final class EchoHandler: ChannelInboundHandler {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+    let log: EventLog
+
+    init(log: EventLog) { self.log = log }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        context.write(data, promise: nil)
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        context.flush()
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let done = event as? TLSHandshakeCompleted {
+            log.append(.handshake(done.negotiatedProtocol))
+        } else if let event = event as? ChannelEvent, event == .inputClosed {
+            log.append(.inputClosed)
+            context.close(promise: nil)
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: Error) {
+        if let error = error as? TLSError { log.append(.error(error)) } else { log.append(.otherError("\(error)")) }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        log.append(.inactive)
+        context.fireChannelInactive()
+    }
+}
+
+/// Delivers each read in pieces of 1…7 bytes, so the TLS handler sees every record boundary cut.
+final class SplittingHandler: ChannelInboundHandler {
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = ByteBuffer
+    private var size = 1
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        var bytes = unwrapInboundIn(data)
+        while bytes.readableBytes > 0 {
+            let piece = bytes.readSlice(length: min(size, bytes.readableBytes))!
+            size = size % 7 + 1
+            context.fireChannelRead(wrapInboundOut(piece))
+        }
+    }
+}
+
+/// A loopback TLS echo server on an ephemeral port. `stop()` closes the listener and every
+/// connection it accepted.
+final class TestServer: Sendable {
+    let channel: Channel
+    let log: EventLog
+    let connections: Box
+
+    var port: Int { channel.localAddress!.port! }
+
+    private init(channel: Channel, log: EventLog, connections: Box) {
+        self.channel = channel
+        self.log = log
+        self.connections = connections
+    }
+
+    static func start(_ configuration: TLSConfiguration, splitInbound: Bool = false) async throws -> TestServer {
+        let log = EventLog()
+        let accepted = Box()
+        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelOption(.allowRemoteHalfClosure, value: true)
+            .childChannelInitializer { channel in
+                accepted.add(channel)
+                return channel.eventLoop.makeCompletedFuture {
+                    let sync = channel.pipeline.syncOperations
+                    if splitInbound { try sync.addHandler(SplittingHandler()) }
+                    try sync.addHandler(OpenSSLHandler(configuration: configuration))
+                    try sync.addHandler(EchoHandler(log: log))
+                }
+            }
+            .bind(host: "127.0.0.1", port: 0).get()
+        return TestServer(channel: channel, log: log, connections: accepted)
+    }
+
+    func stop() async {
+        try? await channel.close()
+        for connection in connections.channels.withLock({ $0 }) { try? await connection.close() }
+    }
+
+    final class Box: Sendable {
+        let channels = Mutex<[Channel]>([])
+        func add(_ channel: Channel) { channels.withLock { $0.append(channel) } }
+    }
+}
+
+/// Sends a payload (issued on channelActive, so before the handshake finishes) and collects
+/// `expected` bytes back.
+final class ClientHandler: ChannelInboundHandler {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+    let payload: ByteBuffer?
+    let expected: Int
+    let handshake: EventLoopPromise<String?>
+    let received: EventLoopPromise<ByteBuffer>
+    private var buffer = ByteBuffer()
+
+    init(payload: ByteBuffer?, expected: Int, handshake: EventLoopPromise<String?>, received: EventLoopPromise<ByteBuffer>) {
+        self.payload = payload
+        self.expected = expected
+        self.handshake = handshake
+        self.received = received
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        if let payload {
+            // Several writes, one flush: all queued in the TLS handler until the handshake is done.
+            var rest = payload
+            while rest.readableBytes > 0 {
+                context.write(wrapOutboundOut(rest.readSlice(length: min(100_000, rest.readableBytes))!), promise: nil)
+            }
+            context.flush()
+        }
+        context.fireChannelActive()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        var bytes = unwrapInboundIn(data)
+        buffer.writeBuffer(&bytes)
+        if buffer.readableBytes >= expected { received.succeed(buffer) }
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let done = event as? TLSHandshakeCompleted {
+            handshake.succeed(done.negotiatedProtocol)
+            if expected == 0 { received.succeed(buffer) }
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: Error) {
+        handshake.fail(error)
+        received.fail(error)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        handshake.fail(ChannelError.eof)
+        if buffer.readableBytes >= expected { received.succeed(buffer) } else { received.fail(ChannelError.eof) }
+        context.fireChannelInactive()
+    }
+}
+
+struct TestClient {
+    let channel: Channel
+    let handshake: EventLoopFuture<String?>
+    let received: EventLoopFuture<ByteBuffer>
+
+    static func connect(
+        port: Int, _ configuration: TLSConfiguration, serverName: String? = nil, payload: ByteBuffer? = nil,
+        expected: Int = 0, halfClosure: Bool = false
+    ) async throws -> TestClient {
+        let loop = MultiThreadedEventLoopGroup.singleton.next()
+        let handshake = loop.makePromise(of: String?.self)
+        let received = loop.makePromise(of: ByteBuffer.self)
+        let channel = try await ClientBootstrap(group: loop)
+            .channelOption(.allowRemoteHalfClosure, value: halfClosure)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(
+                        OpenSSLHandler(configuration: configuration, serverName: serverName))
+                    try channel.pipeline.syncOperations.addHandler(
+                        ClientHandler(payload: payload, expected: expected, handshake: handshake, received: received))
+                }
+            }
+            .connect(host: "127.0.0.1", port: port).get()
+        return TestClient(channel: channel, handshake: handshake.futureResult, received: received.futureResult)
+    }
+}
+
+/// Fails instead of hanging when the awaited work does not finish in time.
+func withTimeout<T: Sendable>(
+    _ timeout: Duration = .seconds(20), _ body: @escaping @Sendable () async throws -> T
+) async throws -> T {
+    try await withThrowingTaskGroup(of: T.self) { group in
+        group.addTask { try await body() }
+        group.addTask {
+            try await Task.sleep(for: timeout)
+            throw TimeoutError()
+        }
+        let result = try await group.next()!
+        group.cancelAll()
+        return result
+    }
+}
+
+struct TimeoutError: Error {}
+
+/// 1 MiB (by default) of a pattern that makes misordered or dropped bytes visible.
+func patternBuffer(_ count: Int = 1 << 20) -> ByteBuffer {
+    var buffer = ByteBuffer()
+    buffer.reserveCapacity(count)
+    for i in 0..<count { buffer.writeInteger(UInt8(truncatingIfNeeded: i &* 7 &+ i >> 8)) }
+    return buffer
+}
+
+/// Runs a process to completion and returns its exit status and output.
+func run(_ executable: String, _ arguments: [String], stdin: String = "") async throws -> (
+    status: Int32, stdout: String, stderr: String
+) {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: executable)
+    process.arguments = arguments
+    let input = Pipe()
+    let output = Pipe()
+    let errors = Pipe()
+    process.standardInput = input
+    process.standardOutput = output
+    process.standardError = errors
+    // Drain the pipes concurrently so a chatty child never blocks on a full pipe.
+    let outTask = Task.detached { output.fileHandleForReading.readDataToEndOfFile() }
+    let errTask = Task.detached { errors.fileHandleForReading.readDataToEndOfFile() }
+    try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
+        process.terminationHandler = { _ in continuation.resume() }
+        do {
+            try process.run()
+        } catch {
+            process.terminationHandler = nil
+            try? output.fileHandleForWriting.close()
+            try? errors.fileHandleForWriting.close()
+            continuation.resume(throwing: error)
+            return
+        }
+        input.fileHandleForWriting.write(Data(stdin.utf8))
+        try? input.fileHandleForWriting.close()
+    }
+    let out = await outTask.value
+    let err = await errTask.value
+    return (process.terminationStatus, String(decoding: out, as: UTF8.self), String(decoding: err, as: UTF8.self))
+}
+
+func executable(_ name: String) -> String? {
+    for directory in ["/usr/bin", "/usr/local/bin", "/bin"] {
+        let path = "\(directory)/\(name)"
+        if FileManager.default.isExecutableFile(atPath: path) { return path }
+    }
+    return nil
+}
