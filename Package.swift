@@ -58,6 +58,18 @@ let package = Package(
         // Standard services every process serves.
         .target(name: "RPCServices", dependencies: ["RPCCore", "GRPCContracts"], swiftSettings: strict),
 
+        // Storage (SQLite per service) and Security (OpenSSL crypto): no C types in their APIs.
+        .target(
+            name: "Storage",
+            dependencies: ["CSQLite", "RPCCore", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "storage-crash-helper",
+            dependencies: ["Storage", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: strict
+        ),
+
         .executableTarget(
             name: "interop-server",
             dependencies: [
@@ -68,6 +80,7 @@ let package = Package(
         ),
 
         .testTarget(name: "RPCCoreTests", dependencies: ["RPCCore"]),
+        .testTarget(name: "StorageTests", dependencies: ["Storage", "RPCCore", "storage-crash-helper"]),
         .testTarget(
             name: "TLSTests",
             dependencies: [

@@ -1,0 +1,201 @@
+import Foundation
+
+/// Moves a value to another thread when the code guarantees a single owner at a time.
+struct UncheckedTransfer<Value>: @unchecked Sendable {
+    var value: Value
+}
+
+/// A few dedicated threads, each owning one connection, fed from one FIFO of jobs.
+///
+/// Why threads of our own rather than the cooperative pool or a concurrent `DispatchQueue`: SQLite
+/// calls block (disk I/O, fsync, busy waits), and blocking the Swift concurrency pool or a NIO
+/// event loop stalls unrelated requests; Dispatch would grow threads without bound under load. A
+/// fixed set of threads bounds both the connections and the parallelism, and each connection is
+/// only ever touched by its own thread.
+final class ConnectionWorkers: @unchecked Sendable {
+    /// Resumes a caller; receives the error of the batch's WAL sync, if any.
+    typealias Finish = @Sendable (StorageError?) -> Void
+    /// What a job leaves behind: whether it committed (needs the batch sync) and how to finish it.
+    struct Outcome {
+        var committed: Bool
+        var finish: Finish
+    }
+    typealias Job = @Sendable (Connection) -> Outcome
+
+    private struct Queued {
+        var job: Job
+        /// Run only after every earlier commit is durable (the outbox reads events this way).
+        var durableBarrier: Bool
+    }
+
+    /// Group commit: at most this many commits share one WAL fsync, bounding a caller's wait.
+    static let maximumBatch = 64
+
+    private let condition = NSCondition()
+    private let groupCommit: Bool
+    // Guarded by `condition`.
+    private var jobs: [Queued?] = []
+    private var head = 0
+    private var shuttingDown = false
+    private var running = 0
+    private var threads: [pthread_t] = []
+
+    /// - Parameter groupCommit: finish jobs only after an fsync of the WAL that covers their
+    ///   commits, one fsync per batch of queued jobs (the writer in `.full` mode).
+    init(name: String, connections: [Connection], groupCommit: Bool = false) {
+        self.groupCommit = groupCommit
+        running = connections.count
+        for (i, connection) in connections.enumerated() {
+            let owned = UncheckedTransfer(value: connection)
+            let thread = Thread { [self] in
+                self.loop(owned)
+            }
+            thread.name = "\(name)-\(i)"
+            thread.start()
+        }
+    }
+
+    private func loop(_ owned: UncheckedTransfer<Connection>) {
+        condition.lock()
+        threads.append(pthread_self())
+        condition.unlock()
+        let connection = owned.value
+        var unsynced: [Finish] = []
+        var dirty = false
+        func flush() {
+            let error = dirty ? connection.syncWAL() : nil
+            for finish in unsynced { finish(error) }
+            unsynced.removeAll(keepingCapacity: true)
+            dirty = false
+        }
+        while true {
+            condition.lock()
+            if head == jobs.count && !unsynced.isEmpty {
+                // The queue drained: make the batch durable, then acknowledge it.
+                condition.unlock()
+                flush()
+                continue
+            }
+            while head == jobs.count && !shuttingDown { condition.wait() }
+            if head == jobs.count {
+                // Shutting down and drained: close the connection on its own thread.
+                connection.close()
+                running -= 1
+                condition.broadcast()
+                condition.unlock()
+                return
+            }
+            let queued = jobs[head]!
+            jobs[head] = nil  // the job (and what it captures) is released as soon as it ran
+            head += 1
+            if head == jobs.count {
+                jobs.removeAll(keepingCapacity: true)
+                head = 0
+            }
+            condition.unlock()
+            if queued.durableBarrier && !unsynced.isEmpty { flush() }
+            let outcome = queued.job(connection)
+            if groupCommit {
+                dirty = dirty || outcome.committed
+                unsynced.append(outcome.finish)
+                if unsynced.count >= Self.maximumBatch { flush() }
+            } else {
+                outcome.finish(nil)
+            }
+        }
+    }
+
+    /// Queues a job; throws `closed` once shutdown began.
+    func submit(durableBarrier: Bool = false, _ job: @escaping Job) throws {
+        condition.lock()
+        defer { condition.unlock() }
+        guard !shuttingDown else { throw StorageError.closed }
+        jobs.append(Queued(job: job, durableBarrier: durableBarrier))
+        condition.signal()
+    }
+
+    /// True on one of this pool's threads, where waiting for the pool would deadlock.
+    var isCurrentThreadAWorker: Bool {
+        let me = pthread_self()
+        condition.lock()
+        defer { condition.unlock() }
+        return threads.contains { pthread_equal($0, me) != 0 }
+    }
+
+    /// Runs `body` on a worker and resumes the caller with its result (after the batch's WAL sync
+    /// in group-commit mode). `afterSync` runs on success once the result is durable.
+    func run<T: Sendable>(
+        durableBarrier: Bool = false,
+        commits: Bool = true,
+        afterSync: (@Sendable (T) -> Void)? = nil,
+        _ body: @escaping @Sendable (Connection) throws -> T
+    ) async throws -> T {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, Error>) in
+            do {
+                try submit(durableBarrier: durableBarrier) { connection in
+                    let result = Result { try body(connection) }
+                    let committed = commits && result.isSuccess
+                    return Outcome(committed: committed) { syncError in
+                        if let syncError, committed {
+                            continuation.resume(throwing: syncError)
+                            return
+                        }
+                        if case .success(let value) = result { afterSync?(value) }
+                        continuation.resume(with: result)
+                    }
+                }
+            } catch {
+                continuation.resume(throwing: error)
+            }
+        }
+    }
+
+    /// Runs `body` on a worker, blocking the calling thread until it is done (and durable).
+    func runSync<T>(_ body: (Connection) throws -> T) throws -> T {
+        if isCurrentThreadAWorker {
+            throw StorageError.misuse("readSync/writeSync called from inside a read or write body (it would deadlock)")
+        }
+        return try withoutActuallyEscaping(body) { escapable in
+            let done = DispatchSemaphore(value: 0)
+            let state = UncheckedTransfer(value: SyncState<T>(body: escapable))
+            try submit { connection in
+                state.value.result = Result { try state.value.body!(connection) }
+                // Drop the non-escaping body before the caller can return: it must not outlive the call.
+                state.value.body = nil
+                let committed = state.value.result!.isSuccess
+                return Outcome(committed: committed) { syncError in
+                    if let syncError, committed { state.value.result = .failure(syncError) }
+                    done.signal()
+                }
+            }
+            done.wait()
+            return try state.value.result!.get()
+        }
+    }
+
+    /// Stops accepting jobs, lets queued ones finish, closes the connections and waits for the
+    /// threads to exit (unless called from one of them).
+    func shutdown() {
+        let onWorker = isCurrentThreadAWorker
+        condition.lock()
+        shuttingDown = true
+        condition.broadcast()
+        if !onWorker {
+            while running > 0 { condition.wait() }
+        }
+        condition.unlock()
+    }
+}
+
+private final class SyncState<T> {
+    var body: ((Connection) throws -> T)?
+    var result: Result<T, Error>?
+    init(body: @escaping (Connection) throws -> T) { self.body = body }
+}
+
+extension Result {
+    var isSuccess: Bool {
+        if case .success = self { return true }
+        return false
+    }
+}

@@ -1,0 +1,174 @@
+import Foundation
+import Logging
+import Synchronization
+import Testing
+
+@testable import Storage
+
+@Suite(.serialized) struct OutboxTests {
+    struct PeerDown: Error, CustomStringConvertible {
+        var description: String { "peer down (test)" }
+    }
+
+    static var quiet: Logger {
+        var logger = Logger(label: "outbox-test")
+        logger.logLevel = .critical
+        return logger
+    }
+
+    func openDatabase(_ dir: TempDirectory) throws -> Database {
+        try Database.openQuiet(directory: dir.path, fileName: "o.sqlite", migrations: testMigrations + [.outbox, .inbox])
+    }
+
+    @Test func deliveryRetriesWithBackoffUntilTheClosureSucceeds() async throws {
+        let dir = TempDirectory()
+        defer { dir.cleanup() }
+        let db = try openDatabase(dir)
+        defer { db.close() }
+        let clock = ContinuousClock()
+        let calls = Mutex<[ContinuousClock.Instant]>([])
+        let seenWhileFailing = Mutex<OutboxEvent?>(nil)
+        let delivery = OutboxDelivery(
+            database: db,
+            retry: OutboxRetryPolicy(initialDelay: .milliseconds(25), maximumDelay: .seconds(1), jitter: 0),
+            pollInterval: .seconds(30),  // only the commit wake-up and the retry schedule drive it
+            logger: Self.quiet
+        ) { event in
+            let n = calls.withLock { $0.append(clock.now); return $0.count }
+            if n == 3 {
+                let pending = try await db.pendingOutbox()
+                seenWhileFailing.withLock { $0 = pending.first }
+            }
+            if n <= 3 { throw PeerDown() }
+            #expect(event.eventID == "settle-1")
+            #expect(event.payload == [1, 2, 3])
+        }
+        let runner = Task { await delivery.run() }
+        let enqueuedAt = clock.now
+        try await db.write { tx in
+            try tx.execute("INSERT INTO users (email) VALUES ('a@x')")
+            try tx.enqueueOutbox(eventID: "settle-1", destination: "finance", kind: "task.settle", payload: [1, 2, 3])
+        }
+        let deadline = clock.now + .seconds(10)
+        while try await !db.pendingOutbox().isEmpty, clock.now < deadline {
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        runner.cancel()
+        await runner.value  // run() returns promptly once cancelled
+
+        let times = calls.withLock { $0 }
+        try #require(times.count == 4)
+        #expect(times[0] - enqueuedAt < .seconds(5))  // woken by the commit, not by the 30 s poll
+        let gaps = zip(times.dropFirst(), times).map { $0 - $1 }
+        // 25, 50, 100 ms: never early (a millisecond of rounding allowed), growing.
+        #expect(gaps[0] >= .milliseconds(24))
+        #expect(gaps[1] >= .milliseconds(49))
+        #expect(gaps[2] >= .milliseconds(99))
+        let failing = try #require(seenWhileFailing.withLock { $0 })
+        #expect(failing.attempts == 2)
+        #expect(failing.lastError == "peer down (test)")
+        #expect(failing.deliveredAt == nil)
+
+        let row = try #require(try await db.read { c in try c.queryOne("SELECT attempts, delivered_at, last_error FROM outbox WHERE event_id = 'settle-1'") })
+        #expect(try row.get("attempts", as: Int.self) == 4)
+        #expect(try row.get("delivered_at", as: Int64?.self) != nil)
+        #expect(try row.get("last_error", as: String?.self) == nil)
+    }
+
+    @Test func aFailingDestinationHoldsItsQueueButNotTheOthers() async throws {
+        let dir = TempDirectory()
+        defer { dir.cleanup() }
+        let db = try openDatabase(dir)
+        defer { db.close() }
+        let calls = Mutex<[String]>([])
+        let delivery = OutboxDelivery(database: db, retry: OutboxRetryPolicy(initialDelay: .seconds(60)), logger: Self.quiet) { event in
+            calls.withLock { $0.append(event.eventID) }
+            if event.destination == "social" { throw PeerDown() }
+        }
+        try await db.write { tx in
+            for i in 1...3 { try tx.enqueueOutbox(eventID: "s\(i)", destination: "social", kind: "notify", payload: []) }
+            for i in 1...2 { try tx.enqueueOutbox(eventID: "f\(i)", destination: "finance", kind: "settle", payload: [UInt8(i)]) }
+        }
+        let pass = try await delivery.deliverDue()
+        #expect(pass.attempted == 5)
+        #expect(pass.delivered == 2)
+        #expect(Set(calls.withLock { $0 }) == ["s1", "f1", "f2"])  // s2, s3 wait behind s1
+        let pending = try await db.pendingOutbox()
+        #expect(pending.map(\.eventID) == ["s1", "s2", "s3"])
+        #expect(pending.map(\.attempts) == [1, 0, 0])
+        #expect(pending.allSatisfy { $0.nextAttemptAt > Date().addingTimeInterval(30) })
+        // Nothing is due now: a second pass attempts nothing.
+        let again = try await delivery.deliverDue()
+        #expect(again.attempted == 0)
+        #expect(again.nextDue != nil)
+    }
+
+    @Test func rolledBackWritesEnqueueNothingAndEventIDsAreUnique() async throws {
+        let dir = TempDirectory()
+        defer { dir.cleanup() }
+        let db = try openDatabase(dir)
+        defer { db.close() }
+        struct Abort: Error {}
+        await #expect(throws: Abort.self) {
+            try await db.write { tx in
+                try tx.enqueueOutbox(eventID: "e1", destination: "social", kind: "k", payload: [])
+                throw Abort()
+            }
+        }
+        #expect(try await db.pendingOutbox().isEmpty)
+        try await db.write { tx in try tx.enqueueOutbox(eventID: "e1", destination: "social", kind: "k", payload: []) }
+        await #expect(throws: StorageError.uniqueViolation(columns: ["outbox.event_id"], index: nil)) {
+            try await db.write { tx in try tx.enqueueOutbox(eventID: "e1", destination: "social", kind: "k", payload: []) }
+        }
+        #expect(try await db.pendingOutbox().count == 1)
+    }
+
+    @Test func receiverAppliesARedeliveredEventOnce() async throws {
+        let dir = TempDirectory()
+        defer { dir.cleanup() }
+        let db = try openDatabase(dir)
+        defer { db.close() }
+        var firsts: [Bool] = []
+        for _ in 0..<3 {
+            let first = try await db.write { tx -> Bool in
+                guard try tx.markProcessedOnce(eventID: "evt-42") else { return false }
+                try tx.execute("INSERT INTO users (email) VALUES ('from-event@x')")
+                return true
+            }
+            firsts.append(first)
+        }
+        #expect(firsts == [true, false, false])
+        #expect(try await db.read { c in try c.queryOne("SELECT count(*) FROM users")!.get(0, as: Int.self) } == 1)
+        // Marking inside a rolled-back transaction does not count.
+        struct Abort: Error {}
+        _ = try? await db.write { tx in
+            _ = try tx.markProcessedOnce(eventID: "evt-43")
+            throw Abort()
+        }
+        #expect(try await db.write { tx in try tx.markProcessedOnce(eventID: "evt-43") })
+    }
+
+    @Test func deliveredEventsCanBePurged() async throws {
+        let dir = TempDirectory()
+        defer { dir.cleanup() }
+        let db = try openDatabase(dir)
+        defer { db.close() }
+        let delivery = OutboxDelivery(database: db, logger: Self.quiet) { _ in }
+        try await db.write { tx in try tx.enqueueOutbox(eventID: "e1", destination: "d", kind: "k", payload: []) }
+        #expect(try await delivery.deliverDue().delivered == 1)
+        let purged = try await db.write { tx in try tx.purgeDeliveredOutbox(deliveredBefore: Date().addingTimeInterval(1)) }
+        #expect(purged == 1)
+    }
+
+    @Test func retryPolicyGrowsExponentiallyWithJitterAndACap() {
+        let policy = OutboxRetryPolicy(initialDelay: .seconds(1), maximumDelay: .seconds(300), multiplier: 2, jitter: 0.5)
+        for attempt in 1...12 {
+            let full = min(pow(2, Double(attempt - 1)), 300)
+            for _ in 0..<20 {
+                let d = policy.delay(afterAttempt: attempt).seconds
+                #expect(d >= full * 0.5 - 0.001 && d <= full + 0.001)
+            }
+        }
+        #expect(OutboxRetryPolicy(jitter: 0).delay(afterAttempt: 30) == .seconds(300))
+    }
+}
