@@ -1,7 +1,6 @@
 import COpenSSL
 import Logging
 import NIOCore
-import Synchronization
 
 /// TLS 1.2/1.3 for a NIO channel, done by OpenSSL, for either role (the configuration says which).
 ///
@@ -68,6 +67,8 @@ public final class OpenSSLHandler: ChannelDuplexHandler {
     let configuration: TLSConfiguration
     private let serverName: String?
     private let shutdownTimeout: TimeAmount
+    private let handshakeTimeout: TimeAmount?
+    private var handshakeDeadline: Scheduled<Void>?
     private let logger: Logger
 
     var state: State = .idle
@@ -99,22 +100,24 @@ public final class OpenSSLHandler: ChannelDuplexHandler {
     /// A record carries at most 16 KiB of plaintext; SSL_read gets at least that much room.
     static let readChunk = 16 * 1024
 
-    /// `SSL*` handles currently alive, for leak checks in tests.
-    static let liveSessions = Atomic<Int>(0)
-
     private static let defaultLogger = Logger(label: "rpc.tls")
 
     /// - Parameters:
     ///   - configuration: the shared context: role, certificates, trust and ALPN.
     ///   - serverName: for a client, overrides `configuration.serverName` for this connection (SNI and
     ///     the name the certificate must match). Ignored by servers.
+    ///   - handshakeTimeout: how long after the connection becomes active the handshake may take
+    ///     before the connection is failed with `TLSError.Kind.handshakeTimeout` and closed,
+    ///     so a peer that connects and stalls cannot hold a connection (and an `SSL*`) forever.
+    ///     `nil` disables it.
     ///   - shutdownTimeout: how long `close` waits for `close_notify` to be written before closing
     ///     the socket anyway (a peer that stopped reading must not keep the connection open).
     ///   - logger: debug-level handshake traces.
     public init(
-        configuration: TLSConfiguration, serverName: String? = nil, shutdownTimeout: TimeAmount = .seconds(5),
-        logger: Logger? = nil
+        configuration: TLSConfiguration, serverName: String? = nil, handshakeTimeout: TimeAmount? = .seconds(10),
+        shutdownTimeout: TimeAmount = .seconds(5), logger: Logger? = nil
     ) {
+        self.handshakeTimeout = handshakeTimeout
         self.configuration = configuration
         self.serverName = serverName ?? configuration.serverName
         self.shutdownTimeout = shutdownTimeout
@@ -123,7 +126,7 @@ public final class OpenSSLHandler: ChannelDuplexHandler {
 
     deinit {
         // Normally already freed in handlerRemoved; this covers a handler that was never added.
-        if let ssl { SSL_free(ssl); Self.liveSessions.wrappingSubtract(1, ordering: .relaxed) }
+        if let ssl { SSL_free(ssl); configuration.liveSessions.wrappingSubtract(1, ordering: .relaxed) }
     }
 
     // MARK: Lifecycle
@@ -137,16 +140,22 @@ public final class OpenSSLHandler: ChannelDuplexHandler {
             forwardClose(context: context, promise: nil)
             return
         }
-        if configuration.role == .client, context.channel.isActive { startHandshake(context: context) }
+        if context.channel.isActive {
+            armHandshakeTimeout(context: context)
+            if configuration.role == .client { startHandshake(context: context) }
+        }
     }
 
     public func handlerRemoved(context: ChannelHandlerContext) {
         state = .closed
+        handshakeDeadline?.cancel()
+        handshakeDeadline = nil
         failPendingWrites(ChannelError.ioOnClosedChannel)
         freeSession()
     }
 
     public func channelActive(context: ChannelHandlerContext) {
+        armHandshakeTimeout(context: context)
         if configuration.role == .client, state == .idle { startHandshake(context: context) }
         context.fireChannelActive()
         // With autoRead off nobody else asks for the handshake's bytes.
@@ -156,6 +165,8 @@ public final class OpenSSLHandler: ChannelDuplexHandler {
     public func channelInactive(context: ChannelHandlerContext) {
         let wasHandshaking = state == .handshaking
         state = .closed
+        handshakeDeadline?.cancel()
+        handshakeDeadline = nil
         if wasHandshaking {
             let error = TLSError(.closedDuringHandshake, "the connection closed before the handshake finished")
             failPendingWrites(error)
@@ -303,7 +314,7 @@ extension OpenSSLHandler {
         self.ssl = ssl
         self.readBIO = rbio
         self.writeBIO = wbio
-        Self.liveSessions.wrappingAdd(1, ordering: .relaxed)
+        configuration.liveSessions.wrappingAdd(1, ordering: .relaxed)
 
         switch configuration.role {
         case .server:
@@ -341,10 +352,21 @@ extension OpenSSLHandler {
         self.ssl = nil
         self.readBIO = nil
         self.writeBIO = nil
-        Self.liveSessions.wrappingSubtract(1, ordering: .relaxed)
+        configuration.liveSessions.wrappingSubtract(1, ordering: .relaxed)
     }
 
     // MARK: Handshake
+
+    private func armHandshakeTimeout(context: ChannelHandlerContext) {
+        guard let handshakeTimeout, handshakeDeadline == nil, state == .idle || state == .handshaking else { return }
+        handshakeDeadline = context.eventLoop.assumeIsolated().scheduleTask(in: handshakeTimeout) {
+            self.handshakeDeadline = nil
+            guard self.state == .idle || self.state == .handshaking else { return }
+            self.fail(
+                context: context,
+                TLSError(.handshakeTimeout, "no completed handshake within \(handshakeTimeout.nanoseconds / 1_000_000) ms"))
+        }
+    }
 
     private func startHandshake(context: ChannelHandlerContext) {
         guard ssl != nil else { return }
@@ -370,6 +392,8 @@ extension OpenSSLHandler {
 
     private func handshakeCompleted(context: ChannelHandlerContext, ssl: OpaquePointer) {
         state = .active
+        handshakeDeadline?.cancel()
+        handshakeDeadline = nil
         var selected: UnsafePointer<UInt8>? = nil
         var length: UInt32 = 0
         SSL_get0_alpn_selected(ssl, &selected, &length)
@@ -401,8 +425,10 @@ extension OpenSSLHandler {
 
     private func handshakeError(_ ssl: OpaquePointer) -> TLSError {
         let detail = TLSError.drainOpenSSLErrors()
+        // Only a verifying client's result means anything: with SSL_VERIFY_NONE the chain is still
+        // checked and the result recorded, but ignored, so it must not relabel another failure.
         let verify = SSL_get_verify_result(ssl)
-        if verify != X509_V_OK {
+        if configuration.role == .client, configuration.verifyPeer, verify != X509_V_OK {
             let reason = String(cString: X509_verify_cert_error_string(verify))
             let name = serverName.map { " for \($0.debugDescription)" } ?? ""
             return TLSError(.certificateVerificationFailed, "\(reason) (X.509 error \(verify))\(name)")
@@ -596,6 +622,8 @@ extension OpenSSLHandler {
     private func fail(context: ChannelHandlerContext, _ error: TLSError) {
         guard state != .closed else { return }
         state = .closed
+        handshakeDeadline?.cancel()
+        handshakeDeadline = nil
         logger.debug("TLS failure", metadata: ["tls.error": "\(error)", "tls.role": "\(configuration.role)"])
         writeCiphertext(context: context, flush: true)  // the alert OpenSSL queued, if any
         failPendingWrites(error)

@@ -1,4 +1,5 @@
 import COpenSSL
+import Synchronization
 
 /// An immutable OpenSSL `SSL_CTX` configured for one role (server or client): certificates, trust,
 /// protocol versions (TLS 1.2 minimum, TLS 1.3 allowed) and ALPN.
@@ -29,6 +30,8 @@ public final class TLSConfiguration: @unchecked Sendable {
     /// Wire-format ALPN list read by the server's selection callback (`copenssl_alpn_select_cb`).
     private let alpnList: UnsafeMutablePointer<copenssl_alpn_list>?
     private let alpnBytes: UnsafeMutableBufferPointer<UInt8>?
+    /// `SSL*` handles made from this context and not yet freed (leak checks in tests).
+    let liveSessions = Atomic<Int>(0)
 
     private init(
         role: Role, alpn: [String], serverName: String?, verifyPeer: Bool, context: OpaquePointer,

@@ -18,6 +18,8 @@ public struct TLSError: Error, CustomStringConvertible, Sendable, Hashable {
         case protocolError
         /// The connection closed before the handshake finished.
         case closedDuringHandshake
+        /// The handshake did not finish within the handler's `handshakeTimeout`.
+        case handshakeTimeout
     }
 
     public let kind: Kind
@@ -35,6 +37,7 @@ public struct TLSError: Error, CustomStringConvertible, Sendable, Hashable {
         case .certificateVerificationFailed: "TLS certificate verification failed: \(message)"
         case .protocolError: "TLS protocol error: \(message)"
         case .closedDuringHandshake: "TLS connection closed during the handshake: \(message)"
+        case .handshakeTimeout: "TLS handshake timed out: \(message)"
         }
     }
 }

@@ -5,9 +5,8 @@ import Testing
 
 @testable import RPCTLS
 
-/// Loopback server and client, both running `OpenSSLHandler`. Serialized so the live-session count
-/// (the leak check) is not disturbed by other tests' connections.
-@Suite(.serialized) struct OpenSSLHandlerTests {
+/// Loopback server and client, both running `OpenSSLHandler`.
+@Suite struct OpenSSLHandlerTests {
     @Test func developmentCertificateLoadsAsServerConfiguration() throws {
         let certificate = try TestCertificate.make()
         defer { certificate.remove() }
@@ -184,6 +183,22 @@ import Testing
         await server.stop()
     }
 
+    @Test func stalledHandshakeTimesOut() async throws {
+        let certificate = try TestCertificate.make()
+        defer { certificate.remove() }
+        let server = try await TestServer.start(
+            .server(certificateChainPEMFile: certificate.certFile, privateKeyPEMFile: certificate.keyFile, alpn: ["h2"]),
+            handshakeTimeout: .milliseconds(100))
+        // Connects, sends half a ClientHello record header, then nothing.
+        let raw = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .connect(host: "127.0.0.1", port: server.port).get()
+        try? await raw.writeAndFlush(ByteBuffer(bytes: [0x16, 0x03]))  // may race the timeout
+        try await withTimeout { try await raw.closeFuture.get() }
+        let event = await server.log.wait { if case .error = $0 { true } else { false } }
+        if case .error(let error) = event { #expect(error.kind == .handshakeTimeout, "\(error)") }
+        await server.stop()
+    }
+
     @Test func garbageAfterTheHandshakeIsAnErrorAndAClose() async throws {
         let certificate = try TestCertificate.make()
         defer { certificate.remove() }
@@ -210,20 +225,22 @@ import Testing
     @Test func sessionsAreFreedWhenConnectionsClose() async throws {
         let certificate = try TestCertificate.make()
         defer { certificate.remove() }
-        let before = OpenSSLHandler.liveSessions.load(ordering: .relaxed)
-        let server = try await TestServer.start(
-            .server(certificateChainPEMFile: certificate.certFile, privateKeyPEMFile: certificate.keyFile, alpn: ["h2"]))
-        let config = try TLSConfiguration.client(alpn: ["h2"], trustRootsPEMFile: certificate.certFile, serverName: "localhost")
+        let serverConfig = try TLSConfiguration.server(
+            certificateChainPEMFile: certificate.certFile, privateKeyPEMFile: certificate.keyFile, alpn: ["h2"])
+        let server = try await TestServer.start(serverConfig)
+        let clientConfig = try TLSConfiguration.client(alpn: ["h2"], trustRootsPEMFile: certificate.certFile, serverName: "localhost")
         for _ in 0..<10 {
-            let client = try await TestClient.connect(port: server.port, config, payload: ByteBuffer(string: "x"), expected: 1)
+            let client = try await TestClient.connect(port: server.port, clientConfig, payload: ByteBuffer(string: "x"), expected: 1)
             _ = try await withTimeout { try await client.received.get() }
             try await client.channel.close()
         }
         await server.stop()
         let deadline = ContinuousClock.now + .seconds(10)
-        while OpenSSLHandler.liveSessions.load(ordering: .relaxed) != before, ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(10))
+        func live() -> Int {
+            serverConfig.liveSessions.load(ordering: .relaxed) + clientConfig.liveSessions.load(ordering: .relaxed)
         }
-        #expect(OpenSSLHandler.liveSessions.load(ordering: .relaxed) == before)
+        while live() != 0, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(serverConfig.liveSessions.load(ordering: .relaxed) == 0)
+        #expect(clientConfig.liveSessions.load(ordering: .relaxed) == 0)
     }
 }

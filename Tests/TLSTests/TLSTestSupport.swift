@@ -75,6 +75,8 @@ final class EchoHandler: ChannelInboundHandler {
             log.append(.handshake(done.negotiatedProtocol))
         } else if let event = event as? ChannelEvent, event == .inputClosed {
             log.append(.inputClosed)
+            // Flush first: close fails unflushed writes (NIO semantics, which OpenSSLHandler keeps).
+            context.flush()
             context.close(promise: nil)
         }
         context.fireUserInboundEventTriggered(event)
@@ -121,7 +123,9 @@ final class TestServer: Sendable {
         self.connections = connections
     }
 
-    static func start(_ configuration: TLSConfiguration, splitInbound: Bool = false) async throws -> TestServer {
+    static func start(
+        _ configuration: TLSConfiguration, splitInbound: Bool = false, handshakeTimeout: TimeAmount? = .seconds(10)
+    ) async throws -> TestServer {
         let log = EventLog()
         let accepted = Box()
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
@@ -132,7 +136,7 @@ final class TestServer: Sendable {
                 return channel.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
                     if splitInbound { try sync.addHandler(SplittingHandler()) }
-                    try sync.addHandler(OpenSSLHandler(configuration: configuration))
+                    try sync.addHandler(OpenSSLHandler(configuration: configuration, handshakeTimeout: handshakeTimeout))
                     try sync.addHandler(EchoHandler(log: log))
                 }
             }
@@ -260,39 +264,36 @@ func patternBuffer(_ count: Int = 1 << 20) -> ByteBuffer {
     return buffer
 }
 
-/// Runs a process to completion and returns its exit status and output.
+/// Runs a process to completion and returns its exit status and output. Output goes to temporary
+/// files, not pipes: draining pipes would need threads blocked in read(2), and blocking the
+/// cooperative pool (two threads on a two-core machine) starves the test itself.
 func run(_ executable: String, _ arguments: [String], stdin: String = "") async throws -> (
     status: Int32, stdout: String, stderr: String
 ) {
+    let base = NSTemporaryDirectory() + "rpctls-run-\(getpid())-\(UInt64.random(in: 0...UInt64.max))"
+    let paths = (input: base + ".in", output: base + ".out", errors: base + ".err")
+    defer { for path in [paths.input, paths.output, paths.errors] { try? FileManager.default.removeItem(atPath: path) } }
+    _ = FileManager.default.createFile(atPath: paths.input, contents: Data(stdin.utf8))
+    _ = FileManager.default.createFile(atPath: paths.output, contents: nil)
+    _ = FileManager.default.createFile(atPath: paths.errors, contents: nil)
     let process = Process()
     process.executableURL = URL(fileURLWithPath: executable)
     process.arguments = arguments
-    let input = Pipe()
-    let output = Pipe()
-    let errors = Pipe()
-    process.standardInput = input
-    process.standardOutput = output
-    process.standardError = errors
-    // Drain the pipes concurrently so a chatty child never blocks on a full pipe.
-    let outTask = Task.detached { output.fileHandleForReading.readDataToEndOfFile() }
-    let errTask = Task.detached { errors.fileHandleForReading.readDataToEndOfFile() }
+    process.standardInput = try FileHandle(forReadingFrom: URL(fileURLWithPath: paths.input))
+    process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: paths.output))
+    process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: paths.errors))
     try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
         process.terminationHandler = { _ in continuation.resume() }
         do {
             try process.run()
         } catch {
             process.terminationHandler = nil
-            try? output.fileHandleForWriting.close()
-            try? errors.fileHandleForWriting.close()
             continuation.resume(throwing: error)
-            return
         }
-        input.fileHandleForWriting.write(Data(stdin.utf8))
-        try? input.fileHandleForWriting.close()
     }
-    let out = await outTask.value
-    let err = await errTask.value
-    return (process.terminationStatus, String(decoding: out, as: UTF8.self), String(decoding: err, as: UTF8.self))
+    let out = (try? String(contentsOfFile: paths.output, encoding: .utf8)) ?? ""
+    let err = (try? String(contentsOfFile: paths.errors, encoding: .utf8)) ?? ""
+    return (process.terminationStatus, out, err)
 }
 
 func executable(_ name: String) -> String? {
