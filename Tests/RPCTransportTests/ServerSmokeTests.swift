@@ -3,9 +3,16 @@ import Testing
 import RPCCore
 @testable import RPCTransport
 
+/// The project's virtualenv (made by scripts/setup) has grpcio; fall back to python3.
+let testPython: String = {
+    let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    let venv = root.appendingPathComponent(".venv/bin/python").path
+    return FileManager.default.isExecutableFile(atPath: venv) ? venv : "python3"
+}()
+
 /// Runs a Python grpcio client (a gRPC implementation we did not write) against our server.
 func runPython(_ script: String) throws -> (status: Int32, output: String) {
-    let python = ProcessInfo.processInfo.environment["TEST_PYTHON"] ?? "python3"
+    let python = ProcessInfo.processInfo.environment["TEST_PYTHON"] ?? testPython
     let p = Process()
     p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
     p.arguments = [python, "-c", script]

@@ -19,6 +19,8 @@ public struct ServerConfiguration: Sendable {
     /// Event loop threads; defaults to one per core.
     public var threads: Int = System.coreCount
     public var interceptors: [any ServerInterceptor] = []
+    /// Serves requests that are not `application/grpc` (the gateway's JSON and pages).
+    public var httpHandler: (any HTTPHandler)?
 
     public init(host: String = "127.0.0.1", port: Int = 0) {
         self.host = host

@@ -233,6 +233,9 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             return 0
         }
         let n = String(nghttp2: name, count: nameLen)
+        if shared.configuration.httpHandler != nil {
+            stream.httpHeaders.append((n, String(nghttp2: value, count: valueLen)))
+        }
         switch n {
         case "content-type": stream.contentType = String(nghttp2: value, count: valueLen)
         case "grpc-timeout": stream.timeout = String(nghttp2: value, count: valueLen)
@@ -273,6 +276,17 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
 
     func onDataChunk(_ streamID: Int32, _ data: UnsafePointer<UInt8>, _ len: Int) -> Int32 {
         guard let session else { return 0 }
+        if let stream = streams[streamID], stream.isHTTP, stream.phase == .receiving {
+            nghttp2_session_consume(session, streamID, len)
+            if stream.httpBody.count + len > shared.configuration.maxReceiveMessageSize {
+                stream.phase = .done
+                respondHTTP(stream, HTTPResponse(status: 413, headers: [("content-type", "text/plain")],
+                                                 body: Array("request body exceeds \(shared.configuration.maxReceiveMessageSize) bytes\n".utf8)))
+            } else {
+                stream.httpBody.append(contentsOf: UnsafeBufferPointer(start: data, count: len))
+            }
+            return 0
+        }
         guard let stream = streams[streamID], stream.phase == .receiving || stream.phase == .running,
               stream.target != nil, !stream.inputClosed else {
             // Data for a stream we already answered: give the window back and drop it.
@@ -322,6 +336,10 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         if stream.headersTooLarge {
             return fail(stream, RPCError(.resourceExhausted,
                                          "request header list exceeds the limit of \(shared.configuration.maxHeaderListSize) bytes"))
+        }
+        if !stream.contentType.hasPrefix("application/grpc"), shared.configuration.httpHandler != nil {
+            stream.isHTTP = true
+            return
         }
         guard stream.contentType.hasPrefix("application/grpc") else {
             return respondNonGRPC(stream, status: 415,
@@ -403,6 +421,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     private func inputEnded(_ stream: ServerStream) {
         guard !stream.inputClosed else { return }
         stream.inputClosed = true
+        if stream.isHTTP && stream.phase == .receiving { return startHTTP(stream) }
         guard stream.phase == .receiving || stream.phase == .running, let target = stream.target else { return }
         if stream.deframer.hasPartialMessage {
             stream.requestStream?.finish(throwing: RPCError(.internal, "request stream ended inside a message"))
@@ -562,6 +581,45 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         for w in waiters { w.resume(throwing: RPCError.cancelled("the call has ended")) }
     }
 
+    private func startHTTP(_ stream: ServerStream) {
+        guard let handler = shared.configuration.httpHandler, let context, let executor else { return }
+        stream.phase = .running
+        let request = HTTPRequest(method: stream.method, target: stream.path, headers: stream.httpHeaders,
+                                  body: stream.httpBody, peer: peer)
+        stream.httpBody = []
+        let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        let loop = context.eventLoop
+        let id = stream.id
+        stream.task = Task(executorPreference: executor) {
+            let response = await handler.handle(request)
+            loop.runOnLoop {
+                let h = bound.value
+                guard let s = h.streams[id], s.phase == .running else { return }
+                s.phase = .done
+                h.respondHTTP(s, response)
+                h.scheduleFlush()
+            }
+        }
+    }
+
+    func respondHTTP(_ stream: ServerStream, _ response: HTTPResponse) {
+        guard let session else { return }
+        stream.headersSent = true
+        var block = HeaderBlock()
+        block.add(":status", String(response.status))
+        for (n, v) in response.headers where HeaderBlock.isValidName(n) { block.add(n, HeaderBlock.sanitize(v)) }
+        block.add("content-length", String(response.body.count))
+        if response.body.isEmpty || stream.method == "HEAD" {
+            _ = block.withNV { nva, n in nghttp2_submit_response(session, stream.id, nva, n, nil) }
+            return
+        }
+        stream.outbound.writeBytes(response.body)
+        stream.trailers = nil
+        stream.httpComplete = true
+        var provider = nghttp2_data_provider(source: nghttp2_data_source(ptr: nil), read_callback: serverReadData)
+        _ = block.withNV { nva, n in nghttp2_submit_response(session, stream.id, nva, n, &provider) }
+    }
+
     private func respondNonGRPC(_ stream: ServerStream, status: Int, message: String) {
         guard let session else { return }
         stream.phase = .done
@@ -636,6 +694,10 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             flags.pointee |= NGHTTP2_DATA_FLAG_EOF.rawValue | NGHTTP2_DATA_FLAG_NO_END_STREAM.rawValue
             stream.trailers = nil
             _ = trailers.withNV { nva, count in nghttp2_submit_trailer(session, streamID, nva, count) }
+            return n
+        }
+        if stream.outbound.readableBytes == 0 && stream.httpComplete {
+            flags.pointee |= NGHTTP2_DATA_FLAG_EOF.rawValue
             return n
         }
         if n == 0 {

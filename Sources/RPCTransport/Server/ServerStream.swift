@@ -21,6 +21,11 @@ final class ServerStream {
     var headerListSize = 0
     var headersTooLarge = false
     var badMetadata: String?
+    /// Plain HTTP (not gRPC) request for the configured `HTTPHandler`: headers and body kept whole.
+    var isHTTP = false
+    var httpHeaders: [(name: String, value: String)] = []
+    var httpBody: [UInt8] = []
+    var httpComplete = false
 
     // Request messages.
     var deframer: MessageDeframer

@@ -1,0 +1,42 @@
+/// A plain HTTP request that is not gRPC (Connect JSON, a web page), handed whole to an
+/// `HTTPHandler`. The gateway serves these on the same port as gRPC, over HTTP/1.1 and HTTP/2.
+public struct HTTPRequest: Sendable {
+    public var method: String
+    /// Path and query, as sent (`/accounts.v1.Accounts/LogIn?x=1`).
+    public var target: String
+    /// Header names lower-cased, in order (pseudo-headers excluded).
+    public var headers: [(name: String, value: String)]
+    public var body: [UInt8]
+    public var peer: String
+
+    public init(method: String, target: String, headers: [(name: String, value: String)], body: [UInt8], peer: String) {
+        self.method = method
+        self.target = target
+        self.headers = headers
+        self.body = body
+        self.peer = peer
+    }
+
+    public var path: Substring { target.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first ?? "" }
+    public func header(_ name: String) -> String? {
+        let n = name.lowercased()
+        return headers.first { $0.name == n }?.value
+    }
+}
+
+public struct HTTPResponse: Sendable {
+    public var status: Int
+    public var headers: [(name: String, value: String)]
+    public var body: [UInt8]
+
+    public init(status: Int, headers: [(name: String, value: String)] = [], body: [UInt8] = []) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+    }
+}
+
+/// Serves non-gRPC requests. Without one, a server answers them 415 with a gRPC error.
+public protocol HTTPHandler: Sendable {
+    func handle(_ request: HTTPRequest) async -> HTTPResponse
+}

@@ -1,0 +1,37 @@
+import Foundation
+import Testing
+import RPCCore
+@testable import RPCTransport
+
+struct EchoHTTP: HTTPHandler {
+    func handle(_ request: HTTPRequest) async -> HTTPResponse {
+        HTTPResponse(status: 200, headers: [("content-type", "application/json"), ("x-method", request.method)],
+                     body: Array("{\"path\":\"\(request.path)\",\"len\":\(request.body.count),\"ct\":\"\(request.header("content-type") ?? "")\"}".utf8))
+    }
+}
+
+@Suite struct HTTPFallbackTests {
+    @Test func nonGRPCRequestsReachTheHTTPHandlerOverHTTP2() async throws {
+        var config = ServerConfiguration(host: "127.0.0.1", port: 0)
+        config.threads = 1
+        config.httpHandler = EchoHTTP()
+        let server = RPCServer(configuration: config, services: [EchoService()])
+        let port = try await server.start()
+        defer { Task { await server.shutdownGracefully() } }
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
+        p.arguments = ["-s", "--http2-prior-knowledge", "-H", "content-type: application/json", "--data", "{\"a\":1}",
+                       "http://127.0.0.1:\(port)/pkg.Svc/Method"]
+        let pipe = Pipe()
+        p.standardOutput = pipe
+        try p.run()
+        let out = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        p.waitUntilExit()
+        #expect(out == "{\"path\":\"/pkg.Svc/Method\",\"len\":7,\"ct\":\"application/json\"}")
+        // gRPC still works on the same server.
+        let channel = RPCChannel(host: "127.0.0.1", port: port)
+        let r = try await channel.client.unary(EchoService.unaryMethod, Bytes("still grpc"), as: Bytes.self)
+        #expect(r.message.text == "still grpc")
+        await channel.close()
+    }
+}
