@@ -64,6 +64,7 @@ let package = Package(
             dependencies: ["CSQLite", "RPCCore", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict
         ),
+        .target(name: "Security", dependencies: ["COpenSSL"], swiftSettings: strict),
         .executableTarget(
             name: "storage-crash-helper",
             dependencies: ["Storage", .product(name: "Logging", package: "swift-log")],
@@ -81,6 +82,7 @@ let package = Package(
 
         .testTarget(name: "RPCCoreTests", dependencies: ["RPCCore"]),
         .testTarget(name: "StorageTests", dependencies: ["Storage", "RPCCore", "storage-crash-helper"]),
+        .testTarget(name: "SecurityTests", dependencies: ["Security"]),
         .testTarget(
             name: "TLSTests",
             dependencies: [
