@@ -93,6 +93,24 @@ import Testing
         await server.stop()
     }
 
+    @Test func readsOnDemandWithAutoReadOff() async throws {
+        let certificate = try TestCertificate.make()
+        defer { certificate.remove() }
+        let server = try await TestServer.start(
+            .server(certificateChainPEMFile: certificate.certFile, privateKeyPEMFile: certificate.keyFile, alpn: ["h2"]))
+        // The client handler asks for a read only on activation and after each plaintext read:
+        // reads that yield no plaintext (handshake flights, tickets, partial records) are the TLS
+        // handler's to re-issue.
+        let payload = patternBuffer(300_000)
+        let client = try await TestClient.connect(
+            port: server.port, .client(alpn: ["h2"], trustRootsPEMFile: certificate.certFile, serverName: "localhost"),
+            payload: payload, expected: payload.readableBytes, autoRead: false)
+        #expect(try await withTimeout { try await client.handshake.get() } == "h2")
+        #expect(try await withTimeout { try await client.received.get() } == payload)
+        try await client.channel.close()
+        await server.stop()
+    }
+
     @Test func recordsCutIntoTinyPiecesStillDecrypt() async throws {
         let certificate = try TestCertificate.make()
         defer { certificate.remove() }

@@ -164,10 +164,16 @@ final class ClientHandler: ChannelInboundHandler {
     let expected: Int
     let handshake: EventLoopPromise<String?>
     let received: EventLoopPromise<ByteBuffer>
+    /// With autoRead off: ask for one read on activation and one after each plaintext read only.
+    let readOnDemand: Bool
     private var buffer = ByteBuffer()
 
-    init(payload: ByteBuffer?, expected: Int, handshake: EventLoopPromise<String?>, received: EventLoopPromise<ByteBuffer>) {
+    init(
+        payload: ByteBuffer?, expected: Int, readOnDemand: Bool, handshake: EventLoopPromise<String?>,
+        received: EventLoopPromise<ByteBuffer>
+    ) {
         self.payload = payload
+        self.readOnDemand = readOnDemand
         self.expected = expected
         self.handshake = handshake
         self.received = received
@@ -183,12 +189,14 @@ final class ClientHandler: ChannelInboundHandler {
             context.flush()
         }
         context.fireChannelActive()
+        if readOnDemand { context.read() }
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         var bytes = unwrapInboundIn(data)
         buffer.writeBuffer(&bytes)
         if buffer.readableBytes >= expected { received.succeed(buffer) }
+        if readOnDemand { context.read() }
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
@@ -218,19 +226,22 @@ struct TestClient {
 
     static func connect(
         port: Int, _ configuration: TLSConfiguration, serverName: String? = nil, payload: ByteBuffer? = nil,
-        expected: Int = 0, halfClosure: Bool = false
+        expected: Int = 0, halfClosure: Bool = false, autoRead: Bool = true
     ) async throws -> TestClient {
         let loop = MultiThreadedEventLoopGroup.singleton.next()
         let handshake = loop.makePromise(of: String?.self)
         let received = loop.makePromise(of: ByteBuffer.self)
         let channel = try await ClientBootstrap(group: loop)
             .channelOption(.allowRemoteHalfClosure, value: halfClosure)
+            .channelOption(.autoRead, value: autoRead)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(
                         OpenSSLHandler(configuration: configuration, serverName: serverName))
                     try channel.pipeline.syncOperations.addHandler(
-                        ClientHandler(payload: payload, expected: expected, handshake: handshake, received: received))
+                        ClientHandler(
+                            payload: payload, expected: expected, readOnDemand: !autoRead, handshake: handshake,
+                            received: received))
                 }
             }
             .connect(host: "127.0.0.1", port: port).get()
@@ -238,23 +249,37 @@ struct TestClient {
     }
 }
 
-/// Fails instead of hanging when the awaited work does not finish in time.
+/// Fails instead of hanging when the awaited work does not finish in time. Not a task group:
+/// `EventLoopFuture.get()` ignores cancellation, and a group would wait for it anyway.
 func withTimeout<T: Sendable>(
     _ timeout: Duration = .seconds(20), _ body: @escaping @Sendable () async throws -> T
 ) async throws -> T {
-    try await withThrowingTaskGroup(of: T.self) { group in
-        group.addTask { try await body() }
-        group.addTask {
-            try await Task.sleep(for: timeout)
-            throw TimeoutError()
+    let pending = PendingContinuation<T>()
+    return try await withCheckedThrowingContinuation { continuation in
+        pending.continuation.withLock { $0 = continuation }
+        let timer = Task {
+            try? await Task.sleep(for: timeout)
+            pending.take()?.resume(throwing: TimeoutError(timeout: timeout))
         }
-        let result = try await group.next()!
-        group.cancelAll()
-        return result
+        Task {
+            do {
+                let value = try await body()
+                pending.take()?.resume(returning: value)
+            } catch {
+                pending.take()?.resume(throwing: error)
+            }
+            timer.cancel()
+        }
     }
 }
 
-struct TimeoutError: Error {}
+/// Resumed exactly once, by whichever of the work and the timer finishes first.
+final class PendingContinuation<T: Sendable>: Sendable {
+    let continuation = Mutex<CheckedContinuation<T, Error>?>(nil)
+    func take() -> CheckedContinuation<T, Error>? { continuation.withLock { $0.take() } }
+}
+
+struct TimeoutError: Error { let timeout: Duration }
 
 /// 1 MiB (by default) of a pattern that makes misordered or dropped bytes visible.
 func patternBuffer(_ count: Int = 1 << 20) -> ByteBuffer {
