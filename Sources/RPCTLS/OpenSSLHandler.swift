@@ -261,6 +261,9 @@ public final class OpenSSLHandler: ChannelDuplexHandler {
             context.close(mode: .input, promise: promise)
         case .output:
             guard state == .active, !sentCloseNotify else {
+                // Before the handshake there is nothing to close cleanly, and queued writes can no
+                // longer be sent.
+                if state != .active { failPendingWrites(ChannelError.outputClosed) }
                 context.close(mode: .output, promise: promise)
                 return
             }
