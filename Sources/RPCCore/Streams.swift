@@ -155,3 +155,32 @@ public struct MessageStream<Message: ProtoMessage>: AsyncSequence, Sendable {
     }
     public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(raw: raw, decodeFailure: decodeFailure) }
 }
+
+extension MessageStream {
+    /// A message with how it arrived.
+    public struct Received: Sendable {
+        public var message: Message
+        /// Whether the sender compressed it (the interop tests check this; handlers rarely care).
+        public var compressed: Bool
+    }
+
+    /// The same messages, each with its compressed flag.
+    public var withCompressionInfo: ReceivedStream { ReceivedStream(raw: raw, decodeFailure: decodeFailure) }
+
+    public struct ReceivedStream: AsyncSequence, Sendable {
+        public typealias Element = Received
+        let raw: RawMessageStream
+        let decodeFailure: StatusCode
+        public struct AsyncIterator: AsyncIteratorProtocol {
+            let raw: RawMessageStream
+            let decodeFailure: StatusCode
+            public mutating func next() async throws -> Received? {
+                guard let m = try await raw.next() else { return nil }
+                do { return Received(message: try Message(serializedBytes: m.bytes), compressed: m.compressed) } catch {
+                    throw RPCError(decodeFailure, "could not decode \(Message.protoMessageName)")
+                }
+            }
+        }
+        public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(raw: raw, decodeFailure: decodeFailure) }
+    }
+}

@@ -1,1 +1,0 @@
-// Module RPCServices: see docs/architecture.md
