@@ -29,7 +29,7 @@ let package = Package(
         .target(
             name: "RPCTransport",
             dependencies: [
-                "RPCCore", "CNGHTTP2", "COpenSSL", "CZlib",
+                "RPCCore", "RPCTLS", "CNGHTTP2", "COpenSSL", "CZlib",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
@@ -53,10 +53,14 @@ let package = Package(
         .target(name: "ContractsC", dependencies: ["CProtobufC"], linkerSettings: [.linkedLibrary("protobuf-c")]),
         .target(name: "RPCProtobuf", dependencies: ["RPCCore", "CProtobufC"], swiftSettings: strict),
         .target(name: "GRPCContracts", dependencies: ["RPCCore", "RPCProtobuf", "ContractsC"], swiftSettings: strict),
+        // Our own contracts (Proto/); the well-known types' Swift lives in GRPCContracts, imported.
+        .target(
+            name: "Contracts", dependencies: ["RPCCore", "RPCProtobuf", "ContractsC", "GRPCContracts"],
+            swiftSettings: strict),
         .executableTarget(name: "protoc-gen-swiftpbc", dependencies: ["ContractsC", "CProtobufC"], swiftSettings: strict),
 
         // Standard services every process serves.
-        .target(name: "RPCServices", dependencies: ["RPCCore", "GRPCContracts"], swiftSettings: strict),
+        .target(name: "RPCServices", dependencies: ["RPCCore", "RPCProtobuf", "GRPCContracts"], swiftSettings: strict),
 
         // Storage (SQLite per service) and Security (OpenSSL crypto): no C types in their APIs.
         .target(
@@ -71,16 +75,33 @@ let package = Package(
             swiftSettings: strict
         ),
 
+        // The gRPC interop TestService and our client's interop cases.
+        .target(name: "Interop", dependencies: ["RPCCore", "GRPCContracts"], swiftSettings: strict),
         .executableTarget(
             name: "interop-server",
             dependencies: [
-                "RPCCore", "RPCTransport", "RPCServices", "GRPCContracts",
+                "Interop", "RPCCore", "RPCTransport", "RPCTLS", "RPCServices", "GRPCContracts",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strict
         ),
 
         .testTarget(name: "RPCCoreTests", dependencies: ["RPCCore"]),
+        // Codec tests: fixtures generated from Tests/ProtobufTests/Proto, and the leak check
+        // (scripts/leakcheck runs protobuf-leakcheck under valgrind).
+        .target(name: "ProtobufTestsC", dependencies: ["ContractsC"], path: "Tests/ProtobufTests/Fixtures/C"),
+        .target(
+            name: "ProtobufTestContracts",
+            dependencies: ["RPCCore", "RPCProtobuf", "GRPCContracts", "ContractsC", "ProtobufTestsC"],
+            path: "Tests/ProtobufTests/Fixtures/Swift", swiftSettings: strict),
+        .executableTarget(
+            name: "protobuf-leakcheck",
+            dependencies: ["RPCCore", "RPCProtobuf", "GRPCContracts", "ProtobufTestContracts"],
+            path: "Tests/ProtobufTests/LeakCheck", swiftSettings: strict),
+        .testTarget(
+            name: "ProtobufTests",
+            dependencies: ["RPCCore", "RPCProtobuf", "GRPCContracts", "Contracts", "ProtobufTestContracts"],
+            exclude: ["Fixtures", "LeakCheck", "Proto"]),
         .testTarget(name: "StorageTests", dependencies: ["Storage", "RPCCore", "storage-crash-helper"]),
         .testTarget(name: "SecurityTests", dependencies: ["Security"]),
         .testTarget(
@@ -91,6 +112,6 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
             ]
         ),
-        .testTarget(name: "RPCTransportTests", dependencies: ["RPCCore", "RPCTransport", "RPCServices", "GRPCContracts"]),
+        .testTarget(name: "RPCTransportTests", dependencies: ["RPCCore", "RPCTransport", "RPCTLS", "RPCServices", "GRPCContracts", "Interop"]),
     ]
 )

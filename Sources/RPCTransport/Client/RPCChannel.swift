@@ -2,12 +2,15 @@ import Logging
 import NIOCore
 import NIOPosix
 import RPCCore
+import RPCTLS
 import Synchronization
 
 /// Where and how a channel connects.
 public struct ChannelConfiguration: Sendable {
     public var host: String
     public var port: Int
+    /// When set, the channel speaks TLS (ALPN `h2`), verifying the server as the configuration says.
+    public var tls: TLSConfiguration?
     /// `:authority` sent with every call (defaults to host:port).
     public var authority: String
     public var connectTimeout: Duration = .seconds(2)
@@ -21,13 +24,13 @@ public struct ChannelConfiguration: Sendable {
     /// Bytes a sender may queue per stream before `send` waits for the server to read.
     public var maxBufferedRequestBytes: Int = 256 * 1024
 
-    public init(host: String, port: Int, authority: String? = nil) {
+    public init(host: String, port: Int, authority: String? = nil, tls: TLSConfiguration? = nil) {
         self.host = host
         self.port = port
+        self.tls = tls
         self.authority = authority ?? "\(host):\(port)"
     }
     var target: String { "\(host):\(port)" }
-    var tls: Never? { nil }
 }
 
 /// A client channel: one HTTP/2 connection to a server, shared by every concurrent call
@@ -144,6 +147,9 @@ public final class RPCChannel: ClientTransport, Sendable {
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    if let tls = config.tls {
+                        try channel.pipeline.syncOperations.addHandler(OpenSSLHandler(configuration: tls, serverName: tls.serverName ?? config.host))
+                    }
                     try channel.pipeline.syncOperations.addHandler(ClientConnectionHandler(configuration: config, onClose: onClose))
                 }
             }

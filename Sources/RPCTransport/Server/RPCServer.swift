@@ -2,6 +2,7 @@ import Logging
 import NIOCore
 import NIOPosix
 import RPCCore
+import RPCTLS
 import Synchronization
 
 /// State every connection of one server shares (read-only after start, except the registry).
@@ -71,6 +72,7 @@ public final class RPCServer: Sendable {
     @discardableResult
     public func start() async throws -> Int {
         let shared = self.shared
+        let tls = configuration.tls
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 1024)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
@@ -79,6 +81,9 @@ public final class RPCServer: Sendable {
             .childChannelOption(.writeBufferWaterMark, value: .init(low: 64 * 1024, high: 256 * 1024))
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    if let tls {
+                        try channel.pipeline.syncOperations.addHandler(OpenSSLHandler(configuration: tls))
+                    }
                     try channel.pipeline.syncOperations.addHandler(ServerConnectionHandler(shared: shared))
                 }
             }

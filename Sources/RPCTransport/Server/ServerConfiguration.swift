@@ -1,9 +1,12 @@
 import RPCCore
+import RPCTLS
 
 /// How a server listens and what it tolerates. Defaults are safe for a public endpoint.
 public struct ServerConfiguration: Sendable {
     public var host: String
     public var port: Int
+    /// When set, the listener speaks TLS 1.2/1.3 (ALPN `h2`); otherwise h2c with prior knowledge.
+    public var tls: TLSConfiguration?
     /// Sent in SETTINGS; nghttp2 refuses streams past it with REFUSED_STREAM.
     public var maxConcurrentStreams: Int = 100
     /// Counted in the header callback (RFC 7541 size: name + value + 32 per field).
@@ -22,9 +25,10 @@ public struct ServerConfiguration: Sendable {
     /// Serves requests that are not `application/grpc` (the gateway's JSON and pages).
     public var httpHandler: (any HTTPHandler)?
 
-    public init(host: String = "127.0.0.1", port: Int = 0) {
+    public init(host: String = "127.0.0.1", port: Int = 0, tls: TLSConfiguration? = nil) {
         self.host = host
         self.port = port
+        self.tls = tls
     }
 }
 
