@@ -28,7 +28,7 @@ public struct ProtobufCArena {
     @usableFromInline var nextChunkSize: Int
 
     /// Bytes of the stack block each operation starts with.
-    public static let initialBlockSize = 2048
+    public static let initialBlockSize = 1024
     @usableFromInline static let chunkHeader = 16
 
     @usableFromInline

@@ -53,6 +53,7 @@ public enum ProtobufC {
     }
 
     /// Decodes a message from raw bytes (a slice of a larger buffer, for instance).
+    @inlinable
     public static func decode<M: ProtobufCConvertible>(_ bytes: UnsafeRawBufferPointer, as type: M.Type) throws -> M {
         let descriptor = M._protobufCDescriptor.assumingMemoryBound(to: ProtobufCMessageDescriptor.self)
         if M._protobufCRecursive, !WireDepth.isWithinLimit(bytes, descriptor, limit: recursionLimit) {

@@ -4,7 +4,9 @@ import CProtobufC
 /// protobuf-c descriptors. protobuf-c 1.4 unpacks nested messages recursively without a limit, so
 /// a few hundred kilobytes of crafted input for a self-recursive type (`google.protobuf.Value`)
 /// could overflow the stack; this check runs first for such types only.
+@usableFromInline
 enum WireDepth {
+    @usableFromInline
     static func isWithinLimit(_ bytes: UnsafeRawBufferPointer, _ descriptor: UnsafePointer<ProtobufCMessageDescriptor>, limit: Int) -> Bool {
         guard let base = bytes.baseAddress else { return true }
         return scan(base.assumingMemoryBound(to: UInt8.self), bytes.count, descriptor, depth: 0, limit: limit)
