@@ -75,6 +75,17 @@ let package = Package(
             swiftSettings: strict
         ),
 
+        // What every service process shares: settings, the access policy, token keys, startup.
+        .target(
+            name: "ServiceKit",
+            dependencies: [
+                "RPCCore", "RPCTransport", "RPCTLS", "RPCServices", "RPCProtobuf", "Contracts", "GRPCContracts", "Security",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: strict
+        ),
+
         // The gRPC interop TestService and our client's interop cases.
         .target(name: "Interop", dependencies: ["RPCCore", "GRPCContracts"], swiftSettings: strict),
         .executableTarget(

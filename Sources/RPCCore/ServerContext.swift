@@ -52,7 +52,7 @@ public final class ServerContext: Sendable {
         set { state.withLock { $0.compressResponses = newValue } }
     }
     /// Values interceptors attach for handlers (the verified caller identity, ...).
-    public subscript<T: Sendable>(key: String, as type: T.Type = T.self) -> T? {
+    public subscript<T: Sendable>(key key: String, as type: T.Type = T.self) -> T? {
         get { state.withLock { $0.values[key] as? T } }
         set { state.withLock { $0.values[key] = newValue } }
     }

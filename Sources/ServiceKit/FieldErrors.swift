@@ -1,0 +1,65 @@
+import Contracts
+import GRPCContracts
+import RPCCore
+
+/// Rejected request fields, collected and turned into one error that names them all: the message
+/// lists them for people, `google.rpc.BadRequest` in `grpc-status-details-bin` for programs.
+public struct FieldErrors: Sendable {
+    public private(set) var violations: [(field: String, description: String)] = []
+    public init() {}
+
+    public mutating func add(_ field: String, _ description: String) { violations.append((field, description)) }
+    public var isEmpty: Bool { violations.isEmpty }
+
+    /// Throws INVALID_ARGUMENT (or `code`) naming every field, if any was rejected.
+    public func throwIfAny(_ code: StatusCode = .invalidArgument, summary: String = "invalid request") throws {
+        guard !violations.isEmpty else { return }
+        throw error(code, summary: summary)
+    }
+
+    public func error(_ code: StatusCode = .invalidArgument, summary: String = "invalid request") -> RPCError {
+        let text = violations.map { "\($0.field): \($0.description)" }.joined(separator: "; ")
+        var bad = Google_Rpc_BadRequest()
+        bad.fieldViolations = violations.map { v in
+            var f = Google_Rpc_BadRequest.FieldViolation()
+            f.field = v.field
+            f.description_p = v.description
+            return f
+        }
+        return RPCError.withDetails(code, "\(summary): \(text)", details: [("type.googleapis.com/google.rpc.BadRequest", bad.serializedBytes())])
+    }
+
+    /// A single-field error.
+    public static func single(_ code: StatusCode, field: String, _ description: String) -> RPCError {
+        var e = FieldErrors()
+        e.add(field, description)
+        return e.error(code, summary: code == .alreadyExists ? "already exists" : "invalid request")
+    }
+}
+
+extension RPCError {
+    /// An error with typed details (`google.rpc.Status` in `grpc-status-details-bin`).
+    public static func withDetails(_ code: StatusCode, _ message: String, details: [(typeURL: String, value: [UInt8])]) -> RPCError {
+        var status = Google_Rpc_Status()
+        status.code = Int32(code.rawValue)
+        status.message = message
+        status.details = details.map { d in
+            var any = Google_Protobuf_Any()
+            any.typeUrl = d.typeURL
+            any.value = d.value
+            return any
+        }
+        return RPCError(code, message, details: status.serializedBytes())
+    }
+
+    /// RESOURCE_EXHAUSTED with `google.rpc.RetryInfo` saying when to try again.
+    public static func retryLater(_ message: String, after delay: Duration) -> RPCError {
+        var info = Google_Rpc_RetryInfo()
+        var d = Google_Protobuf_Duration()
+        d.seconds = max(1, delay.components.seconds)
+        info.retryDelay = d
+        var error = withDetails(.resourceExhausted, message, details: [("type.googleapis.com/google.rpc.RetryInfo", info.serializedBytes())])
+        error.trailers.add("retry-after", String(d.seconds))
+        return error
+    }
+}
