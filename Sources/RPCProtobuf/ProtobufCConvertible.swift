@@ -25,6 +25,15 @@ extension ProtobufCConvertible {
 
     @inlinable
     public init(serializedBytes bytes: [UInt8]) throws { self = try ProtobufC.decode(bytes, as: Self.self) }
+
+    /// Builds a message in one expression (swift-protobuf's idiom):
+    /// `let r = Grpc_Health_V1_HealthCheckRequest.with { $0.service = "accounts.v1.Accounts" }`.
+    @inlinable
+    public static func with(_ populate: (inout Self) throws -> Void) rethrows -> Self {
+        var message = Self()
+        try populate(&message)
+        return message
+    }
 }
 
 /// The codec entry points and the conversion helpers generated code calls.

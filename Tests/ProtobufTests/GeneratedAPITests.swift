@@ -117,3 +117,10 @@ import Testing
         #expect(Common_V1_Access.public.rawValue == 1)
     }
 }
+
+@Suite struct BuilderTests {
+    @Test func withBuildsInOneExpression() {
+        let r = Grpc_Health_V1_HealthCheckRequest.with { $0.service = "a.v1.A" }
+        #expect(r.service == "a.v1.A")
+    }
+}
