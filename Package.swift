@@ -32,6 +32,7 @@ let package = Package(
                 "RPCCore", "RPCTLS", "CNGHTTP2", "COpenSSL", "CZlib",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strict

@@ -34,4 +34,34 @@ struct EchoHTTP: HTTPHandler {
         #expect(r.message.text == "still grpc")
         await channel.close()
     }
+
+    @Test func http1AndHTTP2AndGRPCOnOnePort() async throws {
+        var config = ServerConfiguration(host: "127.0.0.1", port: 0)
+        config.threads = 1
+        config.httpHandler = EchoHTTP()
+        config.acceptHTTP1 = true
+        let server = RPCServer(configuration: config, services: [EchoService()])
+        let port = try await server.start()
+        defer { Task { await server.shutdownGracefully() } }
+        func curl(_ args: [String]) throws -> String {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
+            p.arguments = ["-s"] + args
+            let pipe = Pipe()
+            p.standardOutput = pipe
+            try p.run()
+            let out = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            p.waitUntilExit()
+            return out
+        }
+        let url = "http://127.0.0.1:\(port)/pkg.Svc/Method"
+        let h1 = try curl(["--http1.1", "-H", "content-type: application/json", "--data", "{}", url, url])
+        #expect(h1 == String(repeating: "{\"path\":\"/pkg.Svc/Method\",\"len\":2,\"ct\":\"application/json\"}", count: 2))
+        let h2 = try curl(["--http2-prior-knowledge", "-H", "content-type: application/json", "--data", "{}", url])
+        #expect(h2 == "{\"path\":\"/pkg.Svc/Method\",\"len\":2,\"ct\":\"application/json\"}")
+        let channel = RPCChannel(host: "127.0.0.1", port: port)
+        let r = try await channel.client.unary(EchoService.unaryMethod, Bytes("grpc too"), as: Bytes.self)
+        #expect(r.message.text == "grpc too")
+        await channel.close()
+    }
 }

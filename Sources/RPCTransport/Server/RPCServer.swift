@@ -84,7 +84,11 @@ public final class RPCServer: Sendable {
                     if let tls {
                         try channel.pipeline.syncOperations.addHandler(OpenSSLHandler(configuration: tls))
                     }
-                    try channel.pipeline.syncOperations.addHandler(ServerConnectionHandler(shared: shared))
+                    if shared.configuration.acceptHTTP1 {
+                        try channel.pipeline.syncOperations.addHandler(ProtocolSniffer(shared: shared))
+                    } else {
+                        try channel.pipeline.syncOperations.addHandler(ServerConnectionHandler(shared: shared))
+                    }
                 }
             }
         let channel = try await bootstrap.bind(host: configuration.host, port: configuration.port).get()

@@ -24,6 +24,8 @@ public struct ServerConfiguration: Sendable {
     public var interceptors: [any ServerInterceptor] = []
     /// Serves requests that are not `application/grpc` (the gateway's JSON and pages).
     public var httpHandler: (any HTTPHandler)?
+    /// Also accept HTTP/1.1 on the same port (connections are told apart by their first bytes).
+    public var acceptHTTP1 = false
 
     public init(host: String = "127.0.0.1", port: Int = 0, tls: TLSConfiguration? = nil) {
         self.host = host

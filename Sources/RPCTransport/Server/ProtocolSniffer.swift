@@ -1,0 +1,130 @@
+import NIOCore
+import NIOHTTP1
+import RPCCore
+
+/// Decides per connection between HTTP/2 and HTTP/1.1 from the first bytes: the HTTP/2 client
+/// preface (`PRI * HTTP/2.0…`) selects nghttp2, anything else NIOHTTP1. Works the same behind
+/// TLS (it sits after the TLS handler and sees plaintext), so one port serves gRPC, h2c JSON and
+/// HTTP/1.1 JSON alike.
+final class ProtocolSniffer: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = ByteBuffer
+    private static let preface = Array("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".utf8)
+    private var buffered: ByteBuffer?
+    private let shared: ServerShared
+
+    init(shared: ServerShared) { self.shared = shared }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        var incoming = unwrapInboundIn(data)
+        if buffered == nil { buffered = incoming } else { buffered!.writeBuffer(&incoming) }
+        let bytes = buffered!.readableBytesView
+        let n = min(bytes.count, Self.preface.count)
+        let isHTTP2Prefix = zip(bytes.prefix(n), Self.preface.prefix(n)).allSatisfy { $0 == $1 }
+        if isHTTP2Prefix && n < Self.preface.count { return }  // need more bytes to decide
+        do {
+            let ops = context.pipeline.syncOperations
+            if isHTTP2Prefix {
+                try ops.addHandler(ServerConnectionHandler(shared: shared), position: .after(self))
+            } else {
+                try ops.configureHTTPServerPipeline(position: .after(self), withPipeliningAssistance: true,
+                                                    withErrorHandling: true)
+                try ops.addHandler(HTTP1RequestHandler(shared: shared))
+            }
+        } catch {
+            context.close(promise: nil)
+            return
+        }
+        let data = buffered!
+        buffered = nil
+        context.fireChannelRead(wrapInboundOut(data))
+        context.fireChannelReadComplete()
+        context.pipeline.syncOperations.removeHandler(self, promise: nil)
+    }
+}
+
+/// Serves HTTP/1.1 requests with the server's `HTTPHandler` (one request at a time per
+/// connection, keep-alive honoured, bodies capped at the receive limit).
+final class HTTP1RequestHandler: ChannelInboundHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias OutboundOut = HTTPServerResponsePart
+
+    private let shared: ServerShared
+    private var head: HTTPRequestHead?
+    private var body: [UInt8] = []
+    private var tooLarge = false
+
+    init(shared: ServerShared) { self.shared = shared }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .head(let h):
+            head = h
+            body = []
+            tooLarge = false
+        case .body(var chunk):
+            if body.count + chunk.readableBytes > shared.configuration.maxReceiveMessageSize {
+                tooLarge = true
+            } else if let bytes = chunk.readBytes(length: chunk.readableBytes) {
+                body.append(contentsOf: bytes)
+            }
+        case .end:
+            guard let head else { return }
+            self.head = nil
+            let keepAlive = head.isKeepAlive
+            if tooLarge {
+                write(context, HTTPResponse(status: 413, headers: [("content-type", "text/plain")],
+                                            body: Array("request body exceeds \(shared.configuration.maxReceiveMessageSize) bytes\n".utf8)),
+                      keepAlive: false, version: head.version)
+                return
+            }
+            guard let handler = shared.configuration.httpHandler else {
+                write(context, HTTPResponse(status: 415, body: Array("this server speaks gRPC over HTTP/2 only\n".utf8)),
+                      keepAlive: keepAlive, version: head.version)
+                return
+            }
+            let request = HTTPRequest(
+                method: head.method.rawValue, target: head.uri,
+                headers: head.headers.map { ($0.name.lowercased(), $0.value) }, body: body,
+                peer: context.channel.remoteAddress.map(ServerConnectionHandler.describe) ?? "unknown")
+            body = []
+            let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+            let loop = context.eventLoop
+            let version = head.version
+            Task(executorPreference: EventLoopTaskExecutor(loop)) {
+                let response = await handler.handle(request)
+                loop.runOnLoop {
+                    let (h, ctx) = bound.value
+                    h.write(ctx, response, keepAlive: keepAlive, version: version)
+                }
+            }
+        }
+    }
+
+    private func write(_ context: ChannelHandlerContext, _ response: HTTPResponse, keepAlive: Bool, version: HTTPVersion) {
+        var headers = HTTPHeaders()
+        for (n, v) in response.headers { headers.add(name: n, value: v) }
+        headers.replaceOrAdd(name: "content-length", value: String(response.body.count))
+        headers.replaceOrAdd(name: "connection", value: keepAlive ? "keep-alive" : "close")
+        let status = HTTPResponseStatus(statusCode: response.status)
+        context.write(wrapOutboundOut(.head(HTTPResponseHead(version: version, status: status, headers: headers))), promise: nil)
+        if !response.body.isEmpty {
+            var buffer = context.channel.allocator.buffer(capacity: response.body.count)
+            buffer.writeBytes(response.body)
+            context.write(wrapOutboundOut(.body(.byteBuffer(buffer))), promise: nil)
+        }
+        let done = context.writeAndFlushWithPromise(wrapOutboundOut(.end(nil)))
+        if !keepAlive {
+            let channel = context.channel
+            done.whenComplete { _ in channel.close(promise: nil) }
+        }
+    }
+}
+
+extension ChannelHandlerContext {
+    fileprivate func writeAndFlushWithPromise(_ data: NIOAny) -> EventLoopFuture<Void> {
+        let p = eventLoop.makePromise(of: Void.self)
+        writeAndFlush(data, promise: p)
+        return p.futureResult
+    }
+}
