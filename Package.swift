@@ -9,6 +9,7 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .executable(name: "interop-server", targets: ["interop-server"]),
+        .executable(name: "health-probe", targets: ["health-probe"]),
         .executable(name: "protoc-gen-swiftpbc", targets: ["protoc-gen-swiftpbc"]),
     ],
     dependencies: [
@@ -82,6 +83,16 @@ let package = Package(
             dependencies: [
                 "RPCCore", "RPCTransport", "RPCTLS", "RPCServices", "RPCProtobuf", "Contracts", "GRPCContracts", "Security",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: strict
+        ),
+
+        // grpc.health.v1 Check from the command line (scripts/run, compose health checks).
+        .executableTarget(
+            name: "health-probe",
+            dependencies: [
+                "RPCCore", "RPCTransport", "GRPCContracts",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strict

@@ -1,0 +1,35 @@
+import ArgumentParser
+import GRPCContracts
+import RPCCore
+import RPCTransport
+
+/// `health-probe --addr 127.0.0.1:9101 [--service NAME]`: one grpc.health.v1 Check over real gRPC;
+/// exit 0 when SERVING. Used by scripts/run to wait for processes and by compose health checks.
+@main
+struct HealthProbe: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "health-probe",
+                                                    abstract: "Exit 0 if a gRPC server reports SERVING.")
+    @Option(help: "host:port of the server.") var addr: String
+    @Option(help: "Service name to check (empty: the whole server).") var service = ""
+    @Option(help: "Seconds to wait for the answer.") var timeout = 2.0
+    @Flag(help: "Print the status.") var verbose = false
+
+    func run() async throws {
+        guard let colon = addr.lastIndex(of: ":"), let port = Int(addr[addr.index(after: colon)...]) else {
+            throw ValidationError("--addr must be host:port")
+        }
+        let channel = RPCChannel(host: String(addr[..<colon]), port: port)
+        defer { Task { await channel.close() } }
+        var request = Grpc_Health_V1_HealthCheckRequest()
+        request.service = service
+        do {
+            let response = try await Grpc_Health_V1_HealthClient(channel.client)
+                .check(request, options: CallOptions(timeout: .milliseconds(Int(timeout * 1000))))
+            if verbose { print(response.status.protoName ?? "\(response.status.rawValue)") }
+            if response.status != .serving { throw ExitCode(1) }
+        } catch let e as RPCError {
+            if verbose { print("\(e.code.name): \(e.message)") }
+            throw ExitCode(2)
+        }
+    }
+}
