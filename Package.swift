@@ -11,6 +11,7 @@ let package = Package(
         .executable(name: "interop-server", targets: ["interop-server"]),
         .executable(name: "health-probe", targets: ["health-probe"]),
         .executable(name: "protoc-gen-swiftpbc", targets: ["protoc-gen-swiftpbc"]),
+        .executable(name: "accounts-service", targets: ["accounts-service"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -105,6 +106,26 @@ let package = Package(
             dependencies: [
                 "Interop", "RPCCore", "RPCTransport", "RPCTLS", "RPCServices", "GRPCContracts",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: strict
+        ),
+
+        // accounts: identity, sessions, profiles. Library (rules, store, handlers) + thin executable.
+        .target(
+            name: "Accounts",
+            dependencies: [
+                "Storage", "Security", "ServiceKit", "Contracts", "GRPCContracts", "RPCCore", "RPCProtobuf",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            exclude: ["README.md"],
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "accounts-service",
+            dependencies: [
+                "Accounts", "ServiceKit", "Contracts",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strict
         ),

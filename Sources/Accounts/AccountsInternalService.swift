@@ -1,0 +1,130 @@
+import Contracts
+import RPCCore
+import ServiceKit
+import Storage
+
+/// `accounts.v1.AccountsInternal`: lookups for the other services, and the mail outbox. The access
+/// interceptor lets only callers with the service credential in.
+public struct AccountsInternalService: Accounts_V1_AccountsInternalService {
+    let core: AccountsCore
+    static let maxBatch = 200
+
+    /// The distinct values in request order (exact duplicates ignored).
+    static func distinct(_ values: [String]) -> [String] {
+        var seen = Set<String>()
+        return values.filter { seen.insert($0).inserted }
+    }
+
+    static func checkBatch(_ values: [String], field: String) throws {
+        if values.isEmpty { throw FieldErrors.single(.invalidArgument, field: field, "at least one value is required") }
+        if values.count > maxBatch { throw FieldErrors.single(.invalidArgument, field: field, "at most \(maxBatch) values") }
+    }
+
+    public func getUsersByIds(request: Accounts_V1_GetUsersByIdsRequest, context: ServerContext) async throws -> Accounts_V1_GetUsersByIdsResponse {
+        try Self.checkBatch(request.userIds, field: "user_ids")
+        let ids = Self.distinct(request.userIds)
+        let found = try await core.read { c in try ids.map { try UserQueries.byID(c, $0) } }
+        var response = Accounts_V1_GetUsersByIdsResponse()
+        for (id, user) in zip(ids, found) {
+            if let user { response.usersById[id] = user.reference } else { response.unknownUserIds.append(id) }
+        }
+        return response
+    }
+
+    public func resolveUsernames(request: Accounts_V1_ResolveUsernamesRequest, context: ServerContext) async throws -> Accounts_V1_ResolveUsernamesResponse {
+        try Self.checkBatch(request.usernames, field: "usernames")
+        let names = Self.distinct(request.usernames)
+        let found = try await core.read { c in try names.map { try UserQueries.byUsername(c, AccountRules.trimmed($0)) } }
+        var response = Accounts_V1_ResolveUsernamesResponse()
+        for (name, user) in zip(names, found) {
+            if let user { response.usersByUsername[name] = user.reference } else { response.unknownUsernames.append(name) }
+        }
+        return response
+    }
+
+    public func resolveEmails(request: Accounts_V1_ResolveEmailsRequest, context: ServerContext) async throws -> Accounts_V1_ResolveEmailsResponse {
+        try Self.checkBatch(request.emails, field: "emails")
+        let emails = Self.distinct(request.emails)
+        let found = try await core.read { c in try emails.map { try UserQueries.byEmail(c, AccountRules.trimmed($0)) } }
+        var response = Accounts_V1_ResolveEmailsResponse()
+        for (email, user) in zip(emails, found) {
+            if let user { response.usersByEmail[email] = user.reference } else { response.unknownEmails.append(email) }
+        }
+        return response
+    }
+
+    // MARK: Mail
+
+    public func sendMail(request: Accounts_V1_SendMailRequest, context: ServerContext) async throws -> Accounts_V1_SendMailResponse {
+        var errors = FieldErrors()
+        let eventID = request.eventId
+        if eventID.isEmpty || AccountRules.length(eventID) > 64 { errors.add("event_id", "must be 1 to 64 characters") }
+        if case .unspecified = request.kind { errors.add("kind", "required") }
+        if case .unrecognized = request.kind { errors.add("kind", "unknown mail kind") }
+        let to = AccountRules.email(request.toEmail, field: "to_email", into: &errors)
+        let subject = AccountRules.trimmed(request.subject)
+        if !(1...200).contains(AccountRules.length(subject)) { errors.add("subject", "must be 1 to 200 characters") }
+        if !(1...10_000).contains(AccountRules.length(request.bodyText)) { errors.add("body_text", "must be 1 to 10000 characters") }
+        for (key, value) in request.data.sorted(by: { $0.key < $1.key }) {
+            if !(1...64).contains(AccountRules.length(key)) { errors.add("data", "keys must be 1 to 64 characters") }
+            if AccountRules.length(value) > 1000 { errors.add("data[\(key)]", "must be at most 1000 characters") }
+        }
+        try errors.throwIfAny()
+
+        guard core.sendMailInFlight.claim(eventID) else {
+            throw RPCError(.unavailable, "this event is being delivered by another call: retry shortly")
+        }
+        defer { core.sendMailInFlight.release(eventID) }
+        // Idempotent by event id: a 'sent' row is a replay; a 'pending' row is a delivery that
+        // crashed half-way, finished now with the same mail id.
+        let candidate = ULID.make()
+        let (mailID, state) = try await core.write { tx -> (String, String) in
+            try tx.execute("INSERT OR IGNORE INTO mail_events (event_id, mail_id, state, created_at) VALUES (?, ?, 'pending', ?)",
+                           eventID, candidate, Clock.nowMilliseconds())
+            let row = try tx.queryOne("SELECT mail_id, state FROM mail_events WHERE event_id = ?", eventID)!
+            return (try row.get("mail_id"), try row.get("state"))
+        }
+        var response = Accounts_V1_SendMailResponse()
+        response.mailId = mailID
+        if state == "sent" {
+            response.replayed = true
+            return response
+        }
+        if !(await core.mail.contains(mailID: mailID)) {
+            let mail = MailMessage(mailID: mailID, kind: request.kind, from: core.configuration.mailFrom, to: to, subject: subject,
+                                   body: request.bodyText, data: request.data, createdAt: Clock.nowMilliseconds())
+            do { try await core.mail.deliver(mail) } catch {
+                core.logger.error("mail not delivered", metadata: ["event": "\(eventID)", "error": "\(error)"])
+                throw RPCError(.unavailable, "the mail could not be delivered now: retry later")
+            }
+        }
+        try await core.write { tx in try tx.execute("UPDATE mail_events SET state = 'sent' WHERE event_id = ?", eventID) }
+        return response
+    }
+
+    public func listSentMail(request: Accounts_V1_ListSentMailRequest, context: ServerContext) async throws -> Accounts_V1_ListSentMailResponse {
+        var errors = FieldErrors()
+        let to = AccountRules.key(AccountRules.trimmed(request.toEmail))
+        let pageSize = AccountRules.pageSize(request.pageSize, into: &errors)
+        let kind = request.kind
+        let filters = "sent-mail:\(kind.rawValue):\(to)"
+        var after: String?
+        if !request.pageToken.isEmpty {
+            after = core.pageTokens.open(request.pageToken, filters: filters, parts: 1)?.first
+            if after == nil { errors.add("page_token", "not a page token of this listing (forged, or made for other filters)") }
+        }
+        try errors.throwIfAny()
+
+        // Newest first: mail ids are ULIDs, which sort by creation time.
+        let all = try await core.mail.readBack()
+            .filter { (to.isEmpty || AccountRules.key($0.to) == to) && (kind == .unspecified || $0.kind == kind) }
+            .filter { after == nil || $0.mailID < after! }
+            .sorted { $0.mailID > $1.mailID }
+        var response = Accounts_V1_ListSentMailResponse()
+        response.mails = all.prefix(pageSize).map(\.proto)
+        if all.count > pageSize, let last = response.mails.last {
+            response.nextPageToken = core.pageTokens.make(cursor: [last.mailId], filters: filters)
+        }
+        return response
+    }
+}

@@ -1,0 +1,34 @@
+import Accounts
+import ArgumentParser
+import Contracts
+import Logging
+import ServiceKit
+
+/// `accounts-service [--host H] [--port 9101] [--data-dir ./data/accounts]`: identity, sessions,
+/// profiles (accounts.v1.Accounts and accounts.v1.AccountsInternal), with health and reflection.
+/// Configuration beyond the shared flags comes from environment variables (Sources/Accounts/README.md).
+@main
+struct AccountsServiceCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "accounts-service",
+        abstract: "The accounts service: sign-up, log-in, sessions, profiles, avatars (gRPC).")
+
+    @OptionGroup var options: ServiceOptions
+    @Flag(name: .customLong("rotate-signing-key"), help: "Replace the token signing key at startup (the old one keeps verifying until its tokens expire).")
+    var rotateSigningKey = false
+
+    func run() async throws {
+        let settings = try ServiceSettings(name: "accounts", options: options)
+        ServiceHost.bootstrapLogging(level: settings.logLevel)
+        let logger = Logger(label: "accounts")
+        let configuration = try AccountsConfiguration.fromEnvironment(dataDirectory: settings.dataDir)
+        let core = try AccountsCore(configuration: configuration, logger: logger)
+        defer { core.close() }
+        if rotateSigningKey { try core.keys.rotate() }
+        logger.info("password hashing: \(configuration.passwordParameters); mail: \(configuration.mail)")
+        let deliverer = UserDeletionDeliverer(core: core) { peer in ServiceHost.peerClient(peer, settings: settings) }
+        try await ServiceHost.run(
+            settings: settings, services: core.services, descriptors: ContractsDescriptors.descriptorSet,
+            keys: core.signingKeySource, logger: logger, background: core.backgroundJobs(deliverer: deliverer))
+    }
+}
