@@ -61,6 +61,9 @@ let package = Package(
             name: "Contracts", dependencies: ["RPCCore", "RPCProtobuf", "ContractsC", "GRPCContracts"],
             swiftSettings: strict),
         .executableTarget(name: "protoc-gen-swiftpbc", dependencies: ["ContractsC", "CProtobufC"], swiftSettings: strict),
+        // Contract testing (docs/contracts.md): fixtures through protoc, the live-service harness.
+        .target(
+            name: "ContractTesting", dependencies: ["RPCCore", "RPCTransport", "Contracts"], swiftSettings: strict),
 
         // Standard services every process serves.
         .target(name: "RPCServices", dependencies: ["RPCCore", "RPCProtobuf", "GRPCContracts"], swiftSettings: strict),
