@@ -160,5 +160,7 @@ let package = Package(
             ]
         ),
         .testTarget(name: "RPCTransportTests", dependencies: ["RPCCore", "RPCTransport", "RPCTLS", "RPCServices", "GRPCContracts", "Interop"]),
+        // Every fixture against protoc and our codec; the harness against an in-process server.
+        .testTarget(name: "ContractTests", dependencies: ["Contracts", "RPCCore", "RPCTransport", "ContractTesting"]),
     ]
 )
