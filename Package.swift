@@ -9,6 +9,7 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .executable(name: "interop-server", targets: ["interop-server"]),
+        .executable(name: "interop-client", targets: ["interop-client"]),
         .executable(name: "health-probe", targets: ["health-probe"]),
         .executable(name: "protoc-gen-swiftpbc", targets: ["protoc-gen-swiftpbc"]),
         .executable(name: "accounts-service", targets: ["accounts-service"]),
@@ -108,6 +109,14 @@ let package = Package(
             name: "interop-server",
             dependencies: [
                 "Interop", "RPCCore", "RPCTransport", "RPCTLS", "RPCServices", "GRPCContracts",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "interop-client",
+            dependencies: [
+                "Interop", "RPCCore", "RPCTransport", "RPCTLS", "GRPCContracts",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strict
