@@ -39,4 +39,29 @@ import RPCTLS
         #expect(status == 0 && output.contains("OK"), "\(output)")
         await server.shutdownGracefully()
     }
+
+    @Test func failedHandshakeIsUnavailableWithTheTLSReason() async throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("tls-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let (cert, key) = try DevelopmentCertificate.generate(commonName: "localhost", directory: dir)
+        var config = ServerConfiguration(host: "127.0.0.1", port: 0)
+        config.threads = 1
+        config.tls = try TLSConfiguration.server(certificateChainPEMFile: cert, privateKeyPEMFile: key, alpn: ["h2"])
+        let server = RPCServer(configuration: config, services: [EchoService()])
+        let port = try await server.start()
+        for _ in 0..<20 {
+            // Trusts nothing: the handshake must fail, and every call must say why.
+            let clientTLS = try TLSConfiguration.client(alpn: ["h2"], verifyPeer: true, serverName: "localhost")
+            let channel = RPCChannel(configuration: ChannelConfiguration(host: "127.0.0.1", port: port, tls: clientTLS))
+            do {
+                _ = try await channel.client.unary(EchoService.unaryMethod, Bytes("x"), as: Bytes.self)
+                Issue.record("expected failure")
+            } catch let e as RPCError {
+                #expect(e.code == .unavailable)
+                #expect(e.message.contains("certificate"), "\(e.message)")
+            }
+            await channel.close()
+        }
+        await server.shutdownGracefully()
+    }
 }

@@ -87,10 +87,19 @@ final class ClientCall: RawClientCall, Sendable {
         if let (status, _) = state.withLock({ $0.status }) {
             throw RPCError(status.code == .ok ? .failedPrecondition : status.code, status.code == .ok ? "the call has ended" : status.message)
         }
-        try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
-            if !link.withHandler({ h, id in h.send(id, message, compress: compress, c) }) {
-                c.resume(throwing: RPCError(.unavailable, "call is not connected"))
+        do {
+            try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
+                if !link.withHandler({ h, id in h.send(id, message, compress: compress, c) }) {
+                    c.resume(throwing: RPCError(.unavailable, "call is not connected"))
+                }
             }
+        } catch {
+            // The call may have ended meanwhile (connection lost, server answered): its status
+            // says why better than "stream closed".
+            if let (status, trailers) = state.withLock({ $0.status }), status.code != .ok {
+                throw RPCError(status.code, status.message, trailers: trailers)
+            }
+            throw error
         }
     }
 

@@ -1,6 +1,7 @@
 import CNGHTTP2
 import NIOCore
 import RPCCore
+import RPCTLS
 
 /// One call's state inside a client connection; touched only on the connection's event loop.
 final class ClientStreamState {
@@ -8,6 +9,8 @@ final class ClientStreamState {
     let call: ClientCall
     var outbound: ByteBuffer
     var sendClosed = false
+    /// The request headers said `grpc-encoding: gzip`; only then may a message be compressed.
+    var mayCompress = false
     var dataDeferred = false
     var sendWaiters: [CheckedContinuation<Void, any Error>] = []
 
@@ -43,10 +46,16 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     private var inCallback = false
     private(set) var isUsable = true
     private var closed = false
+    /// Why the connection ended, for calls that arrive after it did.
+    private var closeReason: RPCError?
     let onClose: @Sendable () -> Void
+    /// Completed when calls may start: at connect for h2c, after the handshake for TLS; failed
+    /// with the reason when the connection dies first (so a TLS error reaches the caller).
+    let ready: EventLoopPromise<Void>
 
-    init(configuration: ChannelConfiguration, onClose: @escaping @Sendable () -> Void) {
+    init(configuration: ChannelConfiguration, ready: EventLoopPromise<Void>, onClose: @escaping @Sendable () -> Void) {
         self.configuration = configuration
+        self.ready = ready
         self.onClose = onClose
     }
 
@@ -78,7 +87,13 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
 
     func channelActive(context: ChannelHandlerContext) {
         flush()
+        if configuration.tls == nil { ready.succeed() }
         context.fireChannelActive()
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is TLSHandshakeCompleted { ready.succeed() }
+        context.fireUserInboundEventTriggered(event)
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
@@ -126,6 +141,8 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         guard !closed else { return }
         closed = true
         isUsable = false
+        closeReason = error
+        ready.fail(error)
         for (_, s) in streams { finishStream(s, status: RPCStatus(error.code, error.message), trailers: Metadata()) }
         streams.removeAll()
         if let session { nghttp2_session_del(session) }
@@ -173,7 +190,7 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
 
     func start(_ call: ClientCall, method: MethodDescriptor, options: CallOptions) {
         guard let session, let context, isUsable else {
-            call.fail(RPCStatus(.unavailable, "connection to \(configuration.target) is closing"))
+            call.fail(RPCStatus(.unavailable, closeReason?.message ?? "connection to \(configuration.target) is closing"))
             return
         }
         let state = ClientStreamState(call: call, allocator: context.channel.allocator,
@@ -197,6 +214,7 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             return
         }
         state.id = id
+        state.mayCompress = options.compressRequests
         streams[id] = state
         call.attach(handler: NIOLoopBound(self, eventLoop: context.eventLoop), loop: context.eventLoop, streamID: id)
         if let timeout = options.timeout {
@@ -216,6 +234,7 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         guard let s = streams[id], !s.sendClosed else {
             return c.resume(throwing: RPCError(.failedPrecondition, "the request stream is closed"))
         }
+        let compress = compress && s.mayCompress
         let payload = compress ? Gzip.compress(message) : message
         s.outbound.writeInteger(UInt8(compress ? 1 : 0))
         s.outbound.writeInteger(UInt32(truncatingIfNeeded: payload.count))

@@ -141,6 +141,7 @@ public final class RPCChannel: ClientTransport, Sendable {
     private func connect(generation: Int) async throws -> Connection {
         let config = configuration
         let onClose: @Sendable () -> Void = { [weak self] in self?.connectionClosed(generation: generation) }
+        let readyBox = ReadySlot()
         let timeout = config.connectTimeout.components
         let bootstrap = ClientBootstrap(group: group)
             .connectTimeout(.milliseconds(timeout.seconds * 1000 + timeout.attoseconds / 1_000_000_000_000_000))
@@ -150,15 +151,26 @@ public final class RPCChannel: ClientTransport, Sendable {
                     if let tls = config.tls {
                         try channel.pipeline.syncOperations.addHandler(OpenSSLHandler(configuration: tls, serverName: tls.serverName ?? config.host))
                     }
-                    try channel.pipeline.syncOperations.addHandler(ClientConnectionHandler(configuration: config, onClose: onClose))
+                    let ready = channel.eventLoop.makePromise(of: Void.self)
+                    readyBox.future.withLock { $0 = ready.futureResult }
+                    try channel.pipeline.syncOperations.addHandler(ClientConnectionHandler(configuration: config, ready: ready, onClose: onClose))
                 }
             }
         let channel = try await bootstrap.connect(host: config.host, port: config.port).get()
+        // TLS: calls may only start once the handshake succeeded; its failure is the error.
+        do {
+            try await readyBox.future.withLock { $0 }?.get()
+        } catch let e as RPCError {
+            throw ConnectFailure(description: e.message)
+        }
         let handler = try await channel.eventLoop.submit {
             NIOLoopBound(try channel.pipeline.syncOperations.handler(type: ClientConnectionHandler.self), eventLoop: channel.eventLoop)
         }.get()
         return Connection(channel: channel, handler: handler, generation: generation)
     }
+
+    final class ReadySlot: Sendable { let future = Mutex<EventLoopFuture<Void>?>(nil) }
+    struct ConnectFailure: Error, CustomStringConvertible { let description: String }
 
     private func connectionClosed(generation: Int) {
         state.withLock { s in
