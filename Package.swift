@@ -135,7 +135,7 @@ let package = Package(
         .executableTarget(
             name: "accounts-service",
             dependencies: [
-                "Accounts", "ServiceKit", "Contracts",
+                "Accounts", "ServiceKit", "Contracts", "RPCTransport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -166,6 +166,14 @@ let package = Package(
                 "RPCTLS",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+            ]
+        ),
+        .testTarget(
+            name: "AccountsTests",
+            dependencies: [
+                "Accounts", "accounts-service", "Storage", "Security", "ServiceKit", "Contracts", "GRPCContracts",
+                "RPCCore", "RPCTransport", "RPCServices", "RPCProtobuf",
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .testTarget(name: "RPCTransportTests", dependencies: ["RPCCore", "RPCTransport", "RPCTLS", "RPCServices", "GRPCContracts", "Interop"]),

@@ -73,11 +73,14 @@ public final class AccountsCore: Sendable {
     /// Loops the process runs next to the server: reset mails, account-deletion delivery, upkeep.
     public func backgroundJobs(deliverer: UserDeletionDeliverer) -> [@Sendable () async -> Void] {
         [
-            { await self.resetMailer.run(core: self) },
+            { await self.runResetMails() },
             { await deliverer.run() },
             { await self.maintenance() },
         ]
     }
+
+    /// Sends the queued password reset mails until cancelled.
+    public func runResetMails() async { await resetMailer.run(core: self) }
 
     /// Closes the database (after the server stopped).
     public func close() { database.close() }

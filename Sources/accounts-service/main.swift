@@ -2,6 +2,7 @@ import Accounts
 import ArgumentParser
 import Contracts
 import Logging
+import RPCTransport
 import ServiceKit
 
 /// `accounts-service [--host H] [--port 9101] [--data-dir ./data/accounts]`: identity, sessions,
@@ -29,6 +30,10 @@ struct AccountsServiceCommand: AsyncParsableCommand {
         let deliverer = UserDeletionDeliverer(core: core) { peer in ServiceHost.peerClient(peer, settings: settings) }
         try await ServiceHost.run(
             settings: settings, services: core.services, descriptors: ContractsDescriptors.descriptorSet,
-            keys: core.signingKeySource, logger: logger, background: core.backgroundJobs(deliverer: deliverer))
+            keys: core.signingKeySource, logger: logger, background: core.backgroundJobs(deliverer: deliverer)
+        ) { server in
+            server.maxReceiveMessageSize = configuration.maxRequestBytes
+            server.initialWindowSize = configuration.streamWindowBytes
+        }
     }
 }

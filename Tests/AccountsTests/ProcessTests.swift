@@ -1,0 +1,219 @@
+import Accounts
+import Contracts
+import Foundation
+import RPCCore
+import RPCTransport
+import ServiceKit
+import Synchronization
+import Testing
+
+/// The real `accounts-service` executable as a child process, under `timeout -s KILL`, so it stops
+/// by itself even if the test runner dies. Its stderr is drained continuously (a full pipe would
+/// block its logging) and scanned for the "listening on" line that gives the port.
+final class ServiceProcess: @unchecked Sendable {
+    let process = Process()
+    let dataDir: String
+    private let output = CapturedLogs()
+    private(set) var port = 0
+
+    init(dataDir: String, extraArguments: [String] = [], environment: [String: String] = [:]) throws {
+        self.dataDir = dataDir
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/timeout")
+        process.arguments = ["-s", "KILL", "300", builtProduct("accounts-service"), "--host", "127.0.0.1", "--port", "0",
+                             "--data-dir", dataDir] + extraArguments
+        var env = ProcessInfo.processInfo.environment
+        env["SERVICE_TOKEN"] = testServiceToken
+        env["ACCOUNTS_SCRYPT_N"] = "1024"
+        env["LOG_LEVEL"] = "info"
+        for (k, v) in environment { env[k] = v }
+        process.environment = env
+        let pipe = Pipe()
+        process.standardError = pipe
+        process.standardOutput = pipe
+        let output = self.output
+        pipe.fileHandleForReading.readabilityHandler = { handle in
+            let data = handle.availableData
+            if !data.isEmpty { output.append(String(decoding: data, as: UTF8.self)) }
+        }
+        try process.run()
+    }
+
+    var log: String { output.all.joined() }
+
+    /// Waits for "listening on 127.0.0.1:<port>".
+    func waitUntilListening(timeout: Duration = .seconds(30)) async throws -> Int {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if let range = log.range(of: #"listening on 127\.0\.0\.1:(\d+)"#, options: .regularExpression) {
+                let text = log[range]
+                port = Int(text[text.index(after: text.lastIndex(of: ":")!)...])!
+                pid = Self.lockHolder(dataDir)
+                return port
+            }
+            if !process.isRunning { break }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        throw RPCError(.unavailable, "accounts-service did not start:\n\(log)")
+    }
+
+    /// The service's own pid (the child of `timeout`), read from its database lock file once it
+    /// listens (later the file may name another holder, such as the test process itself).
+    private(set) var pid: Int32?
+
+    static func lockHolder(_ dataDir: String) -> Int32? {
+        (try? String(contentsOfFile: "\(dataDir)/accounts.sqlite.lock", encoding: .utf8))
+            .flatMap { Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+    }
+
+    /// Signals the service while it runs (never a pid that may have been reused since).
+    func signal(_ sig: Int32) {
+        if let pid, process.isRunning, pid != getpid() { kill(pid, sig) }
+    }
+
+    /// Waits for the process (timeout's exit status is the service's).
+    func waitForExit(timeout: Duration = .seconds(30)) async -> Int32? {
+        let deadline = ContinuousClock.now + timeout
+        while process.isRunning && ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(20)) }
+        return process.isRunning ? nil : process.terminationStatus
+    }
+
+    func forceStop() {
+        signal(SIGKILL)
+        // No pid yet: timeout passes SIGTERM on to the service.
+        if process.isRunning { kill(process.processIdentifier, SIGTERM) }
+    }
+}
+
+@Suite("accounts-service: the executable", .serialized)
+struct ProcessTests {
+    static func tempDir() -> String {
+        FileManager.default.temporaryDirectory.appendingPathComponent("accounts-proc-\(UUID().uuidString)").path
+    }
+
+    @Test func servesHealthReflectionAndShutsDownGracefully() async throws {
+        let dir = Self.tempDir()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let service = try ServiceProcess(dataDir: dir)
+        defer { service.forceStop() }
+        let port = try await service.waitUntilListening()
+        let channel = RPCChannel(host: "127.0.0.1", port: port)
+
+        let health = Grpc_Health_V1_HealthClient(channel.client)
+        for name in ["", "accounts.v1.Accounts", "accounts.v1.AccountsInternal"] {
+            var check = Grpc_Health_V1_HealthCheckRequest()
+            check.service = name
+            #expect(try await health.check(check).status == .serving, "\(name)")
+        }
+        let services = try await Grpc_Reflection_V1_ServerReflectionClient(channel.client).serverReflectionInfo { writer, responses in
+            var request = Grpc_Reflection_V1_ServerReflectionRequest()
+            request.listServices = ""
+            try await writer.write(request)
+            for try await response in responses.messages { return response.listServicesResponse.service.map(\.name) }
+            return []
+        }
+        #expect(Set(services).isSuperset(of: ["accounts.v1.Accounts", "accounts.v1.AccountsInternal", "grpc.health.v1.Health"]))
+
+        // A working service: sign up through the real process, with the signing key saved 0600.
+        let signed = try await Accounts_V1_AccountsClient(channel.client).signUp(signUpRequest(uniqueName()))
+        #expect(!signed.session.accessToken.isEmpty)
+        let attributes = try FileManager.default.attributesOfItem(atPath: "\(dir)/signing-key.pem")
+        #expect((attributes[.posixPermissions] as? Int) == 0o600)
+        #expect(service.log.contains("scrypt(N=1024, r=8, p=1"))
+
+        await channel.close()
+        service.signal(SIGTERM)
+        #expect(await service.waitForExit() == 0)
+        #expect(service.log.contains("shutting down gracefully"))
+    }
+
+    @Test func environmentVariablesConfigureIt() async throws {
+        let dir = Self.tempDir()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let service = try ServiceProcess(dataDir: dir, environment: ["ACCOUNTS_SCRYPT_N": "2048", "ACCOUNTS_MAILDIR": "\(dir)/outbox-mail"])
+        defer { service.forceStop() }
+        _ = try await service.waitUntilListening()
+        #expect(service.log.contains("scrypt(N=2048, r=8, p=1"))
+        #expect(FileManager.default.fileExists(atPath: "\(dir)/outbox-mail/new"))
+        service.signal(SIGTERM)
+        #expect(await service.waitForExit() == 0)
+
+        // A bad value is refused at startup with a message, not a crash.
+        let bad = try ServiceProcess(dataDir: dir, environment: ["ACCOUNTS_SCRYPT_N": "1000"])
+        defer { bad.forceStop() }
+        let status = await bad.waitForExit()
+        #expect(status != nil && status != 0)
+        #expect(bad.log.contains("power of two"))
+    }
+
+    /// kill -9 during a burst of sign-ups: after a restart every acknowledged sign-up is there and
+    /// the database passes `PRAGMA integrity_check`.
+    @Test func killedDuringSignUpsLosesNothingAcknowledged() async throws {
+        let dir = Self.tempDir()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let service = try ServiceProcess(dataDir: dir)
+        defer { service.forceStop() }
+        let port = try await service.waitUntilListening()
+        let channel = RPCChannel(host: "127.0.0.1", port: port)
+        let client = Accounts_V1_AccountsClient(channel.client)
+
+        let acknowledged = CapturedLogs()
+        let burst = Task {
+            await withTaskGroup(of: Void.self) { group in
+                for worker in 0..<8 {
+                    group.addTask {
+                        var i = 0
+                        while !Task.isCancelled {
+                            i += 1
+                            let name = "crash\(worker)_\(i)"
+                            do {
+                                _ = try await client.signUp(signUpRequest(name), options: CallOptions(timeout: .seconds(5)))
+                                acknowledged.append(name)
+                            } catch {
+                                return  // the server is gone
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // Let the burst run, then kill the process mid-stream.
+        let deadline = ContinuousClock.now + .seconds(20)
+        while acknowledged.all.count < 150 && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
+        service.signal(SIGKILL)
+        let status = await service.waitForExit()
+        #expect(status == 137 || status == 9 || status == 128 + 9, "exit status \(String(describing: status))")
+        burst.cancel()
+        await burst.value
+        await channel.close()
+        let acked = acknowledged.all
+        #expect(acked.count >= 150)
+
+        // Restart on the same data directory: every acknowledged account exists and logs in.
+        let restarted = try ServiceProcess(dataDir: dir)
+        defer { restarted.forceStop() }
+        let port2 = try await restarted.waitUntilListening()
+        let channel2 = RPCChannel(host: "127.0.0.1", port: port2)
+        let internalAPI = Accounts_V1_AccountsInternalClient(RPCClient(transport: CredentialedTransport(base: channel2, serviceToken: testServiceToken)))
+        var missing: [String] = []
+        for start in stride(from: 0, to: acked.count, by: 200) {
+            var r = Accounts_V1_ResolveUsernamesRequest()
+            r.usernames = Array(acked[start..<min(acked.count, start + 200)])
+            missing += try await internalAPI.resolveUsernames(r).unknownUsernames
+        }
+        #expect(missing.isEmpty, "acknowledged sign-ups lost: \(missing.prefix(10))")
+        let last = try #require(acked.last)
+        _ = try await Accounts_V1_AccountsClient(channel2.client).logIn(logInRequest(username: last, password: "correct horse battery staple"))
+        await channel2.close()
+        restarted.signal(SIGTERM)
+        #expect(await restarted.waitForExit() == 0)
+
+        // The database file is sound.
+        let core = try AccountsCore(configuration: TestAccounts.testConfiguration(dir))
+        defer { core.close() }
+        let check = try core.database.readSync { c in try c.query("PRAGMA integrity_check").map { try $0.get(0, as: String.self) } }
+        #expect(check == ["ok"])
+        let users = try core.database.readSync { c in try c.queryOne("SELECT count(*) FROM users")!.get(0, as: Int64.self) }
+        #expect(users >= Int64(acked.count))
+        print("crash test: \(acked.count) sign-ups acknowledged before SIGKILL, \(users) accounts after restart, integrity ok")
+    }
+}
