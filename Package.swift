@@ -172,7 +172,7 @@ let package = Package(
             name: "AccountsTests",
             dependencies: [
                 "Accounts", "accounts-service", "Storage", "Security", "ServiceKit", "Contracts", "GRPCContracts",
-                "RPCCore", "RPCTransport", "RPCServices", "RPCProtobuf",
+                "RPCCore", "RPCTransport", "RPCServices", "RPCProtobuf", "ContractTesting",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

@@ -1,17 +1,18 @@
 import Accounts
+import ContractTesting
 import Contracts
 import Foundation
 import RPCCore
 import Testing
 
-/// Runs every fixture of `Tests/Fixtures/accounts/` against a live service: the request file is
-/// encoded by protoc and sent over gRPC (by the right caller, in a scenario that gives the
-/// fixture's state), and the response is compared with the response file through protoc's
-/// canonical text, ignoring the fields its `# generated:` line lists.
+/// Runs every fixture of `Tests/Fixtures/accounts/` against a live service with the shared
+/// `ContractHarness`: the request fixture is encoded by protoc and sent over gRPC (by the right
+/// caller, in a scenario that gives the fixture's state, fixture ids and tokens mapped to live
+/// ones), and the response is compared with the response fixture, ignoring its `# generated:`
+/// fields.
 @Suite("Accounts: contract fixtures against the live service")
 struct ContractFixtureTests {
-    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
-    static let fixtures = "\(root)/Tests/Fixtures/accounts"
+    static let fixtures = ContractPaths.locate().root + "/Tests/Fixtures/accounts"
 
     @Test func everyFixtureMatchesTheLiveService() async throws {
         try await withAccounts { env in
@@ -92,142 +93,35 @@ struct ContractFixtureTests {
 
 final class FixtureRunner: @unchecked Sendable {
     let env: TestAccounts
+    let harness: ContractHarness
     private(set) var ran = Set<String>()
-    init(env: TestAccounts) { self.env = env }
+
+    init(env: TestAccounts) {
+        self.env = env
+        harness = ContractHarness(transport: env.channel)
+    }
 
     /// Sends the fixture request (after `rewrite` maps fixture ids and tokens to live ones) with
-    /// `call`, checks the response against the fixture, and returns it.
+    /// `call`, checks the response against the fixture, and returns it for the next steps.
     func run<Req: ProtoMessage, Res: ProtoMessage>(
         _ method: String, _: Req.Type, rewrite: (inout Req) -> Void = { _ in },
         sourceLocation: SourceLocation = #_sourceLocation,
         _ call: (Req) async throws -> Res
     ) async throws -> Res {
         ran.insert(method)
-        let requestFile = try Fixture(path: "\(ContractFixtureTests.fixtures)/\(method).request.txtpb")
-        let responseFile = try Fixture(path: "\(ContractFixtureTests.fixtures)/\(method).response.txtpb")
-        #expect(requestFile.messageName == Req.protoMessageName, sourceLocation: sourceLocation)
-        #expect(responseFile.messageName == Res.protoMessageName, sourceLocation: sourceLocation)
-        var request = try Req(serializedBytes: try Protoc.encode(requestFile.messageName, requestFile.text))
+        let requestFixture = try ContractFixture.load(service: "accounts", fileName: "\(method).request.txtpb", paths: harness.paths)
+        let responseFixture = try ContractFixture.load(service: "accounts", fileName: "\(method).response.txtpb", paths: harness.paths)
+        #expect(requestFixture.messageName == Req.protoMessageName, sourceLocation: sourceLocation)
+        let files = try harness.paths.protoFiles(service: "accounts")
+        var request = try Req(serializedBytes: try await harness.protoc.encode(requestFixture.messageName, text: requestFixture.text, files: files))
         rewrite(&request)
         let response: Res
         do { response = try await call(request) } catch {
             Issue.record("\(method): the live service failed: \(error)", sourceLocation: sourceLocation)
             throw error
         }
-        let expected = try TextTree.parse(try Protoc.decode(responseFile.messageName, try Protoc.encode(responseFile.messageName, responseFile.text)))
-        let actual = try TextTree.parse(try Protoc.decode(Res.protoMessageName, response.serializedBytes()))
-        let e = expected.removing(responseFile.generated).rendered
-        let a = actual.removing(responseFile.generated).rendered
-        #expect(e == a, "\(method): live response differs from the fixture\n--- fixture\n\(e)\n--- live\n\(a)", sourceLocation: sourceLocation)
+        let result = try await harness.compare(response.serializedBytes(), with: responseFixture, method: method)
+        #expect(result.matches, "\(result)", sourceLocation: sourceLocation)
         return response
-    }
-}
-
-/// One fixture file: its message name, its `# generated:` paths, its text.
-struct Fixture {
-    var messageName = ""
-    var generated: [String] = []
-    var text = ""
-
-    init(path: String) throws {
-        text = try String(contentsOfFile: path, encoding: .utf8)
-        for line in text.split(separator: "\n") {
-            if line.hasPrefix("# proto-message:") { messageName = line.dropFirst("# proto-message:".count).trimmingCharacters(in: .whitespaces) }
-            if line.hasPrefix("# generated:") {
-                generated = line.dropFirst("# generated:".count).split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
-            }
-        }
-    }
-}
-
-enum Protoc {
-    static func encode(_ message: String, _ text: String) throws -> [UInt8] { try run(["--encode=\(message)"], Array(text.utf8)) }
-    static func decode(_ message: String, _ bytes: [UInt8]) throws -> String { String(decoding: try run(["--decode=\(message)"], bytes), as: UTF8.self) }
-
-    static func run(_ arguments: [String], _ input: [UInt8]) throws -> [UInt8] {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/protoc")
-        p.currentDirectoryURL = URL(fileURLWithPath: ContractFixtureTests.root)
-        p.arguments = arguments + ["-IProto", "-I/usr/include", "Proto/accounts/v1/accounts.proto"]
-        let stdin = Pipe(), stdout = Pipe(), stderr = Pipe()
-        (p.standardInput, p.standardOutput, p.standardError) = (stdin, stdout, stderr)
-        try p.run()
-        // Feed and drain concurrently: a large message would fill a pipe.
-        let writer = Thread { stdin.fileHandleForWriting.write(Data(input)); try? stdin.fileHandleForWriting.close() }
-        writer.start()
-        let out = stdout.fileHandleForReading.readDataToEndOfFile()
-        let err = stderr.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        guard p.terminationStatus == 0 else { throw RPCError(.internal, "protoc \(arguments): \(String(decoding: err, as: UTF8.self))") }
-        return [UInt8](out)
-    }
-}
-
-/// protoc's canonical text format as a tree, to drop generated fields and compare.
-indirect enum TextTree: Equatable {
-    case scalar(String)
-    case message([(String, TextTree)])
-
-    static func == (a: TextTree, b: TextTree) -> Bool { a.rendered == b.rendered }
-
-    /// Parses protoc `--decode` output: `name: value` and `name {` … `}` lines.
-    static func parse(_ text: String) throws -> TextTree {
-        var stack: [[(String, TextTree)]] = [[]]
-        var names: [String] = []
-        for raw in text.split(separator: "\n") {
-            let line = raw.trimmingCharacters(in: .whitespaces)
-            if line.isEmpty { continue }
-            if line == "}" {
-                guard stack.count > 1 else { throw RPCError(.internal, "unbalanced text format") }
-                let fields = stack.removeLast()
-                stack[stack.count - 1].append((names.removeLast(), .message(fields)))
-            } else if line.hasSuffix(" {") {
-                names.append(String(line.dropLast(2)))
-                stack.append([])
-            } else if let colon = line.firstIndex(of: ":") {
-                stack[stack.count - 1].append((String(line[..<colon]), .scalar(line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces))))
-            } else {
-                throw RPCError(.internal, "unexpected text format line: \(line)")
-            }
-        }
-        return .message(stack[0])
-    }
-
-    /// Without the fields at these dotted paths (through repeated fields and map entries).
-    func removing(_ paths: [String]) -> TextTree {
-        paths.reduce(self) { $0.removing(path: $1.split(separator: ".").map(String.init)[...]) }
-    }
-
-    private func removing(path: ArraySlice<String>) -> TextTree {
-        guard case .message(let fields) = self, let head = path.first else { return self }
-        if path.count == 1 { return .message(fields.filter { $0.0 != head }) }
-        return .message(fields.map { $0.0 == head ? ($0.0, $0.1.removing(path: path.dropFirst())) : $0 })
-    }
-
-    /// Canonical text; map entries (only key/value fields) sorted, since maps have no order.
-    var rendered: String { render(indent: "") }
-
-    private func render(indent: String) -> String {
-        switch self {
-        case .scalar(let s): return s
-        case .message(let fields):
-            var lines: [String] = []
-            var i = 0
-            while i < fields.count {
-                var j = i
-                while j < fields.count && fields[j].0 == fields[i].0 { j += 1 }
-                var group = fields[i..<j].map { "\(indent)\($0.0)" + ($0.1.isMessage ? " {\n\($0.1.render(indent: indent + "  "))\(indent)}" : ": \($0.1.render(indent: ""))") }
-                if fields[i..<j].allSatisfy({ $0.1.isMapEntry }) { group.sort() }
-                lines += group
-                i = j
-            }
-            return lines.map { $0 + "\n" }.joined()
-        }
-    }
-
-    var isMessage: Bool { if case .message = self { return true } else { return false } }
-    var isMapEntry: Bool {
-        guard case .message(let fields) = self else { return false }
-        return !fields.isEmpty && fields.allSatisfy { $0.0 == "key" || $0.0 == "value" }
     }
 }
