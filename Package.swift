@@ -13,6 +13,7 @@ let package = Package(
         .executable(name: "health-probe", targets: ["health-probe"]),
         .executable(name: "protoc-gen-swiftpbc", targets: ["protoc-gen-swiftpbc"]),
         .executable(name: "accounts-service", targets: ["accounts-service"]),
+        .executable(name: "gateway", targets: ["gateway"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -142,6 +143,29 @@ let package = Package(
             swiftSettings: strict
         ),
 
+        // gateway: the public API (gRPC proxy, auth and limits, Connect JSON). Library + thin executable.
+        .target(
+            name: "Gateway",
+            dependencies: [
+                "RPCCore", "RPCTransport", "RPCTLS", "RPCServices", "RPCProtobuf", "Contracts", "GRPCContracts",
+                "ServiceKit", "Security",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "gateway",
+            dependencies: [
+                "Gateway", "ServiceKit",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
+
         .testTarget(name: "RPCCoreTests", dependencies: ["RPCCore"]),
         // Codec tests: fixtures generated from Tests/ProtobufTests/Proto, and the leak check
         // (scripts/leakcheck runs protobuf-leakcheck under valgrind).
@@ -174,6 +198,13 @@ let package = Package(
                 "Accounts", "accounts-service", "Storage", "Security", "ServiceKit", "Contracts", "GRPCContracts",
                 "RPCCore", "RPCTransport", "RPCServices", "RPCProtobuf", "ContractTesting",
                 .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .testTarget(
+            name: "GatewayTests",
+            dependencies: [
+                "Gateway", "ServiceKit", "Security", "Contracts", "GRPCContracts", "RPCCore", "RPCTransport",
+                "RPCServices", "RPCTLS", "ProtobufTestContracts", .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .testTarget(name: "RPCTransportTests", dependencies: ["RPCCore", "RPCTransport", "RPCTLS", "RPCServices", "GRPCContracts", "Interop"]),

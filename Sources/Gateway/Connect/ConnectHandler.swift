@@ -1,0 +1,241 @@
+import RPCCore
+
+/// The Connect protocol's unary calls (https://connectrpc.com/docs/protocol), for clients that do
+/// not speak gRPC: `POST /<package>.<Service>/<Method>` with a JSON (or binary protobuf) body,
+/// over HTTP/1.1 or HTTP/2 on the gateway's port. A call goes through the same router, policy
+/// and proxy as gRPC; only the envelope differs. JSON is transcoded generically from the
+/// descriptors (`JSONTranscoder`), so no method has code of its own.
+///
+/// Also serves `GET /` (a short text page) and `GET /healthz` (200 while serving, else 503).
+struct ConnectHandler: HTTPHandler {
+    let router: Router
+    let interceptors: [any ServerInterceptor]
+    let transcoder: JSONTranscoder
+    let statusPage: @Sendable () async -> (serving: Bool, text: String)
+
+    /// Request headers that belong to HTTP or Connect, not to the call's metadata.
+    static let protocolHeaders: Set<String> = [
+        "content-type", "content-length", "content-encoding", "accept-encoding", "accept", "host", "connection",
+        "keep-alive", "te", "trailer", "transfer-encoding", "upgrade", "user-agent", "proxy-connection", "expect",
+        "origin", "referer", "accept-language", "cache-control", "pragma", "http2-settings",
+    ]
+
+    func handle(_ request: HTTPRequest) async -> HTTPResponse {
+        let path = String(request.path)
+        if request.method == "GET" || request.method == "HEAD" {
+            if path == "/" || path == "/healthz" { return await page(path) }
+        }
+        let parts = path.split(separator: "/", omittingEmptySubsequences: false)
+        guard parts.count == 3, parts[0].isEmpty, !parts[1].isEmpty, !parts[2].isEmpty else {
+            return Self.text(404, "not found: \(path)\n")
+        }
+        guard request.method == "POST" else {
+            var r = Self.error(RPCError(.unimplemented, "\(request.method) is not supported: Connect unary calls use POST"), status: 405)
+            r.headers.append(("allow", "POST"))
+            return r
+        }
+        let method: ServerMethod
+        switch router.lookup(path) {
+        case .failure(let e): return Self.error(e, status: 404)
+        case .success(let m): method = m
+        }
+        guard case .unary(let body) = method.handler else {
+            return Self.error(RPCError(.unimplemented, "\(path) is a streaming method: call it with gRPC"))
+        }
+
+        // Envelope: content type, protocol version, compression, timeout.
+        let contentType = request.header("content-type") ?? ""
+        let mediaParts = contentType.lowercased().split(separator: ";").map { $0.trimmingCharacters(in: " ") }
+        let media = mediaParts.first ?? ""
+        let json: Bool
+        switch media {
+        case "application/json": json = true
+        case "application/proto": json = false
+        default:
+            var r = Self.error(RPCError(.unimplemented, "unsupported content-type '\(contentType)': use application/json or application/proto"),
+                               status: 415)
+            r.headers.append(("accept-post", "application/json, application/proto"))
+            return r
+        }
+        if json, let charset = mediaParts.dropFirst().first(where: { $0.hasPrefix("charset=") }),
+           !["charset=utf-8", "charset=\"utf-8\""].contains(charset) {
+            return Self.error(RPCError(.unimplemented, "JSON must be UTF-8 (got \(charset))"), status: 415)
+        }
+        if let version = request.header("connect-protocol-version"), version != "1" {
+            return Self.error(RPCError(.invalidArgument, "connect-protocol-version must be 1, got '\(version)'"))
+        }
+        if let encoding = request.header("content-encoding"), encoding != "identity" {
+            var r = Self.error(RPCError(.unimplemented, "content-encoding '\(encoding)' is not supported: send identity"))
+            r.headers.append(("accept-encoding", "identity"))
+            return r
+        }
+        var deadline: ContinuousClock.Instant? = nil
+        if let t = request.header("connect-timeout-ms") {
+            guard t.count <= 10, let ms = Int64(t), ms >= 0 else {
+                return Self.error(RPCError(.invalidArgument, "connect-timeout-ms must be a non-negative integer of at most 10 digits"))
+            }
+            deadline = .now + .milliseconds(ms)
+        }
+        let metadata: Metadata
+        do { metadata = try Self.metadata(request.headers) } catch let e as RPCError { return Self.error(e) } catch {
+            return Self.error(RPCError(.internal, "bad headers"))
+        }
+
+        let context = ServerContext(method: method.descriptor, requestMetadata: metadata, deadline: deadline, peer: request.peer,
+                                    authority: request.header("host") ?? "")
+        do {
+            for i in interceptors { try await i.intercept(context) }
+            let input: [UInt8]
+            if json {
+                do { input = try transcoder.encode(json: request.body, as: method.descriptor.inputType) } catch {
+                    throw Self.badRequest(error, message: method.descriptor.inputType)
+                }
+            } else {
+                input = request.body
+            }
+            let output = try await body(input, context)
+            var headers: [(name: String, value: String)] = [("content-type", json ? "application/json" : "application/proto")]
+            Self.append(context.initialMetadata, to: &headers, prefix: "")
+            Self.append(context.trailers, to: &headers, prefix: "trailer-")
+            if json {
+                do {
+                    return HTTPResponse(status: 200, headers: headers, body: try transcoder.decode(output, as: method.descriptor.outputType))
+                } catch {
+                    throw RPCError(.internal, "the response could not be shown as JSON: \(error)")
+                }
+            }
+            return HTTPResponse(status: 200, headers: headers, body: output)
+        } catch let e as RPCError {
+            var r = Self.error(e, transcoder: transcoder)
+            Self.append(context.initialMetadata, to: &r.headers, prefix: "")
+            return r
+        } catch is CancellationError {
+            return Self.error(RPCError.cancelled())
+        } catch {
+            return Self.error(RPCError(.internal, "internal error"))
+        }
+    }
+
+    /// INVALID_ARGUMENT naming the field, with a `google.rpc.BadRequest` for programs.
+    static func badRequest(_ error: TranscodingError, message: String) -> RPCError {
+        var violation = WireWriter()
+        violation.lengthDelimited(1, Array((error.field.isEmpty ? "(body)" : error.field).utf8))
+        violation.lengthDelimited(2, Array(error.reason.utf8))
+        var bad = WireWriter()
+        bad.lengthDelimited(1, violation.bytes)
+        let text = "invalid \(message) JSON: \(error)"
+        var any = WireWriter()
+        any.lengthDelimited(1, Array("type.googleapis.com/google.rpc.BadRequest".utf8))
+        any.lengthDelimited(2, bad.bytes)
+        var status = WireWriter()
+        status.tag(1, .varint)
+        status.varint(UInt64(StatusCode.invalidArgument.rawValue))
+        status.lengthDelimited(2, Array(text.utf8))
+        status.lengthDelimited(3, any.bytes)
+        return RPCError(.invalidArgument, text, details: status.bytes)
+    }
+
+    /// Connect headers → call metadata (`-bin` values are base64).
+    static func metadata(_ headers: [(name: String, value: String)]) throws -> Metadata {
+        var m = Metadata()
+        for (name, value) in headers {
+            if protocolHeaders.contains(name) || name.hasPrefix("connect-") || name.hasPrefix(":") || Metadata.isReserved(name) { continue }
+            if name.hasSuffix("-bin") {
+                guard let bytes = Base64Codec.decode(value) else { throw RPCError(.invalidArgument, "header '\(name)' is not valid base64") }
+                m.add(name, binary: bytes)
+            } else {
+                m.add(name, value)
+            }
+        }
+        return m
+    }
+
+    static func append(_ metadata: Metadata, to headers: inout [(name: String, value: String)], prefix: String) {
+        for (key, value) in metadata where !Metadata.isReserved(key) {
+            switch value {
+            case .string(let s): headers.append((prefix + key, s))
+            case .binary(let b): headers.append((prefix + key, Base64Codec.encode(b, padded: false)))
+            }
+        }
+    }
+
+    // MARK: Errors
+
+    /// Connect's name for a code (`canceled` is spelt the American way).
+    static func connectCode(_ code: StatusCode) -> String {
+        code == .cancelled ? "canceled" : code.name.lowercased()
+    }
+
+    /// The HTTP status the Connect protocol gives each code.
+    static func httpStatus(_ code: StatusCode) -> Int {
+        switch code {
+        case .ok: 200
+        case .cancelled: 499
+        case .unknown: 500
+        case .invalidArgument: 400
+        case .deadlineExceeded: 504
+        case .notFound: 404
+        case .alreadyExists: 409
+        case .permissionDenied: 403
+        case .resourceExhausted: 429
+        case .failedPrecondition: 400
+        case .aborted: 409
+        case .outOfRange: 400
+        case .unimplemented: 501
+        case .internal: 500
+        case .unavailable: 503
+        case .dataLoss: 500
+        case .unauthenticated: 401
+        }
+    }
+
+    /// `{"code": "...", "message": "...", "details": [{"type", "value", "debug"}]}` with the
+    /// code's HTTP status; trailers become `trailer-` headers, `retry-after` a plain one too.
+    static func error(_ e: RPCError, status: Int? = nil, transcoder: JSONTranscoder? = nil) -> HTTPResponse {
+        var members: [(String, JSONValue)] = [("code", .string(connectCode(e.code)))]
+        if !e.message.isEmpty { members.append(("message", .string(e.message))) }
+        if let details = e.details {
+            let items = Self.details(details, transcoder: transcoder)
+            if !items.isEmpty { members.append(("details", .array(items))) }
+        }
+        var headers: [(name: String, value: String)] = [("content-type", "application/json")]
+        append(e.trailers, to: &headers, prefix: "trailer-")
+        if let retry = e.trailers["retry-after"] { headers.append(("retry-after", retry)) }
+        return HTTPResponse(status: status ?? httpStatus(e.code), headers: headers, body: JSONWriter.serialize(.object(members)))
+    }
+
+    /// The `google.protobuf.Any`s of a serialized `google.rpc.Status`, as Connect error details.
+    static func details(_ status: [UInt8], transcoder: JSONTranscoder?) -> [JSONValue] {
+        var out: [JSONValue] = []
+        var r = WireReader(status[...])
+        while let (n, t) = try? r.tag() {
+            guard n == 3, t == .lengthDelimited, let any = try? r.lengthDelimited() else {
+                if (try? r.skip(t, number: n)) == nil { break }
+                continue
+            }
+            var a = WireReader(any)
+            var url = ""
+            var value = ArraySlice<UInt8>()
+            while let (an, at) = try? a.tag() {
+                if an == 1, at == .lengthDelimited, let b = try? a.lengthDelimited() { url = String(decoding: b, as: UTF8.self) }
+                else if an == 2, at == .lengthDelimited, let b = try? a.lengthDelimited() { value = b }
+                else if (try? a.skip(at, number: an)) == nil { break }
+            }
+            let type = String(url.split(separator: "/").last ?? "")
+            var item: [(String, JSONValue)] = [("type", .string(type)), ("value", .string(Base64Codec.encode(value, padded: false)))]
+            if let transcoder, let debug = try? transcoder.decodeValue(value, as: type) { item.append(("debug", debug)) }
+            out.append(.object(item))
+        }
+        return out
+    }
+
+    static func text(_ status: Int, _ body: String) -> HTTPResponse {
+        HTTPResponse(status: status, headers: [("content-type", "text/plain; charset=utf-8")], body: Array(body.utf8))
+    }
+
+    private func page(_ path: String) async -> HTTPResponse {
+        let (serving, text) = await statusPage()
+        if path == "/healthz" { return Self.text(serving ? 200 : 503, serving ? "ok\n" : "not serving\n") }
+        return Self.text(200, text)
+    }
+}

@@ -1,0 +1,174 @@
+import Contracts
+import GRPCContracts
+import Logging
+import NIOCore
+import NIOPosix
+import RPCCore
+import RPCServices
+import RPCTransport
+import ServiceKit
+import Synchronization
+
+/// The public entry point of the cluster: one port serving gRPC (h2c or TLS), Connect JSON over
+/// HTTP/1.1 and HTTP/2, and a status page. Every public RPC of every service is relayed to its
+/// upstream service; internal RPCs are not routed at all. See `docs/gateway.md`.
+public final class Gateway: Sendable {
+    public let configuration: GatewayConfiguration
+    /// The routed methods (public RPCs of the public services), by path.
+    public let routes: [MethodDescriptor]
+    /// The services routed, and the infrastructure ones (health, reflection).
+    public let serviceNames: [String]
+    public let health: GatewayHealth
+    let pools: [String: UpstreamPool]
+    let server: RPCServer
+    let ownGroup: MultiThreadedEventLoopGroup
+    let logger: Logger
+    private let background = Mutex<Task<Void, Never>?>(nil)
+
+    /// The descriptors the gateway routes and transcodes from: our contracts and the standard ones.
+    public static var descriptors: ProtoDescriptorSet {
+        ContractsDescriptors.descriptorSet.merging(GRPCContractsDescriptors.descriptorSet)
+    }
+
+    /// `accounts.v1.Accounts` → `accounts`: services are named after their package's first part.
+    public static func upstreamName(ofService service: String) -> String {
+        String(service.split(separator: ".").first ?? "")
+    }
+
+    /// The public services of the contracts (every service not named `*Internal`) and their methods
+    /// not marked internal, read from the descriptors.
+    public static func publicRoutes(_ registry: SchemaRegistry) -> [String: [MethodDescriptor]] {
+        var out: [String: [MethodDescriptor]] = [:]
+        for service in ContractsDescriptors.services where !service.hasSuffix("Internal") {
+            let methods = registry.methods(of: service).filter { $0.visibility != .internal }
+            if !methods.isEmpty { out[service] = methods }
+        }
+        return out
+    }
+
+    /// - Parameter extraRoutes: more services to relay, by service name, with the upstream
+    ///   serving them (tests use it for call kinds no public contract has yet).
+    public init(configuration: GatewayConfiguration, logger: Logger = Logger(label: "gateway"),
+                extraRoutes: [String: (upstream: String, methods: [MethodDescriptor])] = [:]) throws {
+        self.configuration = configuration
+        self.logger = logger
+        let descriptors = Self.descriptors
+        let registry = try SchemaRegistry(descriptors)
+        ownGroup = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+
+        var pools: [String: UpstreamPool] = [:]
+        for u in configuration.upstreams {
+            var channel = ChannelConfiguration(host: u.host, port: u.port)
+            channel.connectTimeout = configuration.upstreamConnectTimeout
+            channel.maxBackoff = configuration.upstreamMaxBackoff
+            channel.initialBackoff = .milliseconds(50)
+            channel.maxReceiveMessageSize = max(channel.maxReceiveMessageSize, configuration.maxRequestBytes)
+            pools[u.name] = UpstreamPool(name: u.name, configuration: channel, fallbackLoop: ownGroup.next(),
+                                         streamsPerConnection: configuration.streamsPerUpstreamConnection)
+        }
+        self.pools = pools
+
+        // Routes: one proxy per public service whose upstream is configured.
+        var services: [any RPCService] = []
+        var routes: [MethodDescriptor] = []
+        var healthUpstreams: [String: [String]] = [:]
+        var table = Self.publicRoutes(registry).mapValues { (upstream: "", methods: $0) }
+        for (service, route) in extraRoutes { table[service] = route }
+        for (service, route) in table.sorted(by: { $0.key < $1.key }) {
+            let methods = route.methods
+            let upstream = route.upstream.isEmpty ? Self.upstreamName(ofService: service) : route.upstream
+            guard let pool = pools[upstream] else { continue }
+            let proxy = Proxy(pool: pool, serviceToken: configuration.serviceToken, maxDeadline: configuration.maxDeadline,
+                              maxStreamDeadline: configuration.maxStreamDeadline)
+            services.append(ProxyService(serviceName: service, methods: methods.map { ServerMethod($0, proxy.handler(for: $0)) }))
+            routes.append(contentsOf: methods)
+            healthUpstreams[upstream, default: []].append(service)
+        }
+        self.routes = routes
+
+        let keys: any SigningKeySource = pools["accounts"].map {
+            RemoteSigningKeys(client: RPCClient(transport: $0), minRefreshInterval: configuration.keyRefreshInterval, logger: logger)
+        } ?? StaticSigningKeys { [:] }
+        // The gateway never accepts a service credential from outside, so it holds none to check.
+        let verifier = AuthInterceptor(keys: keys, serviceToken: "")
+        let policy = GatewayPolicy(
+            verifier: verifier,
+            addressLimiter: configuration.addressRate > 0 ? RateLimiter(rate: configuration.addressRate, burst: configuration.addressBurst) : nil,
+            userLimiter: configuration.userRate > 0 ? RateLimiter(rate: configuration.userRate, burst: configuration.userBurst) : nil)
+
+        health = GatewayHealth(
+            upstreams: healthUpstreams.sorted(by: { $0.key < $1.key }).map { name, services in
+                GatewayHealth.Upstream(name: name, transport: pools[name]!, services: services)
+            },
+            required: configuration.requiredUpstreams, timeout: configuration.upstreamConnectTimeout, logger: logger)
+        let publicNames = services.map(\.serviceName)
+        let standard = [Grpc_Health_V1_HealthMethods.serviceName, Grpc_Reflection_V1_ServerReflectionMethods.serviceName,
+                        Grpc_Reflection_V1alpha_ServerReflectionMethods.serviceName]
+        let index = ReflectionIndex(descriptors: descriptors, services: publicNames + standard)
+        services += [health, ReflectionServiceV1(index: index), ReflectionServiceV1Alpha(index: index)]
+        serviceNames = publicNames + standard
+
+        var config = ServerConfiguration(host: configuration.host, port: configuration.port, tls: configuration.tls)
+        config.acceptHTTP1 = true
+        config.maxReceiveMessageSize = configuration.maxRequestBytes
+        config.maxConcurrentStreams = configuration.maxConcurrentStreams
+        if let t = configuration.threads { config.threads = t }
+        config.interceptors = [policy]
+        let health = self.health
+        let upstreamList = configuration.upstreams
+        config.httpHandler = ConnectHandler(
+            router: Router(services: services), interceptors: [policy], transcoder: JSONTranscoder(registry: registry),
+            statusPage: { await Self.statusPage(health: health, upstreams: upstreamList, services: publicNames) })
+        server = RPCServer(configuration: config, services: services, logger: logger)
+    }
+
+    /// Binds the port and starts polling upstream health; returns the bound port.
+    @discardableResult
+    public func start() async throws -> Int {
+        let port = try await server.start()
+        let health = self.health
+        let interval = configuration.healthInterval
+        background.withLock { $0 = Task { await health.run(interval: interval) } }
+        logger.info("gateway listening on \(configuration.host):\(port) (gRPC, Connect JSON; HTTP/2 and HTTP/1.1\(configuration.tls == nil ? "" : ", TLS"))")
+        return port
+    }
+
+    /// Serves until SIGTERM/SIGINT, then shuts down gracefully.
+    public func runUntilSignalled() async {
+        await server.runUntilSignalled(logger: logger) { [health] in health.markAllNotServing() }
+        await stopBackground()
+    }
+
+    /// Graceful shutdown (tests): GOAWAY, in-flight calls finish, connections close.
+    public func shutdown() async {
+        health.markAllNotServing()
+        await server.shutdownGracefully()
+        await stopBackground()
+    }
+
+    private func stopBackground() async {
+        let task = background.withLock { t in defer { t = nil }; return t }
+        task?.cancel()
+        await task?.value
+        for pool in pools.values { await pool.close() }
+        try? await ownGroup.shutdownGracefully()
+    }
+
+    /// Calls in flight to each upstream (tests, status page).
+    public func activeUpstreamCalls(_ upstream: String) -> Int { pools[upstream]?.activeCalls ?? 0 }
+
+    static func statusPage(health: GatewayHealth, upstreams: [GatewayConfiguration.Upstream],
+                           services: [String]) async -> (serving: Bool, text: String) {
+        await health.poll()
+        let serving = health.overall == .serving
+        var lines = ["backend gateway: \(serving ? "SERVING" : "NOT SERVING")", "",
+                     "gRPC (h2c/TLS) and Connect JSON (POST /<package>.<Service>/<Method>) on this port.", "", "upstreams:"]
+        for u in upstreams {
+            lines.append("  \(u.name)  \(u.host):\(u.port)  \(health.isServing(upstream: u.name) ? "serving" : "not serving")")
+        }
+        lines.append("")
+        lines.append("services:")
+        for s in services { lines.append("  \(s)") }
+        return (serving, lines.joined(separator: "\n") + "\n")
+    }
+}

@@ -1,0 +1,65 @@
+import RPCTLS
+
+/// Everything the gateway needs to start. `GatewayConfiguration.from(settings:environment:)`
+/// reads the environment variables `docs/gateway.md` lists; tests build one directly.
+public struct GatewayConfiguration: Sendable {
+    public struct Upstream: Sendable, Hashable {
+        public var name: String
+        public var host: String
+        public var port: Int
+        public init(name: String, host: String, port: Int) {
+            self.name = name
+            self.host = host
+            self.port = port
+        }
+    }
+
+    public var host: String
+    public var port: Int
+    public var tls: TLSConfiguration?
+    /// Where each service runs, by upstream name (`accounts`, `tasks`, ...).
+    public var upstreams: [Upstream]
+    /// Upstreams the gateway's overall health ("") requires (`GATEWAY_UPSTREAMS`).
+    public var requiredUpstreams: Set<String>
+    /// The cluster's service credential, added to every upstream call.
+    public var serviceToken: String
+
+    /// Largest request message (gRPC) or body (Connect): RESOURCE_EXHAUSTED / 413 past it.
+    public var maxRequestBytes = 4 * 1024 * 1024
+    /// Concurrent streams per client connection (HTTP/2 SETTINGS).
+    public var maxConcurrentStreams = 100
+    /// Deadline cap for unary and client-streaming calls, also their deadline when none is set.
+    public var maxDeadline: Duration = .seconds(30)
+    /// Deadline cap for server-streaming and bidirectional calls.
+    public var maxStreamDeadline: Duration = .seconds(3600)
+    /// Per-user token bucket (verified user id): calls per second and burst; rate 0 turns it off.
+    public var userRate: Double = 50
+    public var userBurst: Double = 100
+    /// Per-client-address token bucket.
+    public var addressRate: Double = 100
+    public var addressBurst: Double = 200
+    /// Least time between two fetches of accounts' token keys (a token naming an unknown key id
+    /// triggers one; forged key ids must not make the gateway hammer accounts).
+    public var keyRefreshInterval: Duration = .seconds(1)
+    /// How often upstream health is polled.
+    public var healthInterval: Duration = .seconds(2)
+    /// Connection timeout to an upstream (a down upstream fails calls fast with UNAVAILABLE).
+    public var upstreamConnectTimeout: Duration = .seconds(1)
+    /// Longest wait between reconnection attempts to a down upstream.
+    public var upstreamMaxBackoff: Duration = .seconds(1)
+    /// Streams per upstream connection before another connection is opened.
+    public var streamsPerUpstreamConnection = 90
+    /// Event loop threads (default: one per core).
+    public var threads: Int? = nil
+
+    public static let allUpstreams = ["accounts", "social", "tasks", "finance", "matchmaking"]
+
+    public init(host: String = "127.0.0.1", port: Int = 0, upstreams: [Upstream], requiredUpstreams: Set<String>? = nil,
+                serviceToken: String) {
+        self.host = host
+        self.port = port
+        self.upstreams = upstreams
+        self.requiredUpstreams = requiredUpstreams ?? Set(upstreams.map(\.name))
+        self.serviceToken = serviceToken
+    }
+}

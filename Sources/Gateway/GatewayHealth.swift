@@ -1,0 +1,126 @@
+import GRPCContracts
+import Logging
+import RPCCore
+import RPCServices
+import Synchronization
+
+/// The gateway's own `grpc.health.v1.Health`: each public service is SERVING while its upstream
+/// answers its health check, and the server as a whole ("") is SERVING while every required
+/// upstream (`GATEWAY_UPSTREAMS`) is. Upstreams are polled every few seconds, and again on a
+/// Check when the last poll is older than `maxAge`, so a readiness probe sees changes at once.
+public final class GatewayHealth: Grpc_Health_V1_HealthService, Sendable {
+    struct Upstream: Sendable {
+        let name: String
+        let transport: any ClientTransport
+        let services: [String]
+    }
+
+    let table: HealthService
+    let upstreams: [Upstream]
+    let required: Set<String>
+    let timeout: Duration
+    let maxAge: Duration
+    let logger: Logger
+
+    private struct State {
+        var lastPoll: ContinuousClock.Instant?
+        var inFlight: Task<Void, Never>?
+        var upstreamStatus: [String: Bool] = [:]
+        var stopped = false
+    }
+    private let state = Mutex(State())
+
+    init(upstreams: [Upstream], required: Set<String>, timeout: Duration = .seconds(1), maxAge: Duration = .milliseconds(500),
+         logger: Logger) {
+        self.upstreams = upstreams
+        self.required = required
+        self.timeout = timeout
+        self.maxAge = maxAge
+        self.logger = logger
+        table = HealthService(services: upstreams.flatMap(\.services))
+        // Nothing is known to be up until the first poll.
+        table.markAllNotServing()
+    }
+
+    /// Whether an upstream answered its last health check (for tests and the status page).
+    public func isServing(upstream: String) -> Bool { state.withLock { $0.upstreamStatus[upstream] ?? false } }
+    public var overall: Grpc_Health_V1_HealthCheckResponse.ServingStatus { table.status(of: "") ?? .notServing }
+
+    /// Polls every upstream once (concurrent polls share one round).
+    public func poll() async {
+        let task: Task<Void, Never> = state.withLock { s in
+            if let t = s.inFlight { return t }
+            let t = Task { await self.pollRound() }
+            s.inFlight = t
+            return t
+        }
+        await task.value
+    }
+
+    private func pollRound() async {
+        let results = await withTaskGroup(of: (String, Bool).self) { group in
+            for u in upstreams {
+                group.addTask { (u.name, await self.check(u)) }
+            }
+            var r: [String: Bool] = [:]
+            for await (name, ok) in group { r[name] = ok }
+            return r
+        }
+        if state.withLock({ $0.stopped }) {
+            state.withLock { $0.inFlight = nil }
+            return
+        }
+        var allRequired = true
+        for u in upstreams {
+            let ok = results[u.name] ?? false
+            for s in u.services { table.setStatus(ok ? .serving : .notServing, for: s) }
+            if required.contains(u.name) && !ok { allRequired = false }
+        }
+        table.setStatus(allRequired ? .serving : .notServing, for: "")
+        let changed: [(String, Bool)] = state.withLock { s in
+            let changed = results.filter { s.upstreamStatus[$0.key] != $0.value }.map { ($0.key, $0.value) }
+            s.upstreamStatus = results
+            s.lastPoll = .now
+            s.inFlight = nil
+            return changed
+        }
+        for (name, ok) in changed.sorted(by: { $0.0 < $1.0 }) {
+            logger.info("upstream \(name) is \(ok ? "serving" : "not serving")")
+        }
+    }
+
+    private func check(_ u: Upstream) async -> Bool {
+        let client = Grpc_Health_V1_HealthClient(RPCClient(transport: u.transport))
+        do {
+            let r = try await client.check(Grpc_Health_V1_HealthCheckRequest(), options: CallOptions(timeout: timeout))
+            return r.status == .serving
+        } catch {
+            return false
+        }
+    }
+
+    /// Polls every `interval` until cancelled.
+    func run(interval: Duration) async {
+        while !Task.isCancelled {
+            await poll()
+            try? await Task.sleep(for: interval)
+        }
+    }
+
+    /// Shutdown: NOT_SERVING everywhere from now on (load balancers stop sending).
+    public func markAllNotServing() {
+        state.withLock { $0.stopped = true }
+        table.markAllNotServing()
+    }
+
+    public func check(request: Grpc_Health_V1_HealthCheckRequest, context: ServerContext) async throws -> Grpc_Health_V1_HealthCheckResponse {
+        let stale = state.withLock { s in !s.stopped && (s.lastPoll.map { ContinuousClock.now - $0 > maxAge } ?? true) }
+        if stale { await poll() }
+        return try await table.check(request: request, context: context)
+    }
+
+    public func watch(request: Grpc_Health_V1_HealthCheckRequest, responses: ResponseWriter<Grpc_Health_V1_HealthCheckResponse>,
+                      context: ServerContext) async throws {
+        try await table.watch(request: request, responses: responses, context: context)
+    }
+}

@@ -1,0 +1,164 @@
+import RPCCore
+
+/// One public service of the cluster as the gateway serves it: every method a raw handler that
+/// relays the call to the service's upstream, bytes unchanged.
+struct ProxyService: RPCService {
+    let serviceName: String
+    let methods: [ServerMethod]
+}
+
+/// Relays calls to one upstream. All four call kinds keep their shape: messages flow both ways
+/// as they come (backpressure: a request is read from the client only when the upstream can
+/// take it, a response only when the client can take it), metadata and the deadline (capped) go
+/// up, headers, trailers and the status (with `grpc-status-details-bin`) come back, and a
+/// cancellation on either side cancels the other.
+struct Proxy: Sendable {
+    let pool: UpstreamPool
+    let serviceToken: String
+    /// Cap on the deadline of unary and client-streaming calls (also their deadline when the
+    /// client sets none).
+    let maxDeadline: Duration
+    /// Cap for server-streaming and bidirectional calls (subscriptions live long).
+    let maxStreamDeadline: Duration
+
+    func handler(for method: MethodDescriptor) -> RawHandler {
+        switch method.kind {
+        case .unary:
+            return .unary { request, context in try await unary(method, request, context) }
+        case .serverStreaming:
+            return .serverStreaming { request, sink, context in try await serverStreaming(method, request, sink, context) }
+        case .clientStreaming, .bidirectionalStreaming:
+            return .bidirectionalStreaming { requests, sink, context in try await streaming(method, requests, sink, context) }
+        }
+    }
+
+    func options(_ context: ServerContext, streaming: Bool) throws -> CallOptions {
+        let cap = streaming ? maxStreamDeadline : maxDeadline
+        var timeout = cap
+        if let remaining = context.timeRemaining {
+            guard remaining > .zero else { throw RPCError.deadlineExceeded() }
+            timeout = min(remaining, cap)
+        }
+        let metadata = HeaderPolicy.upstreamMetadata(context.requestMetadata, clientAddress: HeaderPolicy.host(ofPeer: context.peer),
+                                                     serviceToken: serviceToken)
+        return CallOptions(timeout: timeout, metadata: metadata)
+    }
+
+    /// The upstream's status as the error the gateway answers with (details kept).
+    static func error(_ status: RPCStatus, _ trailers: Metadata) -> RPCError {
+        var t = trailers
+        let details = t.binary("grpc-status-details-bin")
+        t.remove("grpc-status-details-bin")
+        return RPCError(status.code, status.message, trailers: t, details: details)
+    }
+
+    /// Why a relayed call failed: the upstream's own status when it ended the call.
+    static func failure(_ error: any Error, _ call: any RawClientCall) async -> any Error {
+        call.cancel()  // no-op when the upstream already ended it
+        let (status, trailers) = await call.finalStatus()
+        if status.code == .ok { return error }
+        return Self.error(status, trailers)
+    }
+
+    /// Upstream response headers, status and trailers → the gateway's response.
+    static func finish(_ call: any RawClientCall, _ context: ServerContext) async throws {
+        let (status, trailers) = await call.finalStatus()
+        guard status.code == .ok else { throw error(status, trailers) }
+        context.trailers = trailers
+    }
+
+    func unary(_ method: MethodDescriptor, _ request: [UInt8], _ context: ServerContext) async throws -> [UInt8] {
+        let options = try options(context, streaming: false)
+        let lease = pool.acquire()
+        defer { pool.release(lease) }
+        let call = try await lease.channel.startCall(method, options: options)
+        return try await withTaskCancellationHandler {
+            do {
+                try await call.send(request, compress: false)
+                try await call.closeSend()
+                context.initialMetadata = try await call.initialMetadata()
+                var response: [UInt8]? = nil
+                var count = 0
+                for try await m in call.responses {
+                    if response == nil { response = m.bytes }
+                    count += 1
+                }
+                try await Self.finish(call, context)
+                guard count == 1, let response else {
+                    throw RPCError(.internal, "\(method.path): upstream sent \(count) response messages to a unary call")
+                }
+                return response
+            } catch {
+                throw await Self.failure(error, call)
+            }
+        } onCancel: { call.cancel() }
+    }
+
+    func serverStreaming(_ method: MethodDescriptor, _ request: [UInt8], _ sink: any ServerResponseSink,
+                         _ context: ServerContext) async throws {
+        let options = try options(context, streaming: true)
+        let lease = pool.acquire()
+        defer { pool.release(lease) }
+        let call = try await lease.channel.startCall(method, options: options)
+        try await withTaskCancellationHandler {
+            do {
+                try await call.send(request, compress: false)
+                try await call.closeSend()
+                try await relayResponses(call, sink, context)
+            } catch {
+                throw await Self.failure(error, call)
+            }
+        } onCancel: { call.cancel() }
+    }
+
+    func streaming(_ method: MethodDescriptor, _ requests: RawMessageStream, _ sink: any ServerResponseSink,
+                   _ context: ServerContext) async throws {
+        let options = try options(context, streaming: method.kind == .bidirectionalStreaming)
+        let lease = pool.acquire()
+        defer { pool.release(lease) }
+        let call = try await lease.channel.startCall(method, options: options)
+        try await withTaskCancellationHandler {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { await Self.pumpRequests(requests, into: call) }
+                do {
+                    try await relayResponses(call, sink, context)
+                } catch {
+                    group.cancelAll()
+                    throw await Self.failure(error, call)
+                }
+                // The upstream has answered: stop reading the client's requests.
+                group.cancelAll()
+            }
+        } onCancel: { call.cancel() }
+    }
+
+    /// Client → upstream. Reads a request only once the upstream accepted the previous one, so
+    /// a fast client is held back by HTTP/2 flow control rather than buffered here.
+    static func pumpRequests(_ requests: RawMessageStream, into call: any RawClientCall) async {
+        while true {
+            let next: RawMessageStream.InboundMessage?
+            do { next = try await requests.next() } catch {
+                // The client's stream broke (cancelled, deadline): the upstream call goes too.
+                call.cancel()
+                return
+            }
+            guard let message = next else {
+                try? await call.closeSend()
+                return
+            }
+            do { try await call.send(message.bytes, compress: false) } catch {
+                return  // the upstream ended the call; its status arrives with the responses
+            }
+        }
+    }
+
+    /// Upstream → client: headers as soon as they arrive, then each message, then the status.
+    func relayResponses(_ call: any RawClientCall, _ sink: any ServerResponseSink, _ context: ServerContext) async throws {
+        context.initialMetadata = try await call.initialMetadata()
+        try await sink.sendInitialMetadata()
+        for try await m in call.responses {
+            try await sink.write(m.bytes, compress: nil)
+        }
+        try await Self.finish(call, context)
+    }
+}

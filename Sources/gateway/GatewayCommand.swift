@@ -1,0 +1,26 @@
+import ArgumentParser
+import Foundation
+import Gateway
+import Logging
+import ServiceKit
+
+/// The gateway process: configuration and lifecycle only; everything else is in `Gateway`.
+@main
+struct GatewayCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "gateway",
+        abstract: "Public API gateway: gRPC and Connect JSON on one port, relayed to the services.")
+
+    @OptionGroup var options: ServiceOptions
+
+    func run() async throws {
+        let environment = ProcessInfo.processInfo.environment
+        let settings = try ServiceSettings(name: "gateway", options: options, environment: environment)
+        ServiceHost.bootstrapLogging(level: settings.logLevel)
+        let logger = Logger(label: "gateway")
+        let config = try GatewayConfiguration.from(settings: settings, environment: environment)
+        let gateway = try Gateway(configuration: config, logger: logger)
+        try await gateway.start()
+        await gateway.runUntilSignalled()
+    }
+}

@@ -1,0 +1,101 @@
+import Contracts
+import Foundation
+import GRPCContracts
+import RPCCore
+import RPCTLS
+import RPCTransport
+import ServiceKit
+import Testing
+@testable import Gateway
+
+@Suite(.serialized) struct HealthTests {
+    static func status(_ h: Harness, _ service: String) async throws -> Grpc_Health_V1_HealthCheckResponse.ServingStatus {
+        var req = Grpc_Health_V1_HealthCheckRequest()
+        req.service = service
+        return try await Grpc_Health_V1_HealthClient(h.client).check(req).status
+    }
+
+    @Test func healthAggregatesTheUpstreams() async throws {
+        let h = try await Harness()
+        defer { Task { await h.stop() } }
+        #expect(try await Self.status(h, "") == .serving)
+        #expect(try await Self.status(h, "accounts.v1.Accounts") == .serving)
+        #expect(try await Self.status(h, "social.v1.Social") == .serving)
+        await h.social.stop()
+        #expect(try await eventually { try await Self.status(h, "") == .notServing })
+        #expect(try await Self.status(h, "social.v1.Social") == .notServing)
+        #expect(try await Self.status(h, "accounts.v1.Accounts") == .serving, "only the missing upstream's entry changes")
+    }
+
+    @Test func overallHealthNeedsOnlyTheRequiredUpstreams() async throws {
+        let h = try await Harness { $0.requiredUpstreams = ["accounts"] }
+        defer { Task { await h.stop() } }
+        await h.social.stop()
+        #expect(try await eventually { try await Self.status(h, "social.v1.Social") == .notServing })
+        #expect(try await Self.status(h, "") == .serving)
+    }
+
+    @Test func reflectionListsThePublicServicesOnly() async throws {
+        let h = try await Harness()
+        defer { Task { await h.stop() } }
+        let names = try await Grpc_Reflection_V1_ServerReflectionClient(h.client).serverReflectionInfo {
+            (w: RequestWriter<Grpc_Reflection_V1_ServerReflectionRequest>, r: ClientStreamingResponse<Grpc_Reflection_V1_ServerReflectionResponse>) in
+            var req = Grpc_Reflection_V1_ServerReflectionRequest()
+            req.messageRequest = .listServices("")
+            try await w.write(req)
+            try await r.call.closeSend()
+            var names: [String] = []
+            for try await m in r.messages {
+                if case .listServicesResponse(let l)? = m.messageResponse { names += l.service.map(\.name) }
+            }
+            return names
+        }
+        #expect(names.contains("accounts.v1.Accounts"))
+        #expect(names.contains("social.v1.Social"))
+        #expect(names.contains("grpc.health.v1.Health"))
+        #expect(!names.contains { $0.hasSuffix("Internal") })
+    }
+
+    @Test func tlsWithALPNForGRPCAndHTTP1() async throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("gw-tls-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let (cert, key) = try DevelopmentCertificate.generate(commonName: "localhost", directory: dir)
+        let h = try await Harness { c in
+            c.tls = try! TLSConfiguration.server(certificateChainPEMFile: cert, privateKeyPEMFile: key, alpn: ["h2", "http/1.1"])
+        }
+        defer { Task { await h.stop() } }
+        for version in ["--http1.1", "--http2"] {
+            let r = try await curl([version, "--cacert", cert, "-X", "POST", "-H", "content-type: application/json", "--data", "{}",
+                              "https://localhost:\(h.port)/grpc.health.v1.Health/Check"])
+            #expect(r.status == 200, "\(version)")
+            #expect(r.body == #"{"status":"SERVING"}"#, "\(version)")
+        }
+        var config = ChannelConfiguration(host: "127.0.0.1", port: h.port)
+        config.tls = try TLSConfiguration.client(alpn: ["h2"], trustRootsPEMFile: cert, serverName: "localhost")
+        let channel = RPCChannel(configuration: config)
+        var req = Accounts_V1_LogInRequest()
+        req.username = "tls"
+        let r = try await Accounts_V1_AccountsClient(channel.client).logIn(req)
+        #expect(r.user.userId == "u-tls")
+        await channel.close()
+    }
+
+    @Test func configurationFromTheEnvironment() throws {
+        let options = try ServiceOptions.parse([])
+        let env = ["GATEWAY_PORT": "18080", "ACCOUNTS_ADDR": "10.0.0.5:7000", "TASKS_PORT": "7002", "SERVICE_TOKEN": "t",
+                   "GATEWAY_UPSTREAMS": "accounts, tasks", "GATEWAY_USER_RATE": "5", "GATEWAY_MAX_DEADLINE_MS": "1500"]
+        let settings = try ServiceSettings(name: "gateway", options: options, environment: env)
+        let c = try GatewayConfiguration.from(settings: settings, environment: env)
+        #expect(c.port == 18080)
+        #expect(c.upstreams.first { $0.name == "accounts" } == .init(name: "accounts", host: "10.0.0.5", port: 7000))
+        #expect(c.upstreams.first { $0.name == "tasks" }?.port == 7002)
+        #expect(c.upstreams.first { $0.name == "social" }?.port == 9104)
+        #expect(c.requiredUpstreams == ["accounts", "tasks"])
+        #expect(c.userRate == 5)
+        #expect(c.maxDeadline == .milliseconds(1500))
+        #expect(c.serviceToken == "t")
+        #expect(throws: (any Error).self) {
+            try GatewayConfiguration.from(settings: settings, environment: ["GATEWAY_UPSTREAMS": "bogus"])
+        }
+    }
+}

@@ -1,0 +1,398 @@
+import Contracts
+import Foundation
+import GRPCContracts
+import RPCCore
+import RPCTransport
+import Security
+import Testing
+@testable import Gateway
+
+@Suite(.serialized) struct ProxyTests {
+    @Test func routeTableIsEveryPublicMethodFromTheDescriptors() throws {
+        let registry = try SchemaRegistry(Gateway.descriptors)
+        let routes = Gateway.publicRoutes(registry)
+        #expect(Set(routes.keys) == ["accounts.v1.Accounts", "social.v1.Social", "tasks.v1.Tasks", "finance.v1.Finance",
+                                      "matchmaking.v1.Matchmaking"])
+        let generated: [String: [MethodDescriptor]] = [
+            Accounts_V1_AccountsMethods.serviceName: Accounts_V1_AccountsMethods.all,
+            Social_V1_SocialMethods.serviceName: Social_V1_SocialMethods.all,
+            Tasks_V1_TasksMethods.serviceName: Tasks_V1_TasksMethods.all,
+            Finance_V1_FinanceMethods.serviceName: Finance_V1_FinanceMethods.all,
+            Matchmaking_V1_MatchmakingMethods.serviceName: Matchmaking_V1_MatchmakingMethods.all,
+        ]
+        for (service, methods) in generated {
+            // Same kinds, visibility and types as the generated tables; internal ones left out.
+            #expect(routes[service] == methods.filter { $0.visibility != .internal }, "\(service)")
+        }
+        for internalMethods in [Accounts_V1_AccountsInternalMethods.all, Social_V1_SocialInternalMethods.all] {
+            for m in internalMethods { #expect(m.visibility == .internal) }
+        }
+        #expect(routes.values.joined().allSatisfy { $0.visibility != .internal })
+    }
+
+    @Test func publicMethodNeedsNoToken() async throws {
+        let h = try await Harness()
+        defer { Task { await h.stop() } }
+        var req = Accounts_V1_LogInRequest()
+        req.username = "ada"
+        req.password = "pw"
+        let r = try await Accounts_V1_AccountsClient(h.client).logIn(req)
+        #expect(r.user.userId == "u-ada")
+        #expect(r.session.accessToken == "token-for-ada")
+    }
+
+    @Test func authenticatedMethodNeedsAValidToken() async throws {
+        let h = try await Harness()
+        defer { Task { await h.stop() } }
+        let accounts = Accounts_V1_AccountsClient(h.client)
+        let path = Accounts_V1_AccountsMethods.getMyProfile.path
+
+        await #expect(throws: RPCError.self) { _ = try await accounts.getMyProfile(Accounts_V1_GetMyProfileRequest()) }
+        do {
+            _ = try await accounts.getMyProfile(Accounts_V1_GetMyProfileRequest())
+        } catch let e as RPCError { #expect(e.code == .unauthenticated) }
+
+        let forger = Ed25519KeyPair()
+        let bad = [
+            h.keys.token(expiresIn: -60),                   // expired
+            h.keys.token(signer: forger),                   // right key id, wrong key
+            h.keys.token(keyID: "nope", signer: forger),    // unknown key id
+            "not.a.token",
+        ]
+        for token in bad {
+            do {
+                _ = try await accounts.getMyProfile(Accounts_V1_GetMyProfileRequest(), options: CallOptions(metadata: h.bearer(token)))
+                Issue.record("token \(token) was accepted")
+            } catch let e as RPCError {
+                #expect(e.code == .unauthenticated, "\(e)")
+            }
+        }
+        // Not the Bearer scheme.
+        do {
+            _ = try await accounts.getMyProfile(Accounts_V1_GetMyProfileRequest(),
+                                               options: CallOptions(metadata: Metadata([("authorization", "Basic YTpi")])))
+            Issue.record("Basic auth accepted")
+        } catch let e as RPCError { #expect(e.code == .unauthenticated) }
+        #expect(h.recorder.count(path) == 0, "rejected calls never reach the service")
+
+        let r = try await accounts.getMyProfile(Accounts_V1_GetMyProfileRequest(),
+                                                options: CallOptions(metadata: h.bearer(h.keys.token(user: "u-42"))))
+        #expect(r.user.userId == "u-42", "the service verified the forwarded token itself")
+    }
+
+    @Test func aBadTokenOnAPublicMethodIsRejectedToo() async throws {
+        let h = try await Harness()
+        defer { Task { await h.stop() } }
+        var req = Accounts_V1_LogInRequest()
+        req.username = "ada"
+        do {
+            _ = try await Accounts_V1_AccountsClient(h.client).logIn(req, options: CallOptions(metadata: h.bearer(h.keys.token(expiresIn: -60))))
+            Issue.record("expired token accepted")
+        } catch let e as RPCError { #expect(e.code == .unauthenticated) }
+    }
+
+    @Test func internalMethodsAreNeverReachable() async throws {
+        let h = try await Harness()
+        defer { Task { await h.stop() } }
+        // Even with the real service credential and a valid token.
+        var md = h.bearer(h.keys.token())
+        md.add("x-service-token", Fake.serviceToken)
+        for m in Accounts_V1_AccountsInternalMethods.all {
+            do {
+                _ = try await h.client.unary(m, Accounts_V1_GetUsersByIdsRequest(), as: Accounts_V1_GetUsersByIdsResponse.self,
+                                             options: CallOptions(metadata: md))
+                Issue.record("\(m.path) reachable")
+            } catch let e as RPCError {
+                #expect(e.code == .unimplemented, "\(m.path): \(e)")
+            }
+        }
+        #expect(h.recorder.count(Accounts_V1_AccountsInternalMethods.getUsersByIds.path) == 0)
+        // Unknown paths too.
+        let unknown = MethodDescriptor(service: "accounts.v1.Accounts", method: "Nope", kind: .unary)
+        await #expect(throws: RPCError.self) { _ = try await h.client.unary(unknown, Bytes("x"), as: Bytes.self) }
+    }
+
+    @Test func clientIdentityAndInternalHeadersAreStripped() async throws {
+        let h = try await Harness()
+        defer { Task { await h.stop() } }
+        let token = h.keys.token(user: "u-7")
+        var md = h.bearer(token)
+        for (k, v) in [("x-service-token", "forged"), ("x-user-id", "u-admin"), ("x-identity-user", "u-admin"),
+                       ("x-internal-debug", "1"), ("x-forwarded-for", "6.6.6.6"), ("x-gateway-user", "u-admin"),
+                       ("x-custom", "kept")] {
+            md.add(k, v)
+        }
+        md.add("x-custom-bin", binary: [0, 1, 2, 255])
+        let r = try await Accounts_V1_AccountsClient(h.client).getMyProfile(Accounts_V1_GetMyProfileRequest(),
+                                                                            options: CallOptions(metadata: md))
+        #expect(r.user.userId == "u-7")
+        let seen = try #require(h.recorder.last(Accounts_V1_AccountsMethods.getMyProfile.path))
+        #expect(seen.values("x-service-token") == [.string(Fake.serviceToken)], "only the gateway's credential")
+        #expect(seen.values("x-forwarded-for") == [.string("127.0.0.1")], "the address the gateway saw")
+        #expect(seen["x-user-id"] == nil)
+        #expect(seen["x-identity-user"] == nil)
+        #expect(seen["x-internal-debug"] == nil)
+        #expect(seen["x-gateway-user"] == nil)
+        #expect(seen["authorization"] == "Bearer \(token)", "the caller's token passes unchanged")
+        #expect(seen["x-custom"] == "kept")
+        #expect(seen.binary("x-custom-bin") == [0, 1, 2, 255])
+    }
+
+    @Test func metadataAndStatusDetailsComeBack() async throws {
+        let h = try await Harness()
+        defer { Task { await h.stop() } }
+        var req = Accounts_V1_LogInRequest()
+        req.username = "ada"
+        let r = try await Accounts_V1_AccountsClient(h.client).logInWithMetadata(
+            req, options: CallOptions(metadata: Metadata([("x-echo-initial", "hi"), ("x-echo-trailer", "bye")])))
+        #expect(r.initialMetadata["x-echo-initial"] == "hi")
+        #expect(r.trailers["x-echo-trailer"] == "bye")
+
+        var signUp = Accounts_V1_SignUpRequest()
+        signUp.username = "taken"
+        do {
+            _ = try await Accounts_V1_AccountsClient(h.client).signUp(signUp)
+            Issue.record("no error")
+        } catch let e as RPCError {
+            #expect(e.code == .alreadyExists)
+            #expect(e.message.contains("username"))
+            #expect(e.trailers["x-why"] == "duplicate")
+            let details = try #require(e.trailers.binary("grpc-status-details-bin"))
+            let status = try Google_Rpc_Status(serializedBytes: details)
+            #expect(status.code == Int32(StatusCode.alreadyExists.rawValue))
+            #expect(status.details.first?.typeUrl == "type.googleapis.com/google.rpc.BadRequest")
+            let bad = try Google_Rpc_BadRequest(serializedBytes: status.details[0].value)
+            #expect(bad.fieldViolations.map(\.field) == ["username"])
+        }
+    }
+
+    @Test func deadlinesAreForwardedAndCapped() async throws {
+        let h = try await Harness { $0.maxDeadline = .seconds(5) }
+        defer { Task { await h.stop() } }
+        let accounts = Accounts_V1_AccountsClient(h.client)
+        func remaining(_ timeout: Duration?) async throws -> Int {
+            let r = try await accounts.getMyProfile(Accounts_V1_GetMyProfileRequest(),
+                                                    options: CallOptions(timeout: timeout, metadata: h.bearer(h.keys.token())))
+            return Int(r.user.displayName.split(separator: ":")[1])!
+        }
+        let two = try await remaining(.seconds(2))
+        #expect(two > 1000 && two <= 2000, "\(two)")
+        let capped = try await remaining(.seconds(60))
+        #expect(capped > 4000 && capped <= 5000, "\(capped)")
+        let none = try await remaining(nil)
+        #expect(none > 4000 && none <= 5000, "\(none)")
+
+        // A slow upstream ends at the client's deadline, promptly.
+        var req = Accounts_V1_LogInRequest()
+        req.password = "slow"
+        let start = ContinuousClock.now
+        do {
+            _ = try await accounts.logIn(req, options: CallOptions(timeout: .milliseconds(300)))
+            Issue.record("no deadline")
+        } catch let e as RPCError {
+            #expect(e.code == .deadlineExceeded)
+        }
+        #expect(ContinuousClock.now - start < .seconds(2))
+    }
+
+    @Test func serverStreamingPassesThroughLive() async throws {
+        let h = try await Harness()
+        defer { Task { await h.stop() } }
+        let social = Social_V1_SocialClient(h.client)
+        var req = Social_V1_SubscribeNotificationsRequest()
+        req.afterNotificationId = "3"  // the fake sends three, then ends
+        let (events, headers, trailers) = try await social.subscribeNotifications(
+            req, options: CallOptions(metadata: h.bearer(h.keys.token()))) { stream in
+            var got: [Social_V1_SubscribeNotificationsResponse] = []
+            for try await m in stream.messages { got.append(m) }
+            return (got, try await stream.initialMetadata(), await stream.trailers())
+        }
+        #expect(events.count == 4)
+        if case .started(let s)? = events.first?.event { #expect(s.unreadCount == 3) } else { Issue.record("no started") }
+        #expect(events.dropFirst().map { e -> String in
+            if case .notification(let n)? = e.event { return n.notificationId } else { return "" }
+        } == ["n-0", "n-1", "n-2"])
+        #expect(headers["x-stream"] == "live")
+        #expect(trailers["x-sent"] == "3")
+
+        // Without a token the stream is refused before the upstream sees it.
+        do {
+            try await social.subscribeNotifications(Social_V1_SubscribeNotificationsRequest()) { s in
+                for try await _ in s.messages {}
+            }
+            Issue.record("no error")
+        } catch let e as RPCError { #expect(e.code == .unauthenticated) }
+    }
+
+    @Test func cancellingAStreamCancelsTheUpstream() async throws {
+        let h = try await Harness()
+        defer { Task { await h.stop() } }
+        let social = Social_V1_SocialClient(h.client)
+        let token = h.keys.token()
+        do {
+            try await social.subscribeNotifications(Social_V1_SubscribeNotificationsRequest(),
+                                                    options: CallOptions(metadata: h.bearer(token))) { stream in
+                var n = 0
+                for try await _ in stream.messages {
+                    n += 1
+                    if n == 3 { throw CancellationError() }
+                }
+            }
+        } catch {}
+        #expect(try await eventually { h.recorder.notes.contains { $0.hasPrefix("subscription ended") } })
+        #expect(try await eventually { h.gateway.activeUpstreamCalls("social") == 0 })
+    }
+
+    @Test func bidirectionalStreamsAreLiveBothWays() async throws {
+        let h = try await Harness()
+        defer { Task { await h.stop() } }
+        let replies = try await h.client.bidirectionalStreaming(Fake.chat, as: Bytes.self,
+                                                                options: CallOptions(metadata: Metadata([("x-custom", "c")]))) {
+            (writer: RequestWriter<Bytes>, responses: ClientStreamingResponse<Bytes>) in
+            var it = responses.messages.makeAsyncIterator()
+            var got: [String] = []
+            // One message at a time: each reply arrives before the next request is sent.
+            for word in ["a", "b", "c"] {
+                try await writer.write(Bytes(word))
+                got.append(try await it.next()?.text ?? "<end>")
+            }
+            try await responses.call.closeSend()
+            while let m = try await it.next() { got.append(m.text) }
+            return got
+        }
+        #expect(replies == ["echo:a", "echo:b", "echo:c"])
+        #expect(h.recorder.last(Fake.chat.path)?["x-custom"] == "c")
+
+        // An upstream error in the middle of a stream.
+        do {
+            _ = try await h.client.bidirectionalStreaming(Fake.chat, as: Bytes.self) {
+                (writer: RequestWriter<Bytes>, responses: ClientStreamingResponse<Bytes>) in
+                try await writer.write(Bytes("x"))
+                try await writer.write(Bytes("fail"))
+                for try await _ in responses.messages {}
+            }
+            Issue.record("no error")
+        } catch let e as RPCError {
+            #expect(e.code == .failedPrecondition)
+            #expect(e.message == "asked to fail")
+        }
+    }
+
+    @Test func clientStreamingAndLargeStreams() async throws {
+        let h = try await Harness()
+        defer { Task { await h.stop() } }
+        let r = try await h.client.clientStreaming(Fake.collect, as: Bytes.self) { (w: RequestWriter<Bytes>) in
+            for _ in 0..<200 { try await w.write(Bytes(String(repeating: "z", count: 10_000))) }
+        }
+        #expect(r.message.text == "200 messages, 2000000 bytes")
+
+        // 32 MiB through the gateway, read slowly at first: flow control holds the upstream back
+        // and every message arrives, in order.
+        let count = try await h.client.serverStreaming(Fake.expand, Bytes("512:65536"), as: Bytes.self) { stream in
+            var n = 0
+            for try await m in stream.messages {
+                if n < 3 { try await Task.sleep(for: .milliseconds(100)) }
+                #expect(m.data.count == 65536 && m.data.first == UInt8(ascii: "0") + UInt8(n % 10))
+                n += 1
+            }
+            return n
+        }
+        #expect(count == 512)
+    }
+
+    @Test func aDownUpstreamIsUnavailableQuickly() async throws {
+        let h = try await Harness()
+        defer { Task { await h.stop() } }
+        let social = Social_V1_SocialClient(h.client)
+        let md = h.bearer(h.keys.token())
+        _ = try await social.getNotificationSettings(Social_V1_GetNotificationSettingsRequest(), options: CallOptions(metadata: md))
+        await h.social.stop()
+        for _ in 0..<3 {
+            let start = ContinuousClock.now
+            do {
+                _ = try await social.getNotificationSettings(Social_V1_GetNotificationSettingsRequest(), options: CallOptions(metadata: md))
+                Issue.record("no error")
+            } catch let e as RPCError {
+                #expect(e.code == .unavailable, "\(e)")
+            }
+            #expect(ContinuousClock.now - start < .seconds(2))
+        }
+        // Other upstreams are unaffected.
+        var req = Accounts_V1_LogInRequest()
+        req.username = "ada"
+        _ = try await Accounts_V1_AccountsClient(h.client).logIn(req)
+    }
+
+    @Test func rateLimitsPerAddressAndPerUser() async throws {
+        let h = try await Harness { c in
+            c.addressRate = 0.5
+            c.addressBurst = 4
+        }
+        defer { Task { await h.stop() } }
+        let accounts = Accounts_V1_AccountsClient(h.client)
+        var codes: [StatusCode] = []
+        for _ in 0..<6 {
+            do {
+                _ = try await accounts.logIn(Accounts_V1_LogInRequest())
+                codes.append(.ok)
+            } catch let e as RPCError {
+                codes.append(e.code)
+                if e.code == .resourceExhausted {
+                    let status = try Google_Rpc_Status(serializedBytes: try #require(e.trailers.binary("grpc-status-details-bin")))
+                    #expect(status.details.first?.typeUrl == "type.googleapis.com/google.rpc.RetryInfo")
+                    #expect(e.trailers["retry-after"] != nil)
+                }
+            }
+        }
+        #expect(codes == [.ok, .ok, .ok, .ok, .resourceExhausted, .resourceExhausted])
+
+        let u = try await Harness { c in
+            c.userRate = 0.5
+            c.userBurst = 2
+        }
+        defer { Task { await u.stop() } }
+        let profile = Accounts_V1_AccountsClient(u.client)
+        func call(_ user: String) async -> StatusCode {
+            do {
+                _ = try await profile.getMyProfile(Accounts_V1_GetMyProfileRequest(),
+                                                   options: CallOptions(metadata: u.bearer(u.keys.token(user: user))))
+                return .ok
+            } catch let e as RPCError { return e.code } catch { return .unknown }
+        }
+        #expect(await call("a") == .ok)
+        #expect(await call("a") == .ok)
+        #expect(await call("a") == .resourceExhausted)
+        #expect(await call("b") == .ok, "buckets are per user")
+    }
+
+    @Test func oversizedRequestsAreRefused() async throws {
+        let h = try await Harness { $0.maxRequestBytes = 64 * 1024 }
+        defer { Task { await h.stop() } }
+        var req = Accounts_V1_LogInRequest()
+        req.password = String(repeating: "p", count: 100_000)
+        do {
+            _ = try await Accounts_V1_AccountsClient(h.client).logIn(req)
+            Issue.record("no error")
+        } catch let e as RPCError {
+            #expect(e.code == .resourceExhausted)
+        }
+        #expect(h.recorder.count(Accounts_V1_AccountsMethods.logIn.path) == 0)
+    }
+
+    @Test func newSigningKeysAreFetchedWhenATokenNamesThem() async throws {
+        let h = try await Harness { $0.keyRefreshInterval = .milliseconds(100) }
+        defer { Task { await h.stop() } }
+        let accounts = Accounts_V1_AccountsClient(h.client)
+        _ = try await accounts.getMyProfile(Accounts_V1_GetMyProfileRequest(), options: CallOptions(metadata: h.bearer(h.keys.token())))
+        let fetches = h.recorder.count(Accounts_V1_AccountsMethods.getSigningKeys.path)
+        #expect(fetches == 1)
+        // accounts rotates: a token signed with the new key works once the gateway refetches.
+        let rotated = TestKeys(keyID: "k2")
+        h.keyStore.add("k2", rotated.pair.publicKey)
+        try await Task.sleep(for: .milliseconds(150))
+        let r = try await accounts.getMyProfile(Accounts_V1_GetMyProfileRequest(),
+                                                options: CallOptions(metadata: h.bearer(rotated.token(user: "u-new"))))
+        #expect(r.user.userId == "u-new")
+        #expect(h.recorder.count(Accounts_V1_AccountsMethods.getSigningKeys.path) == 2)
+    }
+}
