@@ -158,10 +158,15 @@ public struct Accounts_V1_UserDeleted: Sendable, Equatable {
     fileprivate var _deletedAt: Google_Protobuf_Timestamp? = nil
 }
 
-/// The payload signed into an access token. Token string (ASCII, no padding anywhere):
-///   "v1." + base64url(serialized AccessTokenClaims) + "." + base64url(Ed25519 signature)
-/// where the signature covers the ASCII bytes before the last '.'. Verifiers look key_id up in
-/// GetSigningKeys, check the signature, then that issued_at <= now < expires_at (30 s leeway).
+/// What an access token says, documented as a message (tokens do not carry this protobuf). The
+/// token is a JWT (RFC 7519) signed with Ed25519 (JWS `alg: EdDSA`, RFC 8037), ASCII, unpadded
+/// base64url segments:
+///   base64url({"alg":"EdDSA","typ":"JWT","kid":<key_id>})
+///   "." base64url({"sub":<user_id>,"sid":<session_id>,"iat":<issued_at, Unix s>,
+///                  "exp":<expires_at, Unix s>,"kind":"user"|"guest"})
+///   "." base64url(Ed25519 signature of the two segments joined by ".")
+/// `kind` "guest" is `guest = true`. Verifiers look `kid` up in GetSigningKeys, check the
+/// signature, then that iat <= now < exp (a few seconds of leeway); standard JOSE libraries can.
 /// Clients treat the token as opaque and send it as `authorization: Bearer <token>`.
 public struct Accounts_V1_AccessTokenClaims: Sendable, Equatable {
     /// Id of the signing key (SigningKey.key_id).
@@ -946,7 +951,8 @@ public struct Accounts_V1_GetSigningKeysRequest: Sendable, Equatable {
 
 /// One public key that verifies access tokens.
 public struct Accounts_V1_SigningKey: Sendable, Equatable {
-    /// Key id, as in AccessTokenClaims.key_id (1..64 characters).
+    /// Key id, as in the token header's `kid` (AccessTokenClaims.key_id): the key's RFC 7638 JWK
+    /// thumbprint (SHA-256, base64url, 43 characters).
     public var keyId: String = ""
     /// Always SIGNING_ALGORITHM_ED25519 today.
     public var algorithm: Accounts_V1_SigningAlgorithm = .unspecified
@@ -2789,8 +2795,9 @@ public enum Accounts_V1_AccountsMethods {
         service: serviceName, method: "SearchUsers", kind: .unary, visibility: .publicAuthenticated,
         inputType: "accounts.v1.SearchUsersRequest", outputType: "accounts.v1.SearchUsersResponse")
     /// Sets the caller's avatar to an uploaded image (A UC15, B UC-25). The format is detected from
-    /// the magic bytes (PNG, JPEG, WebP); anything else → INVALID_ARGUMENT naming "image"; larger
-    /// than 1 MiB → INVALID_ARGUMENT naming "image".
+    /// the magic bytes (PNG, JPEG, WebP); anything else (or no bytes) → INVALID_ARGUMENT naming
+    /// "image"; larger than 1 MiB → RESOURCE_EXHAUSTED naming "image" (a request far over the limit
+    /// is refused by the transport, also RESOURCE_EXHAUSTED).
     public static let uploadAvatar = RPCCore.MethodDescriptor(
         service: serviceName, method: "UploadAvatar", kind: .unary, visibility: .publicAuthenticated,
         inputType: "accounts.v1.UploadAvatarRequest", outputType: "accounts.v1.UploadAvatarResponse")
@@ -2874,8 +2881,9 @@ public protocol Accounts_V1_AccountsService: RPCCore.RPCService {
     /// (case-insensitive), paginated.
     func searchUsers(request: Accounts_V1_SearchUsersRequest, context: RPCCore.ServerContext) async throws -> Accounts_V1_SearchUsersResponse
     /// Sets the caller's avatar to an uploaded image (A UC15, B UC-25). The format is detected from
-    /// the magic bytes (PNG, JPEG, WebP); anything else → INVALID_ARGUMENT naming "image"; larger
-    /// than 1 MiB → INVALID_ARGUMENT naming "image".
+    /// the magic bytes (PNG, JPEG, WebP); anything else (or no bytes) → INVALID_ARGUMENT naming
+    /// "image"; larger than 1 MiB → RESOURCE_EXHAUSTED naming "image" (a request far over the limit
+    /// is refused by the transport, also RESOURCE_EXHAUSTED).
     func uploadAvatar(request: Accounts_V1_UploadAvatarRequest, context: RPCCore.ServerContext) async throws -> Accounts_V1_UploadAvatarResponse
     /// Sets the caller's avatar to one of the built-in game avatars (E 5.1). Unknown id →
     /// INVALID_ARGUMENT naming "builtin_avatar_id".
@@ -3065,8 +3073,9 @@ public struct Accounts_V1_AccountsClient: Sendable {
     }
 
     /// Sets the caller's avatar to an uploaded image (A UC15, B UC-25). The format is detected from
-    /// the magic bytes (PNG, JPEG, WebP); anything else → INVALID_ARGUMENT naming "image"; larger
-    /// than 1 MiB → INVALID_ARGUMENT naming "image".
+    /// the magic bytes (PNG, JPEG, WebP); anything else (or no bytes) → INVALID_ARGUMENT naming
+    /// "image"; larger than 1 MiB → RESOURCE_EXHAUSTED naming "image" (a request far over the limit
+    /// is refused by the transport, also RESOURCE_EXHAUSTED).
     public func uploadAvatar(_ request: Accounts_V1_UploadAvatarRequest, options: RPCCore.CallOptions = .defaults) async throws -> Accounts_V1_UploadAvatarResponse {
         try await client.unary(Accounts_V1_AccountsMethods.uploadAvatar, request, as: Accounts_V1_UploadAvatarResponse.self, options: options).message
     }

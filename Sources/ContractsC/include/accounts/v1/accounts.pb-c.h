@@ -174,10 +174,15 @@ struct  Accounts__V1__UserDeleted
 
 
 /*
- * The payload signed into an access token. Token string (ASCII, no padding anywhere):
- *   "v1." + base64url(serialized AccessTokenClaims) + "." + base64url(Ed25519 signature)
- * where the signature covers the ASCII bytes before the last '.'. Verifiers look key_id up in
- * GetSigningKeys, check the signature, then that issued_at <= now < expires_at (30 s leeway).
+ * What an access token says, documented as a message (tokens do not carry this protobuf). The
+ * token is a JWT (RFC 7519) signed with Ed25519 (JWS `alg: EdDSA`, RFC 8037), ASCII, unpadded
+ * base64url segments:
+ *   base64url({"alg":"EdDSA","typ":"JWT","kid":<key_id>})
+ *   "." base64url({"sub":<user_id>,"sid":<session_id>,"iat":<issued_at, Unix s>,
+ *                  "exp":<expires_at, Unix s>,"kind":"user"|"guest"})
+ *   "." base64url(Ed25519 signature of the two segments joined by ".")
+ * `kind` "guest" is `guest = true`. Verifiers look `kid` up in GetSigningKeys, check the
+ * signature, then that iat <= now < exp (a few seconds of leeway); standard JOSE libraries can.
  * Clients treat the token as opaque and send it as `authorization: Bearer <token>`.
  */
 struct  Accounts__V1__AccessTokenClaims
@@ -1163,7 +1168,8 @@ struct  Accounts__V1__SigningKey
 {
   ProtobufCMessage base;
   /*
-   * Key id, as in AccessTokenClaims.key_id (1..64 characters).
+   * Key id, as in the token header's `kid` (AccessTokenClaims.key_id): the key's RFC 7638 JWK
+   * thumbprint (SHA-256, base64url, 43 characters).
    */
   char *key_id;
   /*
