@@ -177,8 +177,15 @@ public final class AccountsCore: Sendable {
                 let keys = self.keys, maxAge = configuration.signingKeyMaxAge
                 try await MailIO.run { try keys.maintain(maxAge: maxAge) }
                 let now = Clock.nowMilliseconds()
+                let idle = configuration.refreshTokenLifetime.milliseconds
                 try await database.write { tx in
+                    // A session whose latest refresh token expired is over; its rows go a month later.
+                    try tx.execute("UPDATE sessions SET revoked_at = ?, revoke_reason = 'expired' WHERE revoked_at IS NULL AND refreshed_at < ?",
+                                   now, now - idle)
                     try tx.execute("DELETE FROM refresh_tokens WHERE expires_at < ?", now)
+                    try tx.execute(
+                        "DELETE FROM sessions WHERE revoked_at < ? AND NOT EXISTS (SELECT 1 FROM refresh_tokens r WHERE r.session_id = sessions.id)",
+                        now - 31 * 24 * 3600 * 1000)
                     try tx.execute("DELETE FROM password_resets WHERE expires_at < ?", now - 24 * 3600 * 1000)
                     try tx.purgeDeliveredOutbox(deliveredBefore: Date(timeIntervalSinceNow: -7 * 24 * 3600))
                 }
