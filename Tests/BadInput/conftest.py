@@ -84,7 +84,7 @@ def server(request):
     if cmd:
         argv = shlex.split(cmd.replace("{port}", str(port)))
     else:
-        binary = os.path.join(ROOT, ".build", "release", "interop-server")
+        binary = os.environ.get("INTEROP_SERVER") or os.path.join(ROOT, ".build", "release", "interop-server")
         if not os.access(binary, os.X_OK):
             pytest.fail(f"{binary} not built (swift build -c release --product interop-server), and no --port given")
         argv = [binary, "--host", "127.0.0.1", "--port", str(port)]
