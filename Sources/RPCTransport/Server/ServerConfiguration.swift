@@ -7,7 +7,8 @@ public struct ServerConfiguration: Sendable {
     public var port: Int
     /// When set, the listener speaks TLS 1.2/1.3 (ALPN `h2`); otherwise h2c with prior knowledge.
     public var tls: TLSConfiguration?
-    /// Sent in SETTINGS; nghttp2 refuses streams past it with REFUSED_STREAM.
+    /// Sent in SETTINGS. Streams past it are refused by nghttp2: REFUSED_STREAM before the client
+    /// acknowledged the SETTINGS, a connection error (GOAWAY PROTOCOL_ERROR) after.
     public var maxConcurrentStreams: Int = 100
     /// Counted in the header callback (RFC 7541 size: name + value + 32 per field).
     public var maxHeaderListSize: Int = 16 * 1024
