@@ -81,6 +81,32 @@ func withEchoServer<R>(_ configure: (inout ServerConfiguration) -> Void = { _ in
         }
     }
 
+    @Test func messagesLargerThanTheFlowControlWindowArriveBothWays() async throws {
+        // 3 MiB messages through 1 MiB stream windows: a partial message must release its bytes
+        // as they arrive, or neither side could ever complete one.
+        try await withEchoServer { _, client in
+            let big = Bytes((0..<(3 * 1024 * 1024)).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+            let r = try await client.unary(EchoService.unaryMethod, big, as: Bytes.self, options: CallOptions(timeout: .seconds(30)))
+            #expect(r.message == big)
+            let total = try await client.clientStreaming(EchoService.clientStreamMethod, as: Bytes.self,
+                                                         options: CallOptions(timeout: .seconds(30))) { w in
+                for _ in 0..<3 { try await w.write(big) }
+            }
+            #expect(total.message.text == "\(3 * big.data.count)")
+            let echoed = try await client.bidirectionalStreaming(EchoService.bidiMethod, as: Bytes.self,
+                                                                 options: CallOptions(timeout: .seconds(30))) { (w: RequestWriter<Bytes>, responses) in
+                var it = responses.messages.makeAsyncIterator()
+                var n = 0
+                for _ in 0..<2 {
+                    try await w.write(big)
+                    if let m = try await it.next(), m == big { n += 1 }
+                }
+                return n
+            }
+            #expect(echoed == 2)
+        }
+    }
+
     @Test func errorsCarryStatusMessageAndTrailers() async throws {
         try await withEchoServer { _, client in
             let message = "bad\tfield\r\nnon-BMP 😀 and 100%"
@@ -208,11 +234,14 @@ func withEchoServer<R>(_ configure: (inout ServerConfiguration) -> Void = { _ in
         let server = RPCServer(configuration: config, services: [EchoService()])
         let port = try await server.start()
         let channel = RPCChannel(host: "127.0.0.1", port: port)
-        let inflight = Task { try await channel.client.unary(EchoService.sleepMethod, Bytes("1"), as: Bytes.self) }
-        try await Task.sleep(for: .milliseconds(200))
+        let tag = "1#graceful-\(port)"
+        let inflight = Task { try await channel.client.unary(EchoService.sleepMethod, Bytes(tag), as: Bytes.self) }
+        // Shut down only once the handler runs: a call the server never received would rightly be
+        // refused by the GOAWAY.
+        while !sleepsStarted.withLock({ $0.contains(tag) }) { try await Task.sleep(for: .milliseconds(10)) }
         await server.shutdownGracefully()
         let r = try await inflight.value
-        #expect(r.message.text == "1")
+        #expect(r.message.text == tag)
         await channel.close()
     }
 }

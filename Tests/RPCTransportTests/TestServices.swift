@@ -1,4 +1,9 @@
 import RPCCore
+import Synchronization
+
+/// Request texts of Sleep handlers that have started ("<seconds>#<tag>"), so a test can wait
+/// until its own call is really in flight.
+let sleepsStarted = Mutex<Set<String>>([])
 
 /// A message whose wire form is its bytes: lets transport tests run without generated code.
 struct Bytes: ProtoMessage {
@@ -49,7 +54,8 @@ struct EchoService: RPCService {
                 for try await r in reqs { try await out.write(r) }
             }),
             ServerMethod(Self.sleepMethod, .unary(Bytes.self, Bytes.self) { req, _ in
-                try await Task.sleep(for: .seconds(Int(req.text) ?? 10))
+                sleepsStarted.withLock { _ = $0.insert(req.text) }
+                try await Task.sleep(for: .seconds(Int(req.text.split(separator: "#").first ?? "") ?? 10))
                 return req
             }),
             ServerMethod(Self.failMethod, .unary(Bytes.self, Bytes.self) { req, ctx in

@@ -390,18 +390,20 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             return 0
         }
         do throws(MessageDeframer.Failure) {
-            try s.deframer.feed(UnsafeRawBufferPointer(start: data, count: len)) { frame in
+            let partial = try s.deframer.feed(UnsafeRawBufferPointer(start: data, count: len)) { frame, deferred in
                 var payload = frame.payload
                 if frame.compressed {
                     guard s.encoding == "gzip", let inflated = try? Gzip.decompress(payload, limit: configuration.maxReceiveMessageSize) else {
-                        nghttp2_session_consume(session, id, frame.wireSize)
+                        nghttp2_session_consume(session, id, deferred)
                         cancel(id, status: RPCStatus(.internal, "compressed response message could not be decompressed (grpc-encoding '\(s.encoding ?? "")')"))
                         return
                     }
                     payload = inflated
                 }
-                s.call.responses.yield(.init(bytes: payload, compressed: frame.compressed, wireSize: frame.wireSize))
+                // The window for this message opens when the caller reads it.
+                s.call.responses.yield(.init(bytes: payload, compressed: frame.compressed, wireSize: deferred))
             }
+            if partial > 0 { nghttp2_session_consume(session, id, partial) }
         } catch {
             nghttp2_session_consume(session, id, len)
             switch error {

@@ -294,9 +294,14 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             return 0
         }
         do throws(MessageDeframer.Failure) {
-            try stream.deframer.feed(UnsafeRawBufferPointer(start: data, count: len)) { frame in
-                receivedMessage(stream, frame)
+            let streaming = stream.target?.handler.kind.clientStreams ?? false
+            let partial = try stream.deframer.feed(UnsafeRawBufferPointer(start: data, count: len)) { frame, deferred in
+                // Single-message calls release every byte at once (the message is capped by
+                // maxReceiveMessageSize); streaming calls hold a message's bytes until it is read.
+                if !streaming { nghttp2_session_consume(session, streamID, deferred) }
+                receivedMessage(stream, frame, deferred: streaming ? deferred : 0)
             }
+            if partial > 0 { nghttp2_session_consume(session, streamID, partial) }
         } catch {
             nghttp2_session_consume(session, streamID, len)
             switch error {
@@ -386,30 +391,31 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         flush()
     }
 
-    private func receivedMessage(_ stream: ServerStream, _ frame: MessageDeframer.Frame) {
+    /// `deferred`: bytes of this message still holding the flow-control window (released when the
+    /// handler reads it, or here if the message is rejected).
+    private func receivedMessage(_ stream: ServerStream, _ frame: MessageDeframer.Frame, deferred: Int) {
         guard let target = stream.target, let session else { return }
         var payload = frame.payload
         if frame.compressed {
             guard stream.encoding == "gzip" else {
-                nghttp2_session_consume(session, stream.id, frame.wireSize)
+                nghttp2_session_consume(session, stream.id, deferred)
                 return fail(stream, RPCError(.internal, "compressed message received but the request has no grpc-encoding"))
             }
             do {
                 payload = try Gzip.decompress(payload, limit: shared.configuration.maxReceiveMessageSize)
             } catch is Gzip.TooLarge {
-                nghttp2_session_consume(session, stream.id, frame.wireSize)
+                nghttp2_session_consume(session, stream.id, deferred)
                 return fail(stream, RPCError(.resourceExhausted, "decompressed request message exceeds the limit of \(shared.configuration.maxReceiveMessageSize) bytes"))
             } catch {
-                nghttp2_session_consume(session, stream.id, frame.wireSize)
+                nghttp2_session_consume(session, stream.id, deferred)
                 return fail(stream, RPCError(.internal, "request message is not valid gzip"))
             }
         }
-        let message = RawMessageStream.InboundMessage(bytes: payload, compressed: frame.compressed, wireSize: frame.wireSize)
+        let message = RawMessageStream.InboundMessage(bytes: payload, compressed: frame.compressed, wireSize: deferred)
         if target.handler.kind.clientStreams {
             // Window opens when the handler reads the message (RawMessageStream.onConsumed).
             stream.requestStream?.yield(message)
         } else {
-            nghttp2_session_consume(session, stream.id, frame.wireSize)
             stream.messageCount += 1
             if stream.messageCount > 1 {
                 return fail(stream, RPCError(.unimplemented, "\(target.descriptor.path) takes exactly one request message, got more"))

@@ -24,6 +24,25 @@ struct MessageDeframer {
 
     /// True when bytes of an unfinished message are buffered (a truncated message at end of stream).
     var hasPartialMessage: Bool { prefixCount > 0 }
+    /// Bytes of the unfinished message received so far (prefix included).
+    var partialCount: Int { prefixCount + payload.count }
+
+    /// Feeds a DATA chunk and splits its bytes for flow control: each completed frame comes with the
+    /// part of its bytes that arrived in *this* chunk (`deferred`); the chunk's other bytes belong to
+    /// a message still incomplete and are returned, to be released at once. Releasing a partial
+    /// message's bytes immediately is what lets a message larger than the window arrive at all;
+    /// holding back only completed, unread messages is the backpressure.
+    mutating func feed(_ chunk: UnsafeRawBufferPointer, _ emit: (Frame, _ deferred: Int) -> Void) throws(Failure) -> Int {
+        var earlier = partialCount
+        var completed = 0
+        try feed(chunk) { frame in
+            let deferred = frame.wireSize - earlier
+            earlier = 0
+            completed += deferred
+            emit(frame, deferred)
+        }
+        return chunk.count - completed
+    }
 
     mutating func feed(_ chunk: UnsafeRawBufferPointer, _ emit: (Frame) -> Void) throws(Failure) {
         var i = 0
