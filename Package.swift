@@ -9,8 +9,8 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .executable(name: "interop-server", targets: ["interop-server"]),
-        .executable(name: "interop-client", targets: ["interop-client"]),
         .executable(name: "health-probe", targets: ["health-probe"]),
+        .executable(name: "interop-client", targets: ["interop-client"]),
         .executable(name: "protoc-gen-swiftpbc", targets: ["protoc-gen-swiftpbc"]),
         .executable(name: "accounts-service", targets: ["accounts-service"]),
         .executable(name: "gateway", targets: ["gateway"]),
@@ -203,7 +203,7 @@ let package = Package(
         .testTarget(
             name: "GatewayTests",
             dependencies: [
-                "Gateway", "ServiceKit", "Security", "Contracts", "GRPCContracts", "RPCCore", "RPCTransport",
+                "Gateway", "Accounts", "ServiceKit", "Security", "Contracts", "GRPCContracts", "RPCCore", "RPCTransport",
                 "RPCServices", "RPCTLS", "ProtobufTestContracts", .product(name: "Logging", package: "swift-log"),
             ]
         ),

@@ -23,6 +23,7 @@ public final class Gateway: Sendable {
     let server: RPCServer
     let ownGroup: MultiThreadedEventLoopGroup
     let logger: Logger
+    let sweeper = DeadlineSweeper()
     private let background = Mutex<Task<Void, Never>?>(nil)
 
     /// The descriptors the gateway routes and transcodes from: our contracts and the standard ones.
@@ -62,7 +63,10 @@ public final class Gateway: Sendable {
             channel.connectTimeout = configuration.upstreamConnectTimeout
             channel.maxBackoff = configuration.upstreamMaxBackoff
             channel.initialBackoff = .milliseconds(50)
-            channel.maxReceiveMessageSize = max(channel.maxReceiveMessageSize, configuration.maxRequestBytes)
+            // The transport opens a stream's receive window per complete message, so the window
+            // must hold the largest message (a 1 MiB avatar), on both sides of the gateway.
+            channel.maxReceiveMessageSize = configuration.maxResponseBytes
+            channel.initialWindowSize = max(channel.initialWindowSize, configuration.maxResponseBytes + 64 * 1024)
             pools[u.name] = UpstreamPool(name: u.name, configuration: channel, fallbackLoop: ownGroup.next(),
                                          streamsPerConnection: configuration.streamsPerUpstreamConnection)
         }
@@ -79,7 +83,7 @@ public final class Gateway: Sendable {
             let upstream = route.upstream.isEmpty ? Self.upstreamName(ofService: service) : route.upstream
             guard let pool = pools[upstream] else { continue }
             let proxy = Proxy(pool: pool, serviceToken: configuration.serviceToken, maxDeadline: configuration.maxDeadline,
-                              maxStreamDeadline: configuration.maxStreamDeadline)
+                              maxStreamDeadline: configuration.maxStreamDeadline, sweeper: sweeper)
             services.append(ProxyService(serviceName: service, methods: methods.map { ServerMethod($0, proxy.handler(for: $0)) }))
             routes.append(contentsOf: methods)
             healthUpstreams[upstream, default: []].append(service)
@@ -111,6 +115,7 @@ public final class Gateway: Sendable {
         var config = ServerConfiguration(host: configuration.host, port: configuration.port, tls: configuration.tls)
         config.acceptHTTP1 = true
         config.maxReceiveMessageSize = configuration.maxRequestBytes
+        config.initialWindowSize = max(config.initialWindowSize, configuration.maxRequestBytes + 64 * 1024)
         config.maxConcurrentStreams = configuration.maxConcurrentStreams
         if let t = configuration.threads { config.threads = t }
         config.interceptors = [policy]
@@ -127,8 +132,18 @@ public final class Gateway: Sendable {
     public func start() async throws -> Int {
         let port = try await server.start()
         let health = self.health
+        let sweeper = self.sweeper
         let interval = configuration.healthInterval
-        background.withLock { $0 = Task { await health.run(interval: interval) } }
+        // Sweep often enough that a capped call ends within a tenth of the cap (at most 250 ms).
+        let sweepEvery = min(.milliseconds(250), min(configuration.maxDeadline, configuration.maxStreamDeadline) / 10)
+        background.withLock {
+            $0 = Task {
+                await withTaskGroup(of: Void.self) { group in
+                    group.addTask { await health.run(interval: interval) }
+                    group.addTask { await sweeper.run(interval: sweepEvery) }
+                }
+            }
+        }
         logger.info("gateway listening on \(configuration.host):\(port) (gRPC, Connect JSON; HTTP/2 and HTTP/1.1\(configuration.tls == nil ? "" : ", TLS"))")
         return port
     }

@@ -35,6 +35,7 @@ extension GatewayConfiguration {
             return n
         }
         if let n = try int("GATEWAY_MAX_REQUEST_BYTES") { c.maxRequestBytes = max(1024, n) }
+        if let n = try int("GATEWAY_MAX_RESPONSE_BYTES") { c.maxResponseBytes = max(1024, n) }
         if let n = try int("GATEWAY_MAX_CONCURRENT_STREAMS") { c.maxConcurrentStreams = max(1, n) }
         if let n = try int("GATEWAY_MAX_DEADLINE_MS") { c.maxDeadline = .milliseconds(max(1, n)) }
         if let n = try int("GATEWAY_MAX_STREAM_DEADLINE_MS") { c.maxStreamDeadline = .milliseconds(max(1, n)) }

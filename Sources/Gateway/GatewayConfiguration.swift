@@ -26,6 +26,8 @@ public struct GatewayConfiguration: Sendable {
 
     /// Largest request message (gRPC) or body (Connect): RESOURCE_EXHAUSTED / 413 past it.
     public var maxRequestBytes = 4 * 1024 * 1024
+    /// Largest response message accepted from an upstream (accounts serves 1 MiB avatars).
+    public var maxResponseBytes = 4 * 1024 * 1024
     /// Concurrent streams per client connection (HTTP/2 SETTINGS).
     public var maxConcurrentStreams = 100
     /// Deadline cap for unary and client-streaming calls, also their deadline when none is set.

@@ -265,6 +265,7 @@ final class FakeUpstream: Sendable {
     init(services: [any RPCService], keys: KeyStore, port: Int = 0) async throws {
         var config = ServerConfiguration(host: "127.0.0.1", port: port)
         config.threads = 1
+        config.initialWindowSize = 8 << 20
         config.interceptors = [AuthInterceptor(keys: StaticSigningKeys { Dictionary(keys.all, uniquingKeysWith: { a, _ in a }) },
                                                serviceToken: Fake.serviceToken)]
         let (_, all) = StandardServices.make(for: services, descriptors: ContractsDescriptors.descriptorSet)

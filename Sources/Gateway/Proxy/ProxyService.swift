@@ -20,6 +20,8 @@ struct Proxy: Sendable {
     let maxDeadline: Duration
     /// Cap for server-streaming and bidirectional calls (subscriptions live long).
     let maxStreamDeadline: Duration
+    /// Ends calls without a client deadline once they reach the cap.
+    let sweeper: DeadlineSweeper
 
     func handler(for method: MethodDescriptor) -> RawHandler {
         switch method.kind {
@@ -32,16 +34,32 @@ struct Proxy: Sendable {
         }
     }
 
+    /// The upstream call's options: the client's metadata (filtered) and deadline (capped). A
+    /// call without a client deadline goes up without one and is capped by the sweeper.
     func options(_ context: ServerContext, streaming: Bool) throws -> CallOptions {
-        let cap = streaming ? maxStreamDeadline : maxDeadline
-        var timeout = cap
+        var timeout: Duration? = nil
         if let remaining = context.timeRemaining {
             guard remaining > .zero else { throw RPCError.deadlineExceeded() }
-            timeout = min(remaining, cap)
+            timeout = min(remaining, streaming ? maxStreamDeadline : maxDeadline)
         }
         let metadata = HeaderPolicy.upstreamMetadata(context.requestMetadata, clientAddress: HeaderPolicy.host(ofPeer: context.peer),
                                                      serviceToken: serviceToken)
         return CallOptions(timeout: timeout, metadata: metadata)
+    }
+
+    /// Starts the upstream call, watched by the sweeper when it has no deadline of its own.
+    func start(_ method: MethodDescriptor, _ lease: PooledChannel, _ options: CallOptions,
+               streaming: Bool) async throws -> (any RawClientCall, DeadlineSweeper.Watch?) {
+        let call = try await lease.channel.startCall(method, options: options)
+        if options.timeout != nil { return (call, nil) }
+        return (call, sweeper.watch(call, for: streaming ? maxStreamDeadline : maxDeadline))
+    }
+
+    func failure(_ error: any Error, _ call: any RawClientCall, _ watch: DeadlineSweeper.Watch?) async -> any Error {
+        if let watch, watch.isExpired {
+            return RPCError.deadlineExceeded("the call reached the gateway's deadline limit")
+        }
+        return await Self.failure(error, call)
     }
 
     /// The upstream's status as the error the gateway answers with (details kept).
@@ -71,25 +89,30 @@ struct Proxy: Sendable {
         let options = try options(context, streaming: false)
         let lease = pool.acquire()
         defer { pool.release(lease) }
-        let call = try await lease.channel.startCall(method, options: options)
+        let (call, watch) = try await start(method, lease, options, streaming: false)
+        defer { if let watch { sweeper.unwatch(watch) } }
         return try await withTaskCancellationHandler {
             do {
                 try await call.send(request, compress: false)
                 try await call.closeSend()
-                context.initialMetadata = try await call.initialMetadata()
+                // Wait for the response before the request goes out (it is flushed after this
+                // task yields), so the reply is handed over, and its flow-control credit
+                // returned, the moment it arrives: a message still buffered when the stream
+                // closes would never give its bytes back to the connection's window.
                 var response: [UInt8]? = nil
                 var count = 0
-                for try await m in call.responses {
+                while let m = try await call.responses.next() {
                     if response == nil { response = m.bytes }
                     count += 1
                 }
+                context.initialMetadata = try await call.initialMetadata()
                 try await Self.finish(call, context)
                 guard count == 1, let response else {
                     throw RPCError(.internal, "\(method.path): upstream sent \(count) response messages to a unary call")
                 }
                 return response
             } catch {
-                throw await Self.failure(error, call)
+                throw await failure(error, call, watch)
             }
         } onCancel: { call.cancel() }
     }
@@ -99,24 +122,27 @@ struct Proxy: Sendable {
         let options = try options(context, streaming: true)
         let lease = pool.acquire()
         defer { pool.release(lease) }
-        let call = try await lease.channel.startCall(method, options: options)
+        let (call, watch) = try await start(method, lease, options, streaming: true)
+        defer { if let watch { sweeper.unwatch(watch) } }
         try await withTaskCancellationHandler {
             do {
                 try await call.send(request, compress: false)
                 try await call.closeSend()
                 try await relayResponses(call, sink, context)
             } catch {
-                throw await Self.failure(error, call)
+                throw await failure(error, call, watch)
             }
         } onCancel: { call.cancel() }
     }
 
     func streaming(_ method: MethodDescriptor, _ requests: RawMessageStream, _ sink: any ServerResponseSink,
                    _ context: ServerContext) async throws {
-        let options = try options(context, streaming: method.kind == .bidirectionalStreaming)
+        let streaming = method.kind == .bidirectionalStreaming
+        let options = try options(context, streaming: streaming)
         let lease = pool.acquire()
         defer { pool.release(lease) }
-        let call = try await lease.channel.startCall(method, options: options)
+        let (call, watch) = try await start(method, lease, options, streaming: streaming)
+        defer { if let watch { sweeper.unwatch(watch) } }
         try await withTaskCancellationHandler {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { await Self.pumpRequests(requests, into: call) }
@@ -124,7 +150,7 @@ struct Proxy: Sendable {
                     try await relayResponses(call, sink, context)
                 } catch {
                     group.cancelAll()
-                    throw await Self.failure(error, call)
+                    throw await failure(error, call, watch)
                 }
                 // The upstream has answered: stop reading the client's requests.
                 group.cancelAll()
