@@ -153,27 +153,11 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     func flush() {
         flushScheduled = false
         guard let context, let session, !inCallback else { return }
-        var buffer: ByteBuffer?
-        var wrote = false
-        while context.channel.isWritable {
-            var ptr: UnsafePointer<UInt8>?
-            let n = nghttp2_session_mem_send(session, &ptr)
-            if n < 0 {
-                teardown(RPCError(.unavailable, "HTTP/2 send error: \(String(cString: nghttp2_strerror(Int32(n))))"))
-                context.close(promise: nil)
-                return
-            }
-            if n == 0 { break }
-            if buffer == nil { buffer = context.channel.allocator.buffer(capacity: max(n, 16384)) }
-            buffer!.writeBytes(UnsafeRawBufferPointer(start: ptr, count: n))
-            if buffer!.readableBytes >= 65536 {
-                context.write(wrapOutboundOut(buffer!), promise: nil)
-                buffer = nil
-                wrote = true
-            }
+        if let error = drainSessionOutput(session, into: context) {
+            teardown(RPCError(.unavailable, "HTTP/2 send error: \(String(cString: nghttp2_strerror(error)))"))
+            context.close(promise: nil)
+            return
         }
-        if let buffer { context.write(wrapOutboundOut(buffer), promise: nil); wrote = true }
-        if wrote { context.flush() }
         if nghttp2_session_want_read(session) == 0 && nghttp2_session_want_write(session) == 0 {
             context.close(promise: nil)
         }
