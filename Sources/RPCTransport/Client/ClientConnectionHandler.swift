@@ -12,6 +12,9 @@ final class ClientStreamState {
     /// The request headers said `grpc-encoding: gzip`; only then may a message be compressed.
     var mayCompress = false
     var dataDeferred = false
+    /// Bytes of delivered-but-unread response messages still holding the flow-control window;
+    /// returned to the connection when the stream closes, whatever the reader does later.
+    var heldBytes = 0
     var sendWaiters: [CheckedContinuation<Void, any Error>] = []
 
     var responseStatus = 0
@@ -236,9 +239,20 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     }
 
     func consumed(_ id: Int32, _ bytes: Int) {
-        guard let session, streams[id] != nil else { return }
-        nghttp2_session_consume(session, id, bytes)
+        // A closed stream already gave its held bytes back (releaseHeld).
+        guard let session, let s = streams[id] else { return }
+        let n = min(bytes, s.heldBytes)
+        s.heldBytes -= n
+        if n > 0 { nghttp2_session_consume(session, id, n) }
         scheduleFlush()
+    }
+
+    /// Returns a closing stream's unread bytes to the connection window (nghttp2 updates only the
+    /// connection-level window for a stream it no longer tracks).
+    private func releaseHeld(_ s: ClientStreamState) {
+        guard let session, s.heldBytes > 0 else { return }
+        nghttp2_session_consume(session, s.id, s.heldBytes)
+        s.heldBytes = 0
     }
 
     func cancel(_ id: Int32, status: RPCStatus) {
@@ -333,6 +347,7 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
                     let message = s.grpcStatus != nil ? s.grpcMessage
                         : "unexpected HTTP status \(s.responseStatus) (content-type '\(s.contentType)')"
                     finishStream(s, status: RPCStatus(code, message), trailers: s.headers)
+                    releaseHeld(s)
                     streams[hd.stream_id] = nil
                     return 0
                 }
@@ -385,6 +400,7 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
                     payload = inflated
                 }
                 // The window for this message opens when the caller reads it.
+                s.heldBytes += deferred
                 s.call.responses.yield(.init(bytes: payload, compressed: frame.compressed, wireSize: deferred))
             }
             if partial > 0 { nghttp2_session_consume(session, id, partial) }
@@ -402,6 +418,7 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
 
     func onStreamClose(_ id: Int32, _ code: UInt32) -> Int32 {
         guard let s = streams.removeValue(forKey: id) else { return 0 }
+        releaseHeld(s)
         if !s.call.isFinished {
             let status: RPCStatus = switch code {
             case NGHTTP2_REFUSED_STREAM.rawValue: RPCStatus(.unavailable, "the server refused the stream (too many concurrent streams)")

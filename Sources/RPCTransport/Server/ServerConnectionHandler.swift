@@ -298,6 +298,11 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
 
     func onStreamClose(_ streamID: Int32, _ errorCode: UInt32) -> Int32 {
         guard let stream = streams.removeValue(forKey: streamID) else { return 0 }
+        if stream.heldBytes > 0, let session {
+            // Unread request bytes go back to the connection window (the stream is gone).
+            nghttp2_session_consume(session, streamID, stream.heldBytes)
+            stream.heldBytes = 0
+        }
         abandon(stream)
         return 0
     }
@@ -395,6 +400,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         let message = RawMessageStream.InboundMessage(bytes: payload, compressed: frame.compressed, wireSize: deferred)
         if target.handler.kind.clientStreams {
             // Window opens when the handler reads the message (RawMessageStream.onConsumed).
+            stream.heldBytes += deferred
             stream.requestStream?.yield(message)
         } else {
             stream.messageCount += 1
@@ -504,8 +510,11 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         let requests = RawMessageStream(onConsumed: { bytes in
             loop.runOnLoop {
                 let handler = bound.value
-                guard let session = handler.session, handler.streams[id] != nil else { return }
-                nghttp2_session_consume(session, id, bytes)
+                // A closed stream already gave its held bytes back (onStreamClose).
+                guard let session = handler.session, let s = handler.streams[id] else { return }
+                let n = min(bytes, s.heldBytes)
+                s.heldBytes -= n
+                if n > 0 { nghttp2_session_consume(session, id, n) }
                 handler.scheduleFlush()
             }
         })

@@ -34,6 +34,9 @@ final class ServerStream {
     var messageCount = 0
     var requestStream: RawMessageStream?
     var inputClosed = false
+    /// Bytes of queued-but-unread request messages still holding the flow-control window;
+    /// returned to the connection when the stream closes.
+    var heldBytes = 0
 
     // The call.
     var context: ServerContext?
