@@ -41,9 +41,6 @@ public enum StatusCode: Int, Sendable, Hashable, CaseIterable, CustomStringConve
         }
     }
 
-    /// The Connect protocol's snake_case code name (`invalid_argument`).
-    public var connectName: String { name.lowercased() }
-
     public var description: String { name }
 
     /// Maps an HTTP status to a gRPC code, per gRPC's `http-grpc-status-mapping.md`,

@@ -83,13 +83,3 @@ struct MessageDeframer {
         }
     }
 }
-
-/// Writes one length-prefixed message.
-@inline(__always)
-func appendFramed(_ message: [UInt8], compressed: Bool, to out: inout [UInt8]) {
-    let n = message.count
-    out.append(compressed ? 1 : 0)
-    out.append(UInt8(truncatingIfNeeded: n >> 24)); out.append(UInt8(truncatingIfNeeded: n >> 16))
-    out.append(UInt8(truncatingIfNeeded: n >> 8)); out.append(UInt8(truncatingIfNeeded: n))
-    out.append(contentsOf: message)
-}
