@@ -180,7 +180,7 @@ let package = Package(
             path: "Tests/ProtobufTests/LeakCheck", swiftSettings: strict),
         .testTarget(
             name: "ProtobufTests",
-            dependencies: ["RPCCore", "RPCProtobuf", "GRPCContracts", "Contracts", "ProtobufTestContracts"],
+            dependencies: ["RPCCore", "RPCProtobuf", "GRPCContracts", "Contracts", "ProtobufTestContracts", "ContractTesting"],
             exclude: ["Fixtures", "LeakCheck", "Proto"]),
         .testTarget(name: "StorageTests", dependencies: ["Storage", "RPCCore", "storage-crash-helper"]),
         .testTarget(name: "SecurityTests", dependencies: ["Security"]),

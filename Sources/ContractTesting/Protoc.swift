@@ -30,39 +30,16 @@ public struct Protoc: Sendable {
     }
 
     /// Runs protoc with stdin from `input`; returns stdout, throws with stderr on a non-zero exit.
-    /// Standard streams go through temporary files so no pipe can fill up and block either side.
     public func run(_ arguments: [String], input: [UInt8]) async throws -> [UInt8] {
-        let fm = FileManager.default
-        let dir = fm.temporaryDirectory.appendingPathComponent("protoc-\(UUID().uuidString)")
-        try fm.createDirectory(at: dir, withIntermediateDirectories: true)
-        defer { try? fm.removeItem(at: dir) }
-        let inURL = dir.appendingPathComponent("in"), outURL = dir.appendingPathComponent("out")
-        let errURL = dir.appendingPathComponent("err")
-        try Data(input).write(to: inURL)
-        _ = fm.createFile(atPath: outURL.path, contents: nil)
-        _ = fm.createFile(atPath: errURL.path, contents: nil)
-        let stdin = try FileHandle(forReadingFrom: inURL)
-        let stdout = try FileHandle(forWritingTo: outURL)
-        let stderr = try FileHandle(forWritingTo: errURL)
-        defer { try? stdin.close(); try? stdout.close(); try? stderr.close() }
-
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = includePaths.map { "-I" + $0 } + arguments
-        process.standardInput = stdin
-        process.standardOutput = stdout
-        process.standardError = stderr
-        let status: Int32 = try await withCheckedThrowingContinuation { continuation in
-            process.terminationHandler = { p in continuation.resume(returning: p.terminationStatus) }
-            do { try process.run() } catch {
-                process.terminationHandler = nil
-                continuation.resume(throwing: ContractError("cannot run \(executable): \(error)"))
-            }
+        let result: (status: Int32, stdout: [UInt8], stderr: [UInt8])
+        do {
+            result = try await Subprocess.capture(executable, includePaths.map { "-I" + $0 } + arguments, input: input)
+        } catch {
+            throw ContractError("cannot run \(executable): \(error)")
         }
-        if status != 0 {
-            let err = String(decoding: (try? Data(contentsOf: errURL)) ?? Data(), as: UTF8.self)
-            throw ContractError("protoc \(arguments.joined(separator: " ")) failed (exit \(status)):\n\(err)")
+        guard result.status == 0 else {
+            throw ContractError("protoc \(arguments.joined(separator: " ")) failed (exit \(result.status)):\n\(String(decoding: result.stderr, as: UTF8.self))")
         }
-        return Array(try Data(contentsOf: outURL))
+        return result.stdout
     }
 }

@@ -1,3 +1,4 @@
+import ContractTesting
 import Foundation
 
 /// Runs the system `protoc` (the C++ reference implementation) to produce and read wire bytes,
@@ -18,27 +19,12 @@ enum Protoc {
     }
 
     static func run(_ arguments: [String], stdin: [UInt8]) throws -> [UInt8] {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/protoc")
-        process.arguments = includes.map { "-I" + $0 } + arguments
-        let input = Pipe(), output = Pipe(), error = Pipe()
-        process.standardInput = input
-        process.standardOutput = output
-        process.standardError = error
-        try process.run()
-        // Write and read concurrently: either side can fill a pipe buffer.
-        let writer = Thread {
-            input.fileHandleForWriting.write(Data(stdin))
-            try? input.fileHandleForWriting.close()
+        // posix_spawn, not Foundation.Process: concurrent Process.run() can crash on Linux.
+        let result = try Subprocess.captureSync("/usr/bin/protoc", includes.map { "-I" + $0 } + arguments, input: stdin)
+        guard result.status == 0 else {
+            throw Failure(description: "protoc \(arguments.joined(separator: " ")): \(String(decoding: result.stderr, as: UTF8.self))")
         }
-        writer.start()
-        let out = output.fileHandleForReading.readDataToEndOfFile()
-        let err = error.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else {
-            throw Failure(description: "protoc \(arguments.joined(separator: " ")): \(String(decoding: err, as: UTF8.self))")
-        }
-        return [UInt8](out)
+        return result.stdout
     }
 
     /// `protoc --encode`: text format → wire bytes.
