@@ -159,7 +159,7 @@ let package = Package(
         .executableTarget(
             name: "gateway",
             dependencies: [
-                "Gateway", "ServiceKit",
+                "Gateway", "ServiceKit", "RPCTransport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],

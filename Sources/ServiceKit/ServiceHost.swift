@@ -29,6 +29,7 @@ public enum ServiceHost {
         configure(&config)
         let (health, all) = StandardServices.make(for: services, descriptors: descriptors)
         let server = RPCServer(configuration: config, services: all, logger: logger)
+        ShutdownSignals.install()  // before "listening": a SIGTERM from then on exits gracefully
         let port = try await server.start()
         logger.info("\(settings.name) listening on \(settings.host):\(port) (data: \(settings.dataDir))")
         await withTaskGroup(of: Void.self) { group in

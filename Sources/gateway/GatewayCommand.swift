@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Gateway
 import Logging
+import RPCTransport
 import ServiceKit
 
 /// The gateway process: configuration and lifecycle only; everything else is in `Gateway`.
@@ -20,6 +21,7 @@ struct GatewayCommand: AsyncParsableCommand {
         let logger = Logger(label: "gateway")
         let config = try GatewayConfiguration.from(settings: settings, environment: environment)
         let gateway = try Gateway(configuration: config, logger: logger)
+        ShutdownSignals.install()  // before "listening": a SIGTERM from then on exits gracefully
         try await gateway.start()
         await gateway.runUntilSignalled()
     }

@@ -29,6 +29,7 @@ struct InteropServer: AsyncParsableCommand {
         }
         let (health, services) = StandardServices.make(for: [TestServiceImpl()], descriptors: GRPCContractsDescriptors.descriptorSet)
         let server = RPCServer(configuration: config, services: services, logger: logger)
+        ShutdownSignals.install()
         let bound = try await server.start()
         logger.info("interop-server listening on \(host):\(bound)")
         await server.runUntilSignalled(logger: logger) { health.markAllNotServing() }
