@@ -1,3 +1,5 @@
+import Synchronization
+
 /// A method implementation as the transport runs it: raw bytes in and out, shaped by call kind.
 /// Generated code builds these from a service's typed methods, so handlers never see bytes.
 ///
@@ -8,13 +10,40 @@ public enum RawHandler: Sendable {
     case serverStreaming(@Sendable (_ request: [UInt8], _ responses: any ServerResponseSink, _ context: ServerContext) async throws -> Void)
     case clientStreaming(@Sendable (_ requests: RawMessageStream, _ context: ServerContext) async throws -> [UInt8])
     case bidirectionalStreaming(@Sendable (_ requests: RawMessageStream, _ responses: any ServerResponseSink, _ context: ServerContext) async throws -> Void)
+    /// A unary handler that answers through a callback instead of returning from a task: for
+    /// handlers that only pass the call on (the gateway's relay). The transport calls it on the
+    /// connection's event loop, without starting a task when every interceptor decides at once;
+    /// it must not block, and must call `done` exactly once, from any thread. `cancellation`
+    /// fires when the call ends early (client cancelled, deadline passed).
+    case unaryForwarding(@Sendable (_ request: [UInt8], _ context: ServerContext, _ cancellation: CallCancellation,
+                                    _ done: @escaping @Sendable (Result<[UInt8], any Error>) -> Void) -> Void)
 
     public var kind: CallKind {
         switch self {
-        case .unary: .unary
+        case .unary, .unaryForwarding: .unary
         case .serverStreaming: .serverStreaming
         case .clientStreaming: .clientStreaming
         case .bidirectionalStreaming: .bidirectionalStreaming
+        }
+    }
+
+    /// A unary handler as an async function, whichever form it has (nil for streaming methods):
+    /// what callers outside the HTTP/2 transport use (the gateway's JSON front end).
+    public var asyncUnary: (@Sendable (_ request: [UInt8], _ context: ServerContext) async throws -> [UInt8])? {
+        switch self {
+        case .unary(let body):
+            return body
+        case .unaryForwarding(let body):
+            return { request, context in
+                let cancellation = CallCancellation()
+                return try await withTaskCancellationHandler {
+                    try await withCheckedThrowingContinuation { continuation in
+                        body(request, context, cancellation) { continuation.resume(with: $0) }
+                    }
+                } onCancel: { cancellation.cancel() }
+            }
+        default:
+            return nil
         }
     }
 
@@ -78,6 +107,44 @@ public protocol RPCService: Sendable {
 /// context (the caller's verified identity).
 public protocol ServerInterceptor: Sendable {
     func intercept(_ context: ServerContext) async throws
+    /// Decides without suspending when it can: true when the call may go on (same effects as
+    /// `intercept`), a thrown error to reject it, false when only `intercept` can decide (then
+    /// nothing was done yet). Lets the transport run `unaryForwarding` handlers without a task.
+    func interceptImmediately(_ context: ServerContext) throws -> Bool
+}
+
+extension ServerInterceptor {
+    public func interceptImmediately(_ context: ServerContext) throws -> Bool { false }
+}
+
+/// Cancels work a `unaryForwarding` handler started: the handler registers what to do, the
+/// transport fires it when the call ends early. Thread-safe; a handler registered after the
+/// cancellation runs at once.
+public final class CallCancellation: Sendable {
+    private enum State { case waiting((@Sendable () -> Void)?), cancelled }
+    private let state = Mutex<State>(.waiting(nil))
+
+    public init() {}
+
+    public func onCancel(_ handler: @escaping @Sendable () -> Void) {
+        let runNow = state.withLock { s -> Bool in
+            if case .cancelled = s { return true }
+            s = .waiting(handler)
+            return false
+        }
+        if runNow { handler() }
+    }
+
+    public func cancel() {
+        let handler = state.withLock { s -> (@Sendable () -> Void)? in
+            guard case .waiting(let h) = s else { return nil }
+            s = .cancelled
+            return h
+        }
+        handler?()
+    }
+
+    public var isCancelled: Bool { state.withLock { if case .cancelled = $0 { true } else { false } } }
 }
 
 /// Maps `:path` to methods. Built once at start; read-only afterwards, so lookups need no lock.

@@ -68,6 +68,18 @@ public final class AuthInterceptor: ServerInterceptor {
         }
     }
 
+    /// `verify` without suspending: nil when the token names a key not loaded yet (only `verify`
+    /// can fetch it).
+    public func verifyImmediately(_ token: String) throws -> CallerIdentity? {
+        do {
+            return try CallerIdentity(verifier.verify(token))
+        } catch .unknownKeyID {
+            return nil
+        } catch {
+            throw Self.describe(error)
+        }
+    }
+
     private func attachIdentity(_ token: String, _ context: ServerContext, required: Bool) async throws {
         context[key: ServerContext.identityKey] = try await verify(token)
     }

@@ -276,6 +276,22 @@ import Testing
         #expect(try await eventually { h.gateway.activeUpstreamCalls("social") == 0 })
     }
 
+    @Test func cancellingAUnaryCallCancelsTheUpstream() async throws {
+        let h = try await Harness()
+        defer { Task { await h.stop() } }
+        var req = Accounts_V1_LogInRequest()
+        req.password = "slow"  // the fake sleeps 5 s unless cancelled
+        let call = Task { try await Accounts_V1_AccountsClient(h.client).logIn(req) }
+        // Once the upstream runs the call (not merely when the gateway opened its stream).
+        #expect(try await eventually { h.recorder.count("/accounts.v1.Accounts/LogIn") == 1 })
+        let start = ContinuousClock.now
+        call.cancel()
+        await #expect(throws: (any Error).self) { _ = try await call.value }
+        #expect(try await eventually { h.recorder.notes.contains("login cancelled") })
+        #expect(ContinuousClock.now - start < .seconds(2))
+        #expect(try await eventually { h.gateway.activeUpstreamCalls("accounts") == 0 })
+    }
+
     @Test func bidirectionalStreamsAreLiveBothWays() async throws {
         let h = try await Harness()
         defer { Task { await h.stop() } }

@@ -106,7 +106,14 @@ enum Fake {
                     s.sessionId = "s-1"
                     s.accessToken = "token-for-\(req.username)"
                     r.session = s
-                    if req.password == "slow" { try await Task.sleep(for: .seconds(5)) }
+                    if req.password == "slow" {
+                        // Polls rather than one long Task.sleep: a sleep under the server's
+                        // event-loop executor does not wake when its task is cancelled.
+                        for _ in 0..<250 {
+                            if Task.isCancelled { recorder.note("login cancelled"); throw CancellationError() }
+                            try? await Task.sleep(for: .milliseconds(20))
+                        }
+                    }
                     return r
                 }),
                 ServerMethod(Accounts_V1_AccountsMethods.getMyProfile,

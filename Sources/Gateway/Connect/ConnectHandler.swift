@@ -39,7 +39,7 @@ struct ConnectHandler: HTTPHandler {
         case .failure(let e): return Self.error(e, status: 404)
         case .success(let m): method = m
         }
-        guard case .unary(let body) = method.handler else {
+        guard let body = method.handler.asyncUnary else {
             return Self.error(RPCError(.unimplemented, "\(path) is a streaming method: call it with gRPC"))
         }
 

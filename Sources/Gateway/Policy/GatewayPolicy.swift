@@ -23,32 +23,62 @@ public final class GatewayPolicy: ServerInterceptor {
     }
 
     public func intercept(_ context: ServerContext) async throws {
-        if Self.open.contains(context.method.service) { return }
-        if let limiter = addressLimiter {
-            let address = HeaderPolicy.host(ofPeer: context.peer)
-            if let wait = limiter.acquire(address) {
-                throw RPCError.retryLater("too many requests from \(address): retry in \(Self.describe(wait))", after: wait)
-            }
-        }
+        if try interceptImmediately(context) { return }
+        // The token names a key not loaded yet: the address's limit first (so a flood of such
+        // tokens cannot make the gateway refetch keys), then fetch accounts' keys and decide.
+        try limitAddress(context)
         let token = Self.bearer(context.requestMetadata)
         var identity: CallerIdentity? = nil
+        if let token { identity = try await verifier.verify(token) }
+        try admit(context, identity: identity, addressCharged: true)
+    }
+
+    /// Decides at once unless the token names a key the gateway has not loaded yet.
+    public func interceptImmediately(_ context: ServerContext) throws -> Bool {
+        if Self.open.contains(context.method.service) { return true }
+        let token = Self.bearer(context.requestMetadata)
         switch context.method.visibility {
         case .internal:
             throw RPCError(.unimplemented, "Method not found: \(context.method.path)")
         case .publicAnonymous:
-            // A token sent to a public method must still be valid (the service verifies it too).
-            if let token { identity = try await verifier.verify(token) }
+            break
         case .publicAuthenticated:
-            guard let token else {
+            if token == nil {
+                try limitAddress(context)
                 throw RPCError(.unauthenticated, "\(context.method.path) needs 'authorization: Bearer <access token>'")
             }
-            identity = try await verifier.verify(token)
         }
+        // A token sent to a public method must still be valid (the service verifies it too).
+        var identity: CallerIdentity? = nil
+        if let token {
+            let verified: CallerIdentity?
+            do { verified = try verifier.verifyImmediately(token) } catch {
+                try limitAddress(context)
+                throw error
+            }
+            guard let verified else { return false }
+            identity = verified
+        }
+        try admit(context, identity: identity)
+        return true
+    }
+
+    /// The address's rate limit, then the user's; the identity goes on to the relay.
+    private func admit(_ context: ServerContext, identity: CallerIdentity?, addressCharged: Bool = false) throws {
+        if !addressCharged { try limitAddress(context) }
         if let identity {
             context[key: Self.identityKey] = identity
             if let limiter = userLimiter, let wait = limiter.acquire(identity.userID) {
                 throw RPCError.retryLater("too many requests for this user: retry in \(Self.describe(wait))", after: wait)
             }
+        }
+    }
+
+    private func limitAddress(_ context: ServerContext) throws {
+        guard let limiter = addressLimiter else { return }
+        let address = HeaderPolicy.host(ofPeer: context.peer)
+        if let wait = limiter.acquire(address) {
+            throw RPCError.retryLater("too many requests from \(address): retry in \(Self.describe(wait))", after: wait)
         }
     }
 

@@ -9,11 +9,12 @@ import Synchronization
 final class DeadlineSweeper: Sendable {
     /// One watched call.
     final class Watch: Sendable {
-        let call: any RawClientCall
+        /// Fired when the call passes its deadline; the relay registers how to cancel it.
+        let expiry: CallCancellation
         let deadline: ContinuousClock.Instant
         let expired = Atomic<Bool>(false)
-        init(call: any RawClientCall, deadline: ContinuousClock.Instant) {
-            self.call = call
+        init(expiry: CallCancellation, deadline: ContinuousClock.Instant) {
+            self.expiry = expiry
             self.deadline = deadline
         }
         var isExpired: Bool { expired.load(ordering: .acquiring) }
@@ -21,9 +22,16 @@ final class DeadlineSweeper: Sendable {
 
     private let calls = Mutex<[ObjectIdentifier: Watch]>([:])
 
-    func watch(_ call: any RawClientCall, for limit: Duration) -> Watch {
-        let w = Watch(call: call, deadline: .now + limit)
+    /// Watches a call about to start: register its cancellation with `watch.expiry.onCancel`.
+    func watch(for limit: Duration) -> Watch {
+        let w = Watch(expiry: CallCancellation(), deadline: .now + limit)
         calls.withLock { $0[ObjectIdentifier(w)] = w }
+        return w
+    }
+
+    func watch(_ call: any RawClientCall, for limit: Duration) -> Watch {
+        let w = watch(for: limit)
+        w.expiry.onCancel { call.cancel() }
         return w
     }
 
@@ -44,7 +52,7 @@ final class DeadlineSweeper: Sendable {
         }
         for w in due {
             w.expired.store(true, ordering: .releasing)
-            w.call.cancel()
+            w.expiry.cancel()
         }
         return due.count
     }

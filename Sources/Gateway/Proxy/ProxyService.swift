@@ -1,4 +1,5 @@
 import RPCCore
+import RPCTransport
 
 /// One public service of the cluster as the gateway serves it: every method a raw handler that
 /// relays the call to the service's upstream, bytes unchanged.
@@ -26,7 +27,9 @@ struct Proxy: Sendable {
     func handler(for method: MethodDescriptor) -> RawHandler {
         switch method.kind {
         case .unary:
-            return .unary { request, context in try await unary(method, request, context) }
+            return .unaryForwarding { request, context, cancellation, done in
+                unary(method, request, context, cancellation, done)
+            }
         case .serverStreaming:
             return .serverStreaming { request, sink, context in try await serverStreaming(method, request, sink, context) }
         case .clientStreaming, .bidirectionalStreaming:
@@ -85,36 +88,37 @@ struct Proxy: Sendable {
         context.trailers = trailers
     }
 
-    func unary(_ method: MethodDescriptor, _ request: [UInt8], _ context: ServerContext) async throws -> [UInt8] {
-        let options = try options(context, streaming: false)
+    /// Unary calls relay without a task: the upstream stream opens on a connection of the
+    /// calling event loop, the request leaves with its headers, and the upstream's answer
+    /// completes the client's call from the connection's read (see `PendingUnaryCall`).
+    func unary(_ method: MethodDescriptor, _ request: [UInt8], _ context: ServerContext, _ cancellation: CallCancellation,
+               _ done: @escaping @Sendable (Result<[UInt8], any Error>) -> Void) {
+        let options: CallOptions
+        do { options = try self.options(context, streaming: false) } catch { return done(.failure(error)) }
         let lease = pool.acquire()
-        defer { pool.release(lease) }
-        let (call, watch) = try await start(method, lease, options, streaming: false)
-        defer { if let watch { sweeper.unwatch(watch) } }
-        return try await withTaskCancellationHandler {
-            do {
-                try await call.send(request, compress: false)
-                try await call.closeSend()
-                // Wait for the response before the request goes out (it is flushed after this
-                // task yields), so the reply is handed over, and its flow-control credit
-                // returned, the moment it arrives: a message still buffered when the stream
-                // closes would never give its bytes back to the connection's window.
-                var response: [UInt8]? = nil
-                var count = 0
-                while let m = try await call.responses.next() {
-                    if response == nil { response = m.bytes }
-                    count += 1
-                }
-                context.initialMetadata = try await call.initialMetadata()
-                try await Self.finish(call, context)
-                guard count == 1, let response else {
-                    throw RPCError(.internal, "\(method.path): upstream sent \(count) response messages to a unary call")
-                }
-                return response
-            } catch {
-                throw await failure(error, call, watch)
-            }
-        } onCancel: { call.cancel() }
+        let watch = options.timeout == nil ? sweeper.watch(for: maxDeadline) : nil
+        let (pool, sweeper) = (self.pool, self.sweeper)
+        let call = lease.channel.unary(method, request: request, options: options) { result in
+            pool.release(lease)
+            if let watch { sweeper.unwatch(watch) }
+            done(Self.outcome(result, method, context, expired: watch?.isExpired ?? false))
+        }
+        cancellation.onCancel { call.cancel() }
+        watch?.expiry.onCancel { call.cancel() }
+    }
+
+    /// The upstream's answer to a unary call as the gateway's: its message, headers and
+    /// trailers, or its status (details kept).
+    static func outcome(_ r: UnaryCallResult, _ method: MethodDescriptor, _ context: ServerContext,
+                        expired: Bool) -> Result<[UInt8], any Error> {
+        if expired { return .failure(RPCError.deadlineExceeded("the call reached the gateway's deadline limit")) }
+        guard r.status.code == .ok else { return .failure(error(r.status, r.trailers)) }
+        guard r.responseCount == 1, let response = r.response else {
+            return .failure(RPCError(.internal, "\(method.path): upstream sent \(r.responseCount) response messages to a unary call"))
+        }
+        context.initialMetadata = r.initialMetadata
+        context.trailers = r.trailers
+        return .success(response)
     }
 
     func serverStreaming(_ method: MethodDescriptor, _ request: [UInt8], _ sink: any ServerResponseSink,

@@ -19,9 +19,24 @@ final class CallLink: Sendable {
     }
 }
 
+/// What a client stream reports to, on the connection's loop: a streaming `ClientCall`, or a
+/// `PendingUnaryCall` that collects its one response and completes a callback.
+protocol ClientCallObserver: AnyObject {
+    var isFinished: Bool { get }
+    /// The stream exists; false when the call was cancelled before it started (the connection
+    /// then resets the stream).
+    func attach(handler: NIOLoopBound<ClientConnectionHandler>, loop: any EventLoop, streamID: Int32) -> Bool
+    func headersArrived(_ metadata: Metadata)
+    /// A response message. True when it was used up at once, so the connection can give its
+    /// bytes back to the flow-control window now; false when a reader will (`consumed`).
+    func received(_ message: RawMessageStream.InboundMessage) -> Bool
+    func finish(status: RPCStatus, trailers: Metadata, headers: Metadata?)
+    func fail(_ status: RPCStatus)
+}
+
 /// A client call as `RPCClient` sees it (`RawClientCall`): thread-safe, every operation hops to the
 /// connection's event loop where the stream state lives.
-final class ClientCall: RawClientCall, Sendable {
+final class ClientCall: RawClientCall, ClientCallObserver, Sendable {
     let responses: RawMessageStream
     private let link: CallLink
 
@@ -41,8 +56,14 @@ final class ClientCall: RawClientCall, Sendable {
         })
     }
 
-    func attach(handler: NIOLoopBound<ClientConnectionHandler>, loop: any EventLoop, streamID: Int32) {
+    func attach(handler: NIOLoopBound<ClientConnectionHandler>, loop: any EventLoop, streamID: Int32) -> Bool {
         link.target.withLock { $0 = .init(handler: handler, loop: loop, streamID: streamID) }
+        return true
+    }
+
+    func received(_ message: RawMessageStream.InboundMessage) -> Bool {
+        responses.yield(message)
+        return false
     }
 
     var isFinished: Bool { state.withLock { $0.status != nil } }

@@ -6,7 +6,7 @@ import RPCTLS
 /// One call's state inside a client connection; touched only on the connection's event loop.
 final class ClientStreamState {
     var id: Int32 = -1
-    let call: ClientCall
+    let call: any ClientCallObserver
     var outbound: ByteBuffer
     var sendClosed = false
     /// The request headers said `grpc-encoding: gzip`; only then may a message be compressed.
@@ -28,7 +28,7 @@ final class ClientStreamState {
     var deframer: MessageDeframer
     var deadlineTimer: Scheduled<Void>?
 
-    init(call: ClientCall, allocator: ByteBufferAllocator, maxMessageSize: Int) {
+    init(call: any ClientCallObserver, allocator: ByteBufferAllocator, maxMessageSize: Int) {
         self.call = call
         self.outbound = allocator.buffer(capacity: 0)
         self.deframer = MessageDeframer(maxMessageSize: maxMessageSize)
@@ -175,13 +175,19 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
 
     // MARK: Starting calls
 
-    func start(_ call: ClientCall, method: MethodDescriptor, options: CallOptions) {
+    func start(_ call: any ClientCallObserver, method: MethodDescriptor, options: CallOptions, request: [UInt8]? = nil) {
         guard let session, let context, isUsable else {
             call.fail(RPCStatus(.unavailable, closeReason?.message ?? "connection to \(configuration.target) is closing"))
             return
         }
         let state = ClientStreamState(call: call, allocator: context.channel.allocator,
                                       maxMessageSize: configuration.maxReceiveMessageSize)
+        state.mayCompress = options.compressRequests
+        if let request {
+            // The whole request is known: it leaves with the headers, END_STREAM set.
+            frame(request, compress: options.compressRequests, into: &state.outbound)
+            state.sendClosed = true
+        }
         var block = HeaderBlock()
         block.add(":method", "POST")
         block.add(":scheme", configuration.tls == nil ? "http" : "https")
@@ -201,11 +207,14 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             return
         }
         state.id = id
-        state.mayCompress = options.compressRequests
         streams[id] = state
-        call.attach(handler: NIOLoopBound(self, eventLoop: context.eventLoop), loop: context.eventLoop, streamID: id)
+        let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        guard call.attach(handler: bound, loop: context.eventLoop, streamID: id) else {
+            // Cancelled while it was being started.
+            cancel(id, status: RPCStatus(.cancelled, "cancelled by the client"))
+            return
+        }
         if let timeout = options.timeout {
-            let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
             let (secs, atto) = timeout.components
             let nanos = max(0, secs &* 1_000_000_000 &+ atto / 1_000_000_000)
             state.deadlineTimer = context.eventLoop.scheduleTask(in: .nanoseconds(nanos)) {
@@ -215,17 +224,21 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         scheduleFlush()
     }
 
+    /// Appends one length-prefixed message (gzip when `compress`).
+    private func frame(_ message: [UInt8], compress: Bool, into buffer: inout ByteBuffer) {
+        let payload = compress ? Gzip.compress(message) : message
+        buffer.writeInteger(UInt8(compress ? 1 : 0))
+        buffer.writeInteger(UInt32(truncatingIfNeeded: payload.count))
+        buffer.writeBytes(payload)
+    }
+
     // MARK: Operations from ClientCall (on the loop)
 
     func send(_ id: Int32, _ message: [UInt8], compress: Bool, _ c: CheckedContinuation<Void, any Error>) {
         guard let s = streams[id], !s.sendClosed else {
             return c.resume(throwing: RPCError(.failedPrecondition, "the request stream is closed"))
         }
-        let compress = compress && s.mayCompress
-        let payload = compress ? Gzip.compress(message) : message
-        s.outbound.writeInteger(UInt8(compress ? 1 : 0))
-        s.outbound.writeInteger(UInt32(truncatingIfNeeded: payload.count))
-        s.outbound.writeBytes(payload)
+        frame(message, compress: compress && s.mayCompress, into: &s.outbound)
         resume(s)
         if s.outbound.readableBytes <= configuration.maxBufferedRequestBytes { c.resume() } else { s.sendWaiters.append(c) }
         scheduleFlush()
@@ -399,9 +412,13 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
                     }
                     payload = inflated
                 }
-                // The window for this message opens when the caller reads it.
+                // The window for this message opens when the caller reads it (at once for a
+                // unary call's collector).
                 s.heldBytes += deferred
-                s.call.responses.yield(.init(bytes: payload, compressed: frame.compressed, wireSize: deferred))
+                if s.call.received(.init(bytes: payload, compressed: frame.compressed, wireSize: deferred)) {
+                    s.heldBytes -= deferred
+                    nghttp2_session_consume(session, id, deferred)
+                }
             }
             if partial > 0 { nghttp2_session_consume(session, id, partial) }
         } catch {

@@ -85,6 +85,36 @@ public final class RPCChannel: ClientTransport, Sendable {
         return call
     }
 
+    /// Starts a unary call without a task (see `PendingUnaryCall`): when the connection is up
+    /// and lives on the calling thread's event loop, the stream is opened right here; otherwise
+    /// on the connection's loop once it is up. `completion` runs exactly once.
+    @discardableResult
+    public func unary(_ method: MethodDescriptor, request: [UInt8], options: CallOptions = .defaults,
+                      completion: @escaping @Sendable (UnaryCallResult) -> Void) -> PendingUnaryCall {
+        let call = PendingUnaryCall(request: request, completion: completion)
+        if let connection = state.withLock({ $0.connection }) {
+            Self.start(call, method, options, on: connection)
+        } else {
+            Task {
+                do {
+                    Self.start(call, method, options, on: try await connection())
+                } catch let error as RPCError {
+                    call.fail(RPCStatus(error.code, error.message))
+                } catch {
+                    call.fail(RPCStatus(.unavailable, "\(error)"))
+                }
+            }
+        }
+        return call
+    }
+
+    private static func start(_ call: PendingUnaryCall, _ method: MethodDescriptor, _ options: CallOptions, on connection: Connection) {
+        let handler = connection.handler
+        connection.channel.eventLoop.runOnLoop {
+            handler.value.start(call, method: method, options: options, request: call.request)
+        }
+    }
+
     private func connection() async throws -> Connection {
         enum Step { case ready(Connection), wait, connect(Int), fail(String) }
         let step: Step = state.withLock { s in

@@ -151,7 +151,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
 
     /// Hard stop at the end of the grace period.
     func forceClose() {
-        for (_, stream) in streams { stream.task?.cancel() }
+        for (_, stream) in streams { stream.cancelHandler() }
         closeConnection()
     }
 
@@ -275,7 +275,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             return 0
         }
         do throws(MessageDeframer.Failure) {
-            let streaming = stream.target?.handler.kind.clientStreams ?? false
+            let streaming = stream.clientStreams
             let partial = try stream.deframer.feed(UnsafeRawBufferPointer(start: data, count: len)) { frame, deferred in
                 // Single-message calls release every byte at once (the message is capped by
                 // maxReceiveMessageSize); streaming calls hold a message's bytes until it is read.
@@ -313,7 +313,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         stream.phase = .done
         stream.deadlineTimer?.cancel()
         stream.deadlineTimer = nil
-        if wasRunning { stream.task?.cancel() }
+        if wasRunning { stream.cancelHandler() }
         stream.requestStream?.finish(throwing: RPCError.cancelled("the client cancelled the call"))
         let waiters = stream.writeWaiters
         stream.writeWaiters = []
@@ -349,6 +349,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             return fail(stream, error)
         case .success(let method):
             stream.target = method
+            stream.clientStreams = method.descriptor.kind.clientStreams
         }
         if let timeout = stream.timeout {
             guard let d = GRPCTimeout.parse(timeout) else {
@@ -356,7 +357,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             }
             startDeadline(stream, after: d)
         }
-        if stream.target!.handler.kind.clientStreams { startHandler(stream) }
+        if stream.clientStreams { startHandler(stream) }
     }
 
     private func startDeadline(_ stream: ServerStream, after d: Duration) {
@@ -371,7 +372,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
 
     private func deadlineReached(_ id: Int32) {
         guard let stream = streams[id], stream.phase != .done else { return }
-        stream.task?.cancel()
+        stream.cancelHandler()
         stream.requestStream?.finish(throwing: RPCError.deadlineExceeded())
         fail(stream, RPCError.deadlineExceeded("deadline exceeded"))
         flush()
@@ -380,7 +381,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     /// `deferred`: bytes of this message still holding the flow-control window (released when the
     /// handler reads it, or here if the message is rejected).
     private func receivedMessage(_ stream: ServerStream, _ frame: MessageDeframer.Frame, deferred: Int) {
-        guard let target = stream.target, let session else { return }
+        guard stream.target != nil, let session else { return }
         var payload = frame.payload
         if frame.compressed {
             guard stream.encoding == "gzip" else {
@@ -398,14 +399,14 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             }
         }
         let message = RawMessageStream.InboundMessage(bytes: payload, compressed: frame.compressed, wireSize: deferred)
-        if target.handler.kind.clientStreams {
+        if stream.clientStreams {
             // Window opens when the handler reads the message (RawMessageStream.onConsumed).
             stream.heldBytes += deferred
             stream.requestStream?.yield(message)
         } else {
             stream.messageCount += 1
             if stream.messageCount > 1 {
-                return fail(stream, RPCError(.unimplemented, "\(target.descriptor.path) takes exactly one request message, got more"))
+                return fail(stream, RPCError(.unimplemented, "\(stream.path) takes exactly one request message, got more"))
             }
             stream.single = message
         }
@@ -415,16 +416,16 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         guard !stream.inputClosed else { return }
         stream.inputClosed = true
         if stream.isHTTP && stream.phase == .receiving { return startHTTP(stream) }
-        guard stream.phase == .receiving || stream.phase == .running, let target = stream.target else { return }
+        guard stream.phase == .receiving || stream.phase == .running, stream.target != nil else { return }
         if stream.deframer.hasPartialMessage {
             stream.requestStream?.finish(throwing: RPCError(.internal, "request stream ended inside a message"))
             return fail(stream, RPCError(.internal, "request stream ended inside a message (truncated message)"))
         }
-        if target.handler.kind.clientStreams {
+        if stream.clientStreams {
             stream.requestStream?.finish()
         } else {
             guard stream.single != nil else {
-                return fail(stream, RPCError(.unimplemented, "\(target.descriptor.path) takes exactly one request message, got none"))
+                return fail(stream, RPCError(.unimplemented, "\(stream.path) takes exactly one request message, got none"))
             }
             startHandler(stream)
         }
@@ -459,6 +460,33 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
                     result = .failure(error)
                 }
                 loop.runOnLoop { bound.value.complete(id, response: result, logger: logger) }
+            }
+        case .unaryForwarding(let body):
+            let request = stream.single!.bytes
+            stream.single = nil
+            let cancellation = CallCancellation()
+            stream.cancellation = cancellation
+            let done: @Sendable (Result<[UInt8], any Error>) -> Void = { result in
+                loop.runOnLoop { bound.value.complete(id, response: result, logger: logger) }
+            }
+            // Interceptors that can decide at once do; the first that cannot, and the ones
+            // after it, run in a task. Usually none does, and the call needs no task at all.
+            var pending = interceptors[...]
+            do {
+                while let first = pending.first, try first.interceptImmediately(callContext) { pending = pending.dropFirst() }
+            } catch {
+                return complete(id, response: .failure(error), logger: logger)
+            }
+            if pending.isEmpty { return body(request, callContext, cancellation, done) }
+            let rest = Array(pending)
+            stream.task = Task(executorPreference: executor) {
+                do {
+                    for i in rest { try await i.intercept(callContext) }
+                    try Task.checkCancellation()
+                } catch {
+                    return done(.failure(error))
+                }
+                body(request, callContext, cancellation, done)
             }
         case .serverStreaming(let body):
             let request = stream.single!.bytes
@@ -545,7 +573,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     /// Ends a call with an error from the transport itself (before or during the handler).
     private func fail(_ stream: ServerStream, _ error: RPCError) {
         guard stream.phase != .done else { return }
-        if stream.phase == .running { stream.task?.cancel() }
+        if stream.phase == .running { stream.cancelHandler() }
         finish(stream, error)
     }
 

@@ -30,6 +30,9 @@ final class ServerStream {
     // Request messages.
     var deframer: MessageDeframer
     var target: ServerMethod?
+    /// The target's requests stream (client or bidirectional streaming), kept apart so the data
+    /// path does not copy `target`.
+    var clientStreams = false
     var single: RawMessageStream.InboundMessage?
     var messageCount = 0
     var requestStream: RawMessageStream?
@@ -41,6 +44,8 @@ final class ServerStream {
     // The call.
     var context: ServerContext?
     var task: Task<Void, Never>?
+    /// What stops a `unaryForwarding` handler (it runs without a task of its own).
+    var cancellation: CallCancellation?
     var deadlineTimer: Scheduled<Void>?
     var clientAcceptsGzip = false
 
@@ -50,6 +55,12 @@ final class ServerStream {
     var dataDeferred = false
     var trailers: HeaderBlock?
     var writeWaiters: [CheckedContinuation<Void, any Error>] = []
+
+    /// The call ended early (cancelled, deadline, connection gone): stop its handler.
+    func cancelHandler() {
+        task?.cancel()
+        cancellation?.cancel()
+    }
 
     init(id: Int32, maxMessageSize: Int, allocator: ByteBufferAllocator) {
         self.id = id
