@@ -19,14 +19,14 @@ public struct Metadata: Sendable, Hashable, Sequence, CustomStringConvertible {
 
     /// Adds a text value. Keys are lower-cased, as HTTP/2 requires.
     public mutating func add(_ key: String, _ value: String) {
-        entries.append((key.lowercased(), .string(value)))
+        entries.append((key.lowercasedKey, .string(value)))
     }
     /// Adds a binary value; the key must end in `-bin`.
     public mutating func add(_ key: String, binary: [UInt8]) {
-        entries.append((key.lowercased(), .binary(binary)))
+        entries.append((key.lowercasedKey, .binary(binary)))
     }
     public mutating func add(_ key: String, _ value: Value) {
-        entries.append((key.lowercased(), value))
+        entries.append((key.lowercasedKey, value))
     }
     public mutating func append(contentsOf other: Metadata) { entries.append(contentsOf: other.entries) }
 
@@ -36,7 +36,7 @@ public struct Metadata: Sendable, Hashable, Sequence, CustomStringConvertible {
         add(key, value)
     }
     public mutating func remove(_ key: String) {
-        let k = key.lowercased()
+        let k = key.lowercasedKey
         entries.removeAll { $0.key == k }
     }
     public mutating func removeAll(where predicate: (String) -> Bool) {
@@ -45,7 +45,7 @@ public struct Metadata: Sendable, Hashable, Sequence, CustomStringConvertible {
 
     /// The first text value of `key`.
     public subscript(_ key: String) -> String? {
-        let k = key.lowercased()
+        let k = key.lowercasedKey
         for e in entries where e.key == k {
             if case .string(let s) = e.value { return s }
         }
@@ -53,14 +53,14 @@ public struct Metadata: Sendable, Hashable, Sequence, CustomStringConvertible {
     }
     /// The first binary value of `key`.
     public func binary(_ key: String) -> [UInt8]? {
-        let k = key.lowercased()
+        let k = key.lowercasedKey
         for e in entries where e.key == k {
             if case .binary(let b) = e.value { return b }
         }
         return nil
     }
     public func values(_ key: String) -> [Value] {
-        let k = key.lowercased()
+        let k = key.lowercasedKey
         return entries.filter { $0.key == k }.map(\.value)
     }
 
@@ -91,5 +91,14 @@ public struct Metadata: Sendable, Hashable, Sequence, CustomStringConvertible {
         default:
             return false
         }
+    }
+}
+
+extension String {
+    /// Lower-cased for a metadata key; no copy when it already is (the usual case: HTTP/2 header
+    /// names arrive lower-case).
+    var lowercasedKey: String {
+        for c in utf8 where c >= 65 && c <= 90 { return lowercased() }
+        return self
     }
 }

@@ -39,15 +39,18 @@ struct HeaderBlock {
         return String(decoding: s.utf8.map { $0 >= 0x20 && $0 <= 0x7E ? $0 : UInt8(ascii: "?") }, as: UTF8.self)
     }
 
+    /// The block as nghttp2's name/value array, valid inside `body` (nghttp2 copies it on
+    /// submit, so the bytes are lent read-only, and the array lives on the stack).
     func withNV<R>(_ body: (UnsafePointer<nghttp2_nv>, Int) -> R) -> R {
-        var storage = bytes
-        return storage.withUnsafeMutableBufferPointer { buf in
-            let base = buf.baseAddress!
-            var nva = spans.map { s in
-                nghttp2_nv(name: base + s.0, value: base + s.2, namelen: s.1, valuelen: s.3,
-                           flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue))
+        bytes.withUnsafeBufferPointer { buf in
+            let base = UnsafeMutablePointer(mutating: buf.baseAddress ?? UnsafePointer(bitPattern: 1)!)
+            return withUnsafeTemporaryAllocation(of: nghttp2_nv.self, capacity: max(1, spans.count)) { nva in
+                for (i, s) in spans.enumerated() {
+                    nva.initializeElement(at: i, to: nghttp2_nv(name: base + s.0, value: base + s.2, namelen: s.1, valuelen: s.3,
+                                                                flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue)))
+                }
+                return body(nva.baseAddress!, spans.count)
             }
-            return nva.withUnsafeMutableBufferPointer { body($0.baseAddress!, $0.count) }
         }
     }
 }
