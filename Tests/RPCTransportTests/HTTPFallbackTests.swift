@@ -57,6 +57,11 @@ struct EchoHTTP: HTTPHandler {
         let url = "http://127.0.0.1:\(port)/pkg.Svc/Method"
         let h1 = try curl(["--http1.1", "-H", "content-type: application/json", "--data", "{}", url, url])
         #expect(h1 == String(repeating: "{\"path\":\"/pkg.Svc/Method\",\"len\":2,\"ct\":\"application/json\"}", count: 2))
+        // Expect: 100-continue gets its go-ahead (curl would otherwise wait its 10 s timeout).
+        let expecting = try curl(["--http1.1", "-i", "--expect100-timeout", "10", "-H", "Expect: 100-continue",
+                                  "-H", "content-type: application/json", "--data", "{\"k\":1}", url])
+        #expect(expecting.hasPrefix("HTTP/1.1 100 Continue"), "\(expecting)")
+        #expect(expecting.hasSuffix("{\"path\":\"/pkg.Svc/Method\",\"len\":7,\"ct\":\"application/json\"}"))
         let h2 = try curl(["--http2-prior-knowledge", "-H", "content-type: application/json", "--data", "{}", url])
         #expect(h2 == "{\"path\":\"/pkg.Svc/Method\",\"len\":2,\"ct\":\"application/json\"}")
         let channel = RPCChannel(host: "127.0.0.1", port: port)

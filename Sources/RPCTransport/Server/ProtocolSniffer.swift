@@ -62,6 +62,17 @@ final class HTTP1RequestHandler: ChannelInboundHandler {
             head = h
             body = []
             tooLarge = false
+            if h.version.minor >= 1, h.headers.first(name: "expect")?.lowercased() == "100-continue" {
+                // The client waits for a go-ahead before the body (curl does for bodies over 1 MiB).
+                // A body declared too large is refused now; the rest get "100 Continue".
+                if let declared = h.headers.first(name: "content-length").flatMap(Int.init),
+                   declared > shared.configuration.maxReceiveMessageSize {
+                    head = nil
+                    write(context, Self.tooLarge(shared.configuration.maxReceiveMessageSize), keepAlive: false, version: h.version)
+                } else {
+                    context.writeAndFlush(wrapOutboundOut(.head(HTTPResponseHead(version: h.version, status: .continue))), promise: nil)
+                }
+            }
         case .body(var chunk):
             if body.count + chunk.readableBytes > shared.configuration.maxReceiveMessageSize {
                 tooLarge = true
@@ -73,9 +84,7 @@ final class HTTP1RequestHandler: ChannelInboundHandler {
             self.head = nil
             let keepAlive = head.isKeepAlive
             if tooLarge {
-                write(context, HTTPResponse(status: 413, headers: [("content-type", "text/plain")],
-                                            body: Array("request body exceeds \(shared.configuration.maxReceiveMessageSize) bytes\n".utf8)),
-                      keepAlive: false, version: head.version)
+                write(context, Self.tooLarge(shared.configuration.maxReceiveMessageSize), keepAlive: false, version: head.version)
                 return
             }
             guard let handler = shared.configuration.httpHandler else {
@@ -99,6 +108,10 @@ final class HTTP1RequestHandler: ChannelInboundHandler {
                 }
             }
         }
+    }
+
+    private static func tooLarge(_ limit: Int) -> HTTPResponse {
+        HTTPResponse(status: 413, headers: [("content-type", "text/plain")], body: Array("request body exceeds \(limit) bytes\n".utf8))
     }
 
     private func write(_ context: ChannelHandlerContext, _ response: HTTPResponse, keepAlive: Bool, version: HTTPVersion) {
