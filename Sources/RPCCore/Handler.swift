@@ -144,6 +144,11 @@ public final class CallCancellation: Sendable {
         handler?()
     }
 
+    /// The work finished: forget the handler (and what it captured) without running it.
+    public func disarm() {
+        state.withLock { s in if case .waiting = s { s = .waiting(nil) } }
+    }
+
     public var isCancelled: Bool { state.withLock { if case .cancelled = $0 { true } else { false } } }
 }
 

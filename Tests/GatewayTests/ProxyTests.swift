@@ -276,6 +276,17 @@ import Testing
         #expect(try await eventually { h.gateway.activeUpstreamCalls("social") == 0 })
     }
 
+    @Test func finishedUnaryCallsAreFreed() async throws {
+        // A call without a deadline is watched by the sweeper, whose cancel handler holds the
+        // upstream call, whose completion held the watch: a cycle that leaked every call.
+        let h = try await Harness()
+        defer { Task { await h.stop() } }
+        let accounts = Accounts_V1_AccountsClient(h.client)
+        for _ in 0..<20 { _ = try await accounts.getSigningKeys(Accounts_V1_GetSigningKeysRequest()) }
+        #expect(try await eventually { PendingUnaryCall.live.load(ordering: .relaxed) == 0 },
+                "\(PendingUnaryCall.live.load(ordering: .relaxed)) relayed calls still alive")
+    }
+
     @Test func cancellingAUnaryCallCancelsTheUpstream() async throws {
         let h = try await Harness()
         defer { Task { await h.stop() } }

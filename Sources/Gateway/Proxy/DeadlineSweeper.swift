@@ -35,8 +35,10 @@ final class DeadlineSweeper: Sendable {
         return w
     }
 
+    /// The call ended: stop watching it, and drop its cancellation (which holds the call).
     func unwatch(_ w: Watch) {
         _ = calls.withLock { $0.removeValue(forKey: ObjectIdentifier(w)) }
+        w.expiry.disarm()
     }
 
     /// Cancels every call past its deadline; returns how many.

@@ -100,7 +100,9 @@ struct Proxy: Sendable {
         let (pool, sweeper) = (self.pool, self.sweeper)
         let call = lease.channel.unary(method, request: request, options: options) { result in
             pool.release(lease)
+            // Unwatching disarms the watch, whose handler holds the call (which holds this closure).
             if let watch { sweeper.unwatch(watch) }
+            cancellation.disarm()
             done(Self.outcome(result, method, context, expired: watch?.isExpired ?? false))
         }
         cancellation.onCancel { call.cancel() }

@@ -22,7 +22,9 @@ public struct UnaryCallResult: Sendable {
 /// relays that already run on an event loop (the gateway); everything else uses `RPCClient`.
 public final class PendingUnaryCall: ClientCallObserver, @unchecked Sendable {
     let request: [UInt8]
-    private let completion: @Sendable (UnaryCallResult) -> Void
+    /// Dropped once called: whatever it captured (often something that holds this call, to
+    /// cancel it) is released with it.
+    private var completion: (@Sendable (UnaryCallResult) -> Void)?
 
     // On the connection's loop.
     private var headers: Metadata?
@@ -39,7 +41,17 @@ public final class PendingUnaryCall: ClientCallObserver, @unchecked Sendable {
     init(request: [UInt8], completion: @escaping @Sendable (UnaryCallResult) -> Void) {
         self.request = request
         self.completion = completion
+        #if DEBUG
+        Self.live.add(1, ordering: .relaxed)
+        #endif
     }
+
+    #if DEBUG
+    /// Calls not yet freed (debug builds): tests check that finished calls do not leak through
+    /// a reference cycle with the closures that cancel them.
+    public static let live = Atomic<Int>(0)
+    deinit { Self.live.subtract(1, ordering: .relaxed) }
+    #endif
 
     /// Cancels the call (RST_STREAM CANCEL); the completion reports CANCELLED unless the call
     /// already ended. Safe from any thread.
@@ -86,7 +98,8 @@ public final class PendingUnaryCall: ClientCallObserver, @unchecked Sendable {
             s.target = nil
             return true
         }
-        guard first else { return }
+        guard first, let completion else { return }
+        self.completion = nil
         completion(UnaryCallResult(status: status, initialMetadata: headers ?? trailersOnlyHeaders ?? Metadata(),
                                    response: response, responseCount: count, trailers: trailers))
         response = nil

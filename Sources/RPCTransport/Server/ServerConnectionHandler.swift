@@ -372,7 +372,6 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
 
     private func deadlineReached(_ id: Int32) {
         guard let stream = streams[id], stream.phase != .done else { return }
-        stream.cancelHandler()
         stream.requestStream?.finish(throwing: RPCError.deadlineExceeded())
         fail(stream, RPCError.deadlineExceeded("deadline exceeded"))
         flush()
@@ -573,8 +572,11 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     /// Ends a call with an error from the transport itself (before or during the handler).
     private func fail(_ stream: ServerStream, _ error: RPCError) {
         guard stream.phase != .done else { return }
-        if stream.phase == .running { stream.cancelHandler() }
+        let wasRunning = stream.phase == .running
+        // Answer first: a forwarding handler's cancellation completes the call synchronously,
+        // and its CANCELLED must not win over this error.
         finish(stream, error)
+        if wasRunning { stream.cancelHandler() }
     }
 
     /// Sends the status: Trailers-Only when no headers went out, else trailers after the data.
