@@ -101,7 +101,7 @@ let package = Package(
         .executableTarget(
             name: "health-probe",
             dependencies: [
-                "RPCCore", "RPCTransport", "GRPCContracts",
+                "RPCCore", "RPCTransport", "RPCTLS", "GRPCContracts",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strict

@@ -114,16 +114,7 @@ public final class AccountsCore: Sendable {
             let a = last.trimmingCharacters(in: .whitespaces)
             if !a.isEmpty { return a }
         }
-        return Self.host(ofPeer: context.peer)
-    }
-
-    /// `127.0.0.1:5000` → `127.0.0.1`, `[::1]:5000` → `::1`.
-    static func host(ofPeer peer: String) -> String {
-        if peer.hasPrefix("["), let close = peer.firstIndex(of: "]") {
-            return String(peer[peer.index(after: peer.startIndex)..<close])
-        }
-        if peer.filter({ $0 == ":" }).count == 1, let colon = peer.lastIndex(of: ":") { return String(peer[..<colon]) }
-        return peer
+        return context.peerHost
     }
 
     /// Runs a database write, mapping storage failures to the wire's vocabulary.

@@ -20,36 +20,46 @@ public struct AccountsInternalService: Accounts_V1_AccountsInternalService {
         if values.count > maxBatch { throw FieldErrors.single(.invalidArgument, field: field, "at most \(maxBatch) values") }
     }
 
-    public func getUsersByIds(request: Accounts_V1_GetUsersByIdsRequest, context: ServerContext) async throws -> Accounts_V1_GetUsersByIdsResponse {
-        try Self.checkBatch(request.userIds, field: "user_ids")
-        let ids = Self.distinct(request.userIds)
-        let found = try await core.read { c in try ids.map { try UserQueries.byID(c, $0) } }
-        var response = Accounts_V1_GetUsersByIdsResponse()
-        for (id, user) in zip(ids, found) {
-            if let user { response.usersById[id] = user.reference } else { response.unknownUserIds.append(id) }
+    /// Checks the batch, then looks each distinct value up in one read: the references found by
+    /// value, and the values not found (in request order).
+    func lookUp(_ values: [String], field: String, _ find: @escaping @Sendable (Connection, String) throws -> UserRecord?)
+        async throws -> (found: [String: Common_V1_UserRef], unknown: [String]) {
+        try Self.checkBatch(values, field: field)
+        let distinct = Self.distinct(values)
+        let records = try await core.read { c in try distinct.map { try find(c, $0) } }
+        var found: [String: Common_V1_UserRef] = [:]
+        var unknown: [String] = []
+        for (value, user) in zip(distinct, records) {
+            if let user { found[value] = user.reference } else { unknown.append(value) }
         }
+        return (found, unknown)
+    }
+
+    public func getUsersByIds(request: Accounts_V1_GetUsersByIdsRequest, context: ServerContext) async throws -> Accounts_V1_GetUsersByIdsResponse {
+        let (found, unknown) = try await lookUp(request.userIds, field: "user_ids") { c, id in try UserQueries.byID(c, id) }
+        var response = Accounts_V1_GetUsersByIdsResponse()
+        response.usersById = found
+        response.unknownUserIds = unknown
         return response
     }
 
     public func resolveUsernames(request: Accounts_V1_ResolveUsernamesRequest, context: ServerContext) async throws -> Accounts_V1_ResolveUsernamesResponse {
-        try Self.checkBatch(request.usernames, field: "usernames")
-        let names = Self.distinct(request.usernames)
-        let found = try await core.read { c in try names.map { try UserQueries.byUsername(c, AccountRules.trimmed($0)) } }
-        var response = Accounts_V1_ResolveUsernamesResponse()
-        for (name, user) in zip(names, found) {
-            if let user { response.usersByUsername[name] = user.reference } else { response.unknownUsernames.append(name) }
+        let (found, unknown) = try await lookUp(request.usernames, field: "usernames") { c, name in
+            try UserQueries.byUsername(c, AccountRules.trimmed(name))
         }
+        var response = Accounts_V1_ResolveUsernamesResponse()
+        response.usersByUsername = found
+        response.unknownUsernames = unknown
         return response
     }
 
     public func resolveEmails(request: Accounts_V1_ResolveEmailsRequest, context: ServerContext) async throws -> Accounts_V1_ResolveEmailsResponse {
-        try Self.checkBatch(request.emails, field: "emails")
-        let emails = Self.distinct(request.emails)
-        let found = try await core.read { c in try emails.map { try UserQueries.byEmail(c, AccountRules.trimmed($0)) } }
-        var response = Accounts_V1_ResolveEmailsResponse()
-        for (email, user) in zip(emails, found) {
-            if let user { response.usersByEmail[email] = user.reference } else { response.unknownEmails.append(email) }
+        let (found, unknown) = try await lookUp(request.emails, field: "emails") { c, email in
+            try UserQueries.byEmail(c, AccountRules.trimmed(email))
         }
+        var response = Accounts_V1_ResolveEmailsResponse()
+        response.usersByEmail = found
+        response.unknownEmails = unknown
         return response
     }
 
@@ -90,7 +100,10 @@ public struct AccountsInternalService: Accounts_V1_AccountsInternalService {
             response.replayed = true
             return response
         }
-        if !(await core.mail.contains(mailID: mailID)) {
+        // A row made by this call (its own fresh id) cannot be in the mailbox yet: only a
+        // delivery that crashed half-way needs the look.
+        let delivered = mailID != candidate ? await core.mail.contains(mailID: mailID) : false
+        if !delivered {
             let mail = MailMessage(mailID: mailID, kind: request.kind, from: core.configuration.mailFrom, to: to, subject: subject,
                                    body: request.bodyText, data: request.data, createdAt: Clock.nowMilliseconds())
             do { try await core.mail.deliver(mail) } catch {

@@ -44,9 +44,7 @@ extension AccountsService {
             throw FieldErrors.single(.invalidArgument, field: "image", "not a PNG, JPEG or WebP image")
         }
         let user = try await core.write { tx -> UserRecord in
-            guard try UserQueries.byID(tx, caller.userID) != nil else {
-                throw RPCError(.unauthenticated, "the account of this access token no longer exists")
-            }
+            _ = try core.callerRecord(tx, caller)
             let now = Clock.nowMilliseconds()
             try tx.execute("INSERT INTO avatar_images (user_id, data) VALUES (?, ?) ON CONFLICT(user_id) DO UPDATE SET data = excluded.data",
                            caller.userID, image)
@@ -68,9 +66,7 @@ extension AccountsService {
             throw FieldErrors.single(.invalidArgument, field: "builtin_avatar_id", "unknown built-in avatar (see ListBuiltinAvatars)")
         }
         let user = try await core.write { tx -> UserRecord in
-            guard try UserQueries.byID(tx, caller.userID) != nil else {
-                throw RPCError(.unauthenticated, "the account of this access token no longer exists")
-            }
+            _ = try core.callerRecord(tx, caller)
             let now = Clock.nowMilliseconds()
             try tx.execute("DELETE FROM avatar_images WHERE user_id = ?", caller.userID)
             try tx.execute(
@@ -137,9 +133,7 @@ extension AccountsService {
 
         let eventID = ULID.make()
         let (deletedAt, revokedIDs) = try await core.write { tx -> (Int64, [String]) in
-            guard try UserQueries.byID(tx, caller.userID) != nil else {
-                throw RPCError(.unauthenticated, "the account of this access token no longer exists")
-            }
+            _ = try core.callerRecord(tx, caller)
             let now = Clock.nowMilliseconds()
             // A tombstone keeps the id (never reused); everything personal goes, and the username
             // and email are free again.

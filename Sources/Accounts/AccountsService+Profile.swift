@@ -45,9 +45,7 @@ extension AccountsService {
             throw FieldErrors.single(.failedPrecondition, field: "email", "a guest account has no login email: use UpgradeGuest")
         }
         let updated = try await core.write { tx -> UserRecord in
-            guard let current = try UserQueries.byID(tx, caller.userID) else {
-                throw RPCError(.unauthenticated, "the account of this access token no longer exists")
-            }
+            let current = try core.callerRecord(tx, caller)
             var sets: [String] = []
             var args: [DatabaseValue] = []
             if let displayName, displayName != current.displayName {

@@ -228,17 +228,17 @@ public struct AccountsService: Accounts_V1_AccountsService {
         let contact = request.hasContactInfo ? AccountRules.contactInfo(request.contactInfo, into: &errors) : nil
         try errors.throwIfAny()
 
-        let user = try await core.read { c in try core.callerRecord(c, caller) }
+        // Checked before the (slow) hash; the write checks again.
+        let (user, taken) = try await core.read { c in
+            (try core.callerRecord(c, caller), try UserQueries.taken(c, username: username, email: email, except: caller.userID))
+        }
         guard user.guest else { throw RPCError(.failedPrecondition, "this account is already a full account: UpgradeGuest is for guest accounts") }
-        let taken = try await core.read { c in try UserQueries.taken(c, username: username, email: email, except: caller.userID) }
         if !taken.isEmpty { throw Self.alreadyTaken(taken) }
         let hash = try await core.hasher.hash(request.password)
 
         let session = NewSession(userID: caller.userID, guest: false, refreshLifetime: core.sessionLifetime)
         let (upgraded, revokedIDs) = try await core.write { tx -> (UserRecord, [String]) in
-            guard let current = try UserQueries.byID(tx, caller.userID) else {
-                throw RPCError(.unauthenticated, "the account of this access token no longer exists")
-            }
+            let current = try core.callerRecord(tx, caller)
             guard current.guest else { throw RPCError(.failedPrecondition, "this account is already a full account") }
             let taken = try UserQueries.taken(tx, username: username, email: email, except: caller.userID)
             if !taken.isEmpty { throw Self.alreadyTaken(taken) }

@@ -35,6 +35,11 @@ final class ResetMailer: Sendable {
         let lifetime = core.configuration.resetTokenLifetime
         let user: UserRecord?
         do {
+            // Most requests name no account (typos, probing): a read answers those without
+            // taking the writer.
+            guard try await core.database.read({ c in
+                try UserQueries.byEmail(c, email).map { !$0.guest && $0.passwordHash != nil } ?? false
+            }) else { return }
             user = try await core.database.write { tx -> UserRecord? in
                 guard let user = try UserQueries.byEmail(tx, email), !user.guest, user.passwordHash != nil else { return nil }
                 let now = Clock.nowMilliseconds()

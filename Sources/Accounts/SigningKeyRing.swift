@@ -54,7 +54,12 @@ public final class SigningKeyRing: Sendable {
         // A retired key verifies tokens it signed until they expire (plus the verifiers' leeway).
         let retireAt = now + tokenLifetime.milliseconds + 60_000
         try database.writeSync { tx in
-            try tx.execute("INSERT OR IGNORE INTO signing_keys (key_id, public_key, created_at) VALUES (?, ?, ?)", id, raw, now)
+            // A key that comes back (an older key file restored, or the file of before a rotation
+            // that a crash did not persist) is current again, not retired.
+            try tx.execute("""
+                INSERT INTO signing_keys (key_id, public_key, created_at) VALUES (?, ?, ?)
+                ON CONFLICT(key_id) DO UPDATE SET retired_at = NULL
+                """, id, raw, now)
             try tx.execute("UPDATE signing_keys SET retired_at = ? WHERE key_id != ? AND retired_at IS NULL", retireAt, id)
             // Tokens that were valid when the key retired have all expired once retired_at passed.
             try tx.execute("DELETE FROM signing_keys WHERE retired_at IS NOT NULL AND retired_at < ?", now - 24 * 3600 * 1000)
@@ -123,8 +128,4 @@ public final class SigningKeyRing: Sendable {
             try rotate()
         }
     }
-}
-
-extension Duration {
-    var milliseconds: Int64 { components.seconds * 1000 + components.attoseconds / 1_000_000_000_000_000 }
 }

@@ -58,11 +58,6 @@ enum ULID {
         }
         return String(decoding: out, as: UTF8.self)
     }
-
-    /// True for 26 characters of the Crockford alphabet (what a client may send back as an id).
-    static func isWellFormed(_ s: String) -> Bool {
-        s.utf8.count == 26 && s.utf8.allSatisfy { alphabet.contains($0) }
-    }
 }
 
 /// Time as the store keeps it: Unix milliseconds.

@@ -14,10 +14,6 @@ import Synchronization
 /// upstream service; internal RPCs are not routed at all. See `docs/gateway.md`.
 public final class Gateway: Sendable {
     public let configuration: GatewayConfiguration
-    /// The routed methods (public RPCs of the public services), by path.
-    public let routes: [MethodDescriptor]
-    /// The services routed, and the infrastructure ones (health, reflection).
-    public let serviceNames: [String]
     public let health: GatewayHealth
     let pools: [String: UpstreamPool]
     let server: RPCServer
@@ -74,7 +70,6 @@ public final class Gateway: Sendable {
 
         // Routes: one proxy per public service whose upstream is configured.
         var services: [any RPCService] = []
-        var routes: [MethodDescriptor] = []
         var healthUpstreams: [String: [String]] = [:]
         var table = Self.publicRoutes(registry).mapValues { (upstream: "", methods: $0) }
         for (service, route) in extraRoutes { table[service] = route }
@@ -85,10 +80,8 @@ public final class Gateway: Sendable {
             let proxy = Proxy(pool: pool, serviceToken: configuration.serviceToken, maxDeadline: configuration.maxDeadline,
                               maxStreamDeadline: configuration.maxStreamDeadline, sweeper: sweeper)
             services.append(ProxyService(serviceName: service, methods: methods.map { ServerMethod($0, proxy.handler(for: $0)) }))
-            routes.append(contentsOf: methods)
             healthUpstreams[upstream, default: []].append(service)
         }
-        self.routes = routes
 
         let keys: any SigningKeySource = pools["accounts"].map {
             RemoteSigningKeys(client: RPCClient(transport: $0), minRefreshInterval: configuration.keyRefreshInterval, logger: logger)
@@ -106,11 +99,8 @@ public final class Gateway: Sendable {
             },
             required: configuration.requiredUpstreams, timeout: configuration.upstreamConnectTimeout, logger: logger)
         let publicNames = services.map(\.serviceName)
-        let standard = [Grpc_Health_V1_HealthMethods.serviceName, Grpc_Reflection_V1_ServerReflectionMethods.serviceName,
-                        Grpc_Reflection_V1alpha_ServerReflectionMethods.serviceName]
-        let index = ReflectionIndex(descriptors: descriptors, services: publicNames + standard)
-        services += [health, ReflectionServiceV1(index: index), ReflectionServiceV1Alpha(index: index)]
-        serviceNames = publicNames + standard
+        let index = ReflectionIndex(descriptors: descriptors, services: publicNames + StandardServices.standardNames)
+        services += [health] + StandardServices.reflection(index: index)
 
         var config = ServerConfiguration(host: configuration.host, port: configuration.port, tls: configuration.tls)
         config.acceptHTTP1 = true
@@ -122,7 +112,7 @@ public final class Gateway: Sendable {
         let health = self.health
         let upstreamList = configuration.upstreams
         config.httpHandler = ConnectHandler(
-            router: Router(services: services), interceptors: [policy], transcoder: JSONTranscoder(registry: registry),
+            router: Router(services: services), interceptors: [policy], transcoder: JSONTranscoder(registry: registry), logger: logger,
             statusPage: { await Self.statusPage(health: health, upstreams: upstreamList, services: publicNames) })
         server = RPCServer(configuration: config, services: services, logger: logger)
     }
@@ -174,7 +164,7 @@ public final class Gateway: Sendable {
 
     static func statusPage(health: GatewayHealth, upstreams: [GatewayConfiguration.Upstream],
                            services: [String]) async -> (serving: Bool, text: String) {
-        await health.poll()
+        await health.refreshIfStale()
         let serving = health.overall == .serving
         var lines = ["backend gateway: \(serving ? "SERVING" : "NOT SERVING")", "",
                      "gRPC (h2c/TLS) and Connect JSON (POST /<package>.<Service>/<Method>) on this port.", "", "upstreams:"]

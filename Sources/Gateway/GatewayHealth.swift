@@ -113,9 +113,15 @@ public final class GatewayHealth: Grpc_Health_V1_HealthService, Sendable {
         table.markAllNotServing()
     }
 
-    public func check(request: Grpc_Health_V1_HealthCheckRequest, context: ServerContext) async throws -> Grpc_Health_V1_HealthCheckResponse {
+    /// Polls the upstreams when the last round is older than `maxAge` (and not after shutdown):
+    /// what every health question asks first, so a busy load balancer does not multiply polls.
+    public func refreshIfStale() async {
         let stale = state.withLock { s in !s.stopped && (s.lastPoll.map { ContinuousClock.now - $0 > maxAge } ?? true) }
         if stale { await poll() }
+    }
+
+    public func check(request: Grpc_Health_V1_HealthCheckRequest, context: ServerContext) async throws -> Grpc_Health_V1_HealthCheckResponse {
+        await refreshIfStale()
         return try await table.check(request: request, context: context)
     }
 

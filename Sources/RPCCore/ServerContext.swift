@@ -10,6 +10,9 @@ public final class ServerContext: Sendable {
     public let deadline: ContinuousClock.Instant?
     /// The client's address (`127.0.0.1:50123`).
     public let peer: String
+    /// The client's host without the port (`127.0.0.1`, `::1`): what rate limits and
+    /// `x-forwarded-for` use.
+    public let peerHost: String
     /// `:authority` of the request.
     public let authority: String
     /// Whether the (single) request message of a unary or server-streaming call arrived compressed.
@@ -24,12 +27,13 @@ public final class ServerContext: Sendable {
     private let state: Mutex<State>
 
     public init(method: MethodDescriptor, requestMetadata: Metadata, deadline: ContinuousClock.Instant?,
-                peer: String, authority: String = "", requestCompressed: Bool = false,
+                peer: String, peerHost: String? = nil, authority: String = "", requestCompressed: Bool = false,
                 compressResponses: Bool = false) {
         self.method = method
         self.requestMetadata = requestMetadata
         self.deadline = deadline
         self.peer = peer
+        self.peerHost = peerHost ?? Self.host(ofPeer: peer)
         self.authority = authority
         self.requestCompressed = requestCompressed
         self.state = Mutex(State(compressResponses: compressResponses))
@@ -55,6 +59,25 @@ public final class ServerContext: Sendable {
     public subscript<T: Sendable>(key key: String, as type: T.Type = T.self) -> T? {
         get { state.withLock { $0.values[key] as? T } }
         set { state.withLock { $0.values[key] = newValue } }
+    }
+
+    /// `127.0.0.1:5000` → `127.0.0.1`, `[::1]:5000` → `::1`; anything else unchanged.
+    public static func host(ofPeer peer: String) -> String {
+        let u = peer.utf8
+        if u.first == UInt8(ascii: "["), let close = u.firstIndex(of: UInt8(ascii: "]")) {
+            return String(peer[u.index(after: u.startIndex)..<close])
+        }
+        var colon: String.Index? = nil
+        var i = u.startIndex
+        while i < u.endIndex {
+            if u[i] == UInt8(ascii: ":") {
+                if colon != nil { return peer }  // a bare IPv6 address
+                colon = i
+            }
+            i = u.index(after: i)
+        }
+        if let colon { return String(peer[..<colon]) }
+        return peer
     }
 
     /// Time left before the deadline, if any.

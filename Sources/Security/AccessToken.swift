@@ -185,9 +185,11 @@ public final class AccessTokenVerifier: Sendable {
         self.capacity = max(0, cacheCapacity)
     }
 
-    /// Replaces the trusted keys and forgets every cached verification.
+    /// Replaces the trusted keys and forgets every cached verification (when they changed: a
+    /// refetch that brings the same keys, as every forged key id causes, keeps the cache).
     public func setKeys(_ keys: [String: Ed25519PublicKey]) {
         state.withLock { s in
+            guard s.keys != keys else { return }
             s.keys = keys
             s.cache.removeAll()
         }

@@ -191,6 +191,7 @@ public final class Ed25519KeyPair: Sendable {
     public func save(to path: String) throws {
         let bytes = Array(pemRepresentation.utf8)
         let temporary = "\(path).tmp-\(getpid())"
+        unlink(temporary)  // left by a crash of an earlier process with this pid
         let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw SecurityError.io("cannot create \(temporary): \(String(cString: strerror(errno)))") }
         let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
@@ -200,6 +201,13 @@ public final class Ed25519KeyPair: Sendable {
             let reason = String(cString: strerror(errno))
             unlink(temporary)
             throw SecurityError.io("cannot write \(path): \(reason)")
+        }
+        // The rename itself is durable only once the directory is synced.
+        let directory = open((path as NSString).deletingLastPathComponent.isEmpty ? "." : (path as NSString).deletingLastPathComponent,
+                             O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if directory >= 0 {
+            fsync(directory)
+            close(directory)
         }
     }
 

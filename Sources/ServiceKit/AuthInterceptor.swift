@@ -10,7 +10,9 @@ import Security
 /// Health and reflection are infrastructure and need nothing.
 public final class AuthInterceptor: ServerInterceptor {
     public static let serviceTokenHeader = "x-service-token"
-    static let open: Set<String> = ["grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection",
+    /// Infrastructure services: no credential needed (load balancers poll health). The gateway's
+    /// policy uses the same list.
+    public static let open: Set<String> = ["grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection",
                                     "grpc.reflection.v1alpha.ServerReflection"]
 
     let keys: any SigningKeySource
@@ -30,27 +32,31 @@ public final class AuthInterceptor: ServerInterceptor {
             }
             context[key: ServerContext.serviceCallerKey] = true
             // A service may act for a user by forwarding the user's token too.
-            if let token = Self.bearer(context) { try await attachIdentity(token, context, required: false) }
+            if let token = Self.bearer(context) { try await attachIdentity(token, context) }
             return
         }
         switch context.method.visibility {
         case .internal:
             throw RPCError(.permissionDenied, "\(context.method.path) is internal: only other services may call it")
         case .publicAnonymous:
-            if let token = Self.bearer(context) { try await attachIdentity(token, context, required: false) }
+            if let token = Self.bearer(context) { try await attachIdentity(token, context) }
         case .publicAuthenticated:
             guard let token = Self.bearer(context) else {
                 throw RPCError(.unauthenticated, "\(context.method.path) needs 'authorization: Bearer <access token>'")
             }
-            try await attachIdentity(token, context, required: true)
+            try await attachIdentity(token, context)
         }
     }
 
-    static func bearer(_ context: ServerContext) -> String? {
-        guard let value = context.requestMetadata["authorization"] else { return nil }
+    static func bearer(_ context: ServerContext) -> String? { bearer(context.requestMetadata) }
+
+    /// The token of `authorization: Bearer <token>`; nil when absent, empty or another scheme.
+    public static func bearer(_ metadata: Metadata) -> String? {
+        guard let value = metadata["authorization"] else { return nil }
         let parts = value.split(separator: " ", maxSplits: 1)
         guard parts.count == 2, parts[0].lowercased() == "bearer" else { return nil }
-        return String(parts[1]).trimmingSpaces
+        let token = String(parts[1]).trimmingSpaces
+        return token.isEmpty ? nil : token
     }
 
     /// Verifies a token and stores the identity; a bad token is UNAUTHENTICATED even on public
@@ -80,7 +86,7 @@ public final class AuthInterceptor: ServerInterceptor {
         }
     }
 
-    private func attachIdentity(_ token: String, _ context: ServerContext, required: Bool) async throws {
+    private func attachIdentity(_ token: String, _ context: ServerContext) async throws {
         context[key: ServerContext.identityKey] = try await verify(token)
     }
 

@@ -51,16 +51,29 @@ public struct ServiceSettings: Sendable {
         if (tlsCert == nil) != (tlsKey == nil) { throw ValidationError("--tls-cert and --tls-key go together") }
         logLevel = options.logLevel ?? environment["LOG_LEVEL"] ?? "info"
         serviceToken = try environment["SERVICE_TOKEN"] ?? Self.sharedToken(root: root)
+        // A peer address that does not parse would silently fall back to the default: refuse it.
+        for peer in Self.defaultPorts.keys.sorted() {
+            let variable = "\(peer.uppercased())_ADDR"
+            if let addr = environment[variable], Self.parseAddress(addr) == nil {
+                throw ValidationError("\(variable)='\(addr)' is not host:port")
+            }
+        }
+    }
+
+    /// `host:port` or `[v6]:port`; nil when it is neither.
+    static func parseAddress(_ addr: String) -> (host: String, port: Int)? {
+        guard let colon = addr.lastIndex(of: ":"), let port = Int(addr[addr.index(after: colon)...]), (1...65535).contains(port) else {
+            return nil
+        }
+        var host = String(addr[..<colon])
+        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        return host.isEmpty ? nil : (host, port)
     }
 
     /// Address of another service: `<PEER>_ADDR` (host:port), else 127.0.0.1 and its port.
     public func peerAddress(_ peer: String) -> (host: String, port: Int) {
         let prefix = peer.uppercased()
-        if let addr = environment["\(prefix)_ADDR"], let colon = addr.lastIndex(of: ":"), let port = Int(addr[addr.index(after: colon)...]) {
-            var host = String(addr[..<colon])
-            if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
-            return (host, port)
-        }
+        if let addr = environment["\(prefix)_ADDR"].flatMap(Self.parseAddress) { return addr }
         let port = environment["\(prefix)_PORT"].flatMap(Int.init) ?? Self.defaultPorts[peer] ?? 0
         return (environment["\(prefix)_HOST"] ?? "127.0.0.1", port)
     }
@@ -73,11 +86,24 @@ public struct ServiceSettings: Sendable {
             return existing.trimmingCharacters(in: .whitespacesAndNewlines)
         }
         let token = SecureRandom.token(bytes: 32)
-        // O_EXCL: when two services start together only one token wins; the other reads it.
-        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0o600)
-        if fd >= 0 {
-            _ = token.withCString { write(fd, $0, strlen($0)) }
-            close(fd)
+        // Written whole to a private file, then linked into place: the link fails if another
+        // service got there first (its token wins), and a crash never leaves an empty or partial
+        // credential behind.
+        let temporary = "\(path).tmp-\(getpid())"
+        unlink(temporary)
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw ValidationError("cannot create \(temporary): \(String(cString: strerror(errno)))") }
+        let bytes = Array(token.utf8)
+        let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        let synced = fsync(fd)
+        close(fd)
+        defer { unlink(temporary) }
+        guard written == bytes.count, synced == 0 else {
+            throw ValidationError("cannot write the service credential \(temporary): \(String(cString: strerror(errno)))")
+        }
+        if link(temporary, path) == 0 {
+            let dir = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            if dir >= 0 { fsync(dir); close(dir) }
             return token
         }
         for _ in 0..<50 {
@@ -86,6 +112,6 @@ public struct ServiceSettings: Sendable {
             }
             usleep(20_000)
         }
-        throw ValidationError("cannot read the service credential at \(path)")
+        throw ValidationError("the service credential at \(path) is empty or unreadable: remove it (a new one is made) or set SERVICE_TOKEN")
     }
 }

@@ -41,8 +41,16 @@ public final class RemoteSigningKeys: SigningKeySource {
     }
 
     public func keys() async throws -> [String: Ed25519PublicKey] {
-        let (cached, fresh) = state.withLock { s in (s.keys, s.validUntil.map { ContinuousClock.now < $0 } ?? false) }
+        let (cached, fresh, recent) = state.withLock { s in
+            (s.keys, s.validUntil.map { ContinuousClock.now < $0 } ?? false,
+             s.lastFetch.map { ContinuousClock.now - $0 < minRefreshInterval } ?? false)
+        }
         if fresh { return cached }
+        // Fetched (or tried) a moment ago: keep the minimum interval while accounts is away.
+        if recent {
+            if !cached.isEmpty { return cached }
+            throw RPCError(.unavailable, "cannot fetch token keys from accounts (tried less than \(minRefreshInterval) ago)")
+        }
         do {
             return try await fetch()
         } catch {

@@ -105,14 +105,17 @@ public final class Connection {
     private func statement(for sql: String) throws -> Statement {
         if let cached = statements[sql] { return cached }
         var raw: OpaquePointer?
-        var tail: UnsafePointer<CChar>?
-        let rc = sql.withCString { text in
-            sqlite3_prepare_v3(handle, text, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &raw, &tail)
+        // `tail` points into the C string, which lives only inside withCString: look at it there.
+        let (rc, trailing) = try sql.withCString { text -> (Int32, Bool) in
+            var tail: UnsafePointer<CChar>?
+            let rc = sqlite3_prepare_v3(handle, text, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &raw, &tail)
+            guard rc == SQLITE_OK, let tail, tail.pointee != 0 else { return (rc, false) }
+            return (rc, try hasStatement(tail))
         }
         guard rc == SQLITE_OK else { throw error(rc, sql: sql) }
         guard let raw else { throw StorageError.misuse("no statement in SQL: \(sql)") }
-        let statement = Statement(handle: raw, sql: sql)
-        if let tail, tail.pointee != 0, try hasStatement(tail) {
+        let statement = Statement(handle: raw)
+        if trailing {
             throw StorageError.misuse("several statements in one execute/query (use executeScript): \(sql)")
         }
         if statements.count >= Self.statementCacheLimit { statements.removeAll() }
@@ -263,13 +266,11 @@ extension Substring {
 /// A prepared statement, finalized when the cache drops it.
 final class Statement {
     let handle: OpaquePointer
-    let sql: String
     let parameterCount: Int
     let columns: ColumnNames
 
-    init(handle: OpaquePointer, sql: String) {
+    init(handle: OpaquePointer) {
         self.handle = handle
-        self.sql = sql
         self.parameterCount = Int(sqlite3_bind_parameter_count(handle))
         let n = sqlite3_column_count(handle)
         self.columns = ColumnNames((0..<n).map { i in sqlite3_column_name(handle, i).map { String(cString: $0) } ?? "" })

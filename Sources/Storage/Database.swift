@@ -108,8 +108,7 @@ public final class Database: Sendable {
     }
 
     private static func configure(_ connection: Connection, options: Options, isWriter: Bool) throws {
-        let ms = options.busyTimeout.components.seconds * 1000 + options.busyTimeout.components.attoseconds / 1_000_000_000_000_000
-        sqlite3_busy_timeout(connection.handle, Int32(clamping: ms))
+        sqlite3_busy_timeout(connection.handle, Int32(clamping: options.busyTimeout.milliseconds))
         if isWriter {
             // The first statement that reads the file: a garbage file fails here with NOTADB.
             let mode = try connection.queryOne("PRAGMA journal_mode=WAL").flatMap { try $0.get(0, as: String?.self) }

@@ -53,6 +53,10 @@ final class FileLock: Sendable {
     func release() {
         descriptor.withLock { fd in
             guard fd >= 0 else { return }
+            // Unlock explicitly: a child being spawned by another thread holds a copy of the
+            // descriptor until its exec closes it, and a plain close would leave the lock held
+            // until then (a reopen in this process could fail as "in use").
+            flock(fd, LOCK_UN)
             close(fd)
             fd = -1
         }

@@ -99,9 +99,6 @@ public final class OutboxDelivery: Sendable {
         public var nextDue: Date?
     }
 
-    /// Wakes `run` now (for a caller that knows new events are due).
-    public func wake() { wakeup.signal() }
-
     /// One pass over the events due now.
     @discardableResult
     public func deliverDue() async throws -> Pass {
@@ -183,7 +180,8 @@ public final class OutboxDelivery: Sendable {
 }
 
 extension Duration {
-    var milliseconds: Int64 { components.seconds * 1000 + components.attoseconds / 1_000_000_000_000_000 }
+    /// Whole milliseconds (truncated), for SQL timestamps and C timeouts.
+    public var milliseconds: Int64 { components.seconds * 1000 + components.attoseconds / 1_000_000_000_000_000 }
 }
 
 /// A wake-up flag a single waiter sleeps on, with a timeout.

@@ -1,10 +1,11 @@
 import ArgumentParser
 import GRPCContracts
 import RPCCore
+import RPCTLS
 import RPCTransport
 
-/// `health-probe --addr 127.0.0.1:9101 [--service NAME]`: one grpc.health.v1 Check over real gRPC;
-/// exit 0 when SERVING. Used by scripts/run to wait for processes and by compose health checks.
+/// `health-probe --addr 127.0.0.1:9101 [--service NAME] [--ca-file cert.pem]`: one grpc.health.v1
+/// Check over real gRPC (TLS when given the certificate to trust); exit 0 when SERVING. Used by scripts/run to wait for processes and by compose health checks.
 @main
 struct HealthProbe: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "health-probe",
@@ -12,13 +13,20 @@ struct HealthProbe: AsyncParsableCommand {
     @Option(help: "host:port of the server.") var addr: String
     @Option(help: "Service name to check (empty: the whole server).") var service = ""
     @Option(help: "Seconds to wait for the answer.") var timeout = 2.0
+    @Option(help: "Speak TLS, trusting this PEM certificate (a development certificate, say).") var caFile: String?
+    @Option(help: "With --ca-file: the name the certificate must be valid for (default: the host of --addr).") var serverName: String?
     @Flag(help: "Print the status.") var verbose = false
 
     func run() async throws {
         guard let colon = addr.lastIndex(of: ":"), let port = Int(addr[addr.index(after: colon)...]) else {
             throw ValidationError("--addr must be host:port")
         }
-        let channel = RPCChannel(host: String(addr[..<colon]), port: port)
+        let host = String(addr[..<colon])
+        var configuration = ChannelConfiguration(host: host, port: port)
+        if let caFile {
+            configuration.tls = try TLSConfiguration.client(alpn: ["h2"], trustRootsPEMFile: caFile, serverName: serverName ?? host)
+        }
+        let channel = RPCChannel(configuration: configuration)
         defer { Task { await channel.close() } }
         var request = Grpc_Health_V1_HealthCheckRequest()
         request.service = service

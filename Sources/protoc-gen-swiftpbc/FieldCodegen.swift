@@ -1,14 +1,6 @@
 /// Per-field Swift types and the statements that move a field between its Swift value and its
 /// protobuf-c struct member.
 extension FieldModel {
-    /// Types whose Swift and C representations are identical (`Int32`/`int32_t`, `Double`/`double`).
-    var isPlainScalar: Bool {
-        switch type {
-        case .double, .float, .int64, .uint64, .int32, .fixed64, .fixed32, .uint32, .sfixed32, .sfixed64, .sint32, .sint64: true
-        default: false
-        }
-    }
-
     /// The Swift type of one value.
     var swiftElementType: String {
         switch type {

@@ -43,7 +43,6 @@ final class MessageModel {
     let name: String
     let fullName: String
     unowned let file: FileModel
-    weak var parent: MessageModel?
     let path: [Int32]
     var fields: [FieldModel] = []
     var oneofs: [OneofModel] = []
@@ -54,11 +53,10 @@ final class MessageModel {
     var mayRecurse = false
     var swiftName = ""
 
-    init(name: String, fullName: String, file: FileModel, parent: MessageModel?, path: [Int32]) {
+    init(name: String, fullName: String, file: FileModel, path: [Int32]) {
         self.name = name
         self.fullName = fullName
         self.file = file
-        self.parent = parent
         self.path = path
     }
 
@@ -236,7 +234,7 @@ struct ModelBuilder {
         }
         let scope = file.package.isEmpty ? "" : file.package + "."
         for i in 0..<f.n_message_type {
-            file.messages.append(message(f.message_type[i]!.pointee, scope: scope, file: file, parent: nil, path: [4, Int32(i)]))
+            file.messages.append(message(f.message_type[i]!.pointee, scope: scope, file: file, path: [4, Int32(i)]))
         }
         for i in 0..<f.n_enum_type {
             file.enums.append(enumModel(f.enum_type[i]!.pointee, scope: scope, file: file, path: [5, Int32(i)]))
@@ -257,9 +255,9 @@ struct ModelBuilder {
     }
 
     private mutating func message(_ d: Google__Protobuf__DescriptorProto, scope: String, file: FileModel,
-                                  parent: MessageModel?, path: [Int32]) -> MessageModel {
+                                  path: [Int32]) -> MessageModel {
         let name = cString(d.name)
-        let m = MessageModel(name: name, fullName: scope + name, file: file, parent: parent, path: path)
+        let m = MessageModel(name: name, fullName: scope + name, file: file, path: path)
         m.isMapEntry = d.options.map { $0.pointee.has_map_entry != 0 && $0.pointee.map_entry != 0 } ?? false
         for i in 0..<d.n_oneof_decl {
             m.oneofs.append(OneofModel(name: cString(d.oneof_decl[i]!.pointee.name)))
@@ -276,7 +274,7 @@ struct ModelBuilder {
             file.extensionNames.append(m.fullName + "." + cString(d.extension[i]!.pointee.name))
         }
         for i in 0..<d.n_nested_type {
-            m.nested.append(message(d.nested_type[i]!.pointee, scope: m.fullName + ".", file: file, parent: m,
+            m.nested.append(message(d.nested_type[i]!.pointee, scope: m.fullName + ".", file: file,
                                     path: path + [3, Int32(i)]))
         }
         for i in 0..<d.n_enum_type {

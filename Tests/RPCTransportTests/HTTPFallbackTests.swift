@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 import RPCCore
 @testable import RPCTransport
@@ -10,7 +11,56 @@ struct EchoHTTP: HTTPHandler {
     }
 }
 
+/// Holds its answer until the test opens the gate: a request in progress during a shutdown.
+struct GatedHTTP: HTTPHandler {
+    final class Gate: Sendable {
+        let entered = Mutex(false)
+        let open = Mutex(false)
+    }
+    let gate = Gate()
+
+    func handle(_ request: HTTPRequest) async -> HTTPResponse {
+        gate.entered.withLock { $0 = true }
+        while !gate.open.withLock({ $0 }) { try? await Task.sleep(for: .milliseconds(5)) }
+        return HTTPResponse(status: 200, headers: [("content-type", "text/plain")], body: Array("slow answer".utf8))
+    }
+}
+
+/// Polls `condition` for up to 30 s (a busy machine starts curl slowly).
+func waitFor(_ condition: () -> Bool) async throws -> Bool {
+    let end = ContinuousClock.now + .seconds(30)
+    while !condition() && ContinuousClock.now < end { try await Task.sleep(for: .milliseconds(10)) }
+    return condition()
+}
+
 @Suite struct HTTPFallbackTests {
+    @Test func gracefulShutdownAnswersHTTP1RequestsInProgress() async throws {
+        var config = ServerConfiguration(host: "127.0.0.1", port: 0)
+        config.threads = 1
+        let handler = GatedHTTP()
+        config.httpHandler = handler
+        config.acceptHTTP1 = true
+        let server = RPCServer(configuration: config, services: [EchoService()])
+        let port = try await server.start()
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
+        p.arguments = ["-s", "--http1.1", "-i", "http://127.0.0.1:\(port)/slow"]
+        let pipe = Pipe()
+        p.standardOutput = pipe
+        try p.run()
+        #expect(try await waitFor { handler.gate.entered.withLock { $0 } })
+        // Shut down while the request is in the handler; answer it once the drain has begun.
+        let shutdown = Task { await server.shutdownGracefully() }
+        #expect(try await waitFor { server.shared.registry.draining.load(ordering: .acquiring) })
+        handler.gate.open.withLock { $0 = true }
+        await shutdown.value
+        let out = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        p.waitUntilExit()
+        #expect(out.hasPrefix("HTTP/1.1 200"), "\(out)")
+        #expect(out.lowercased().contains("connection: close"), "\(out)")
+        #expect(out.hasSuffix("slow answer"))
+    }
+
     @Test func nonGRPCRequestsReachTheHTTPHandlerOverHTTP2() async throws {
         var config = ServerConfiguration(host: "127.0.0.1", port: 0)
         config.threads = 1

@@ -1,4 +1,8 @@
+import Contracts
+import Logging
 import RPCCore
+import RPCTransport
+import ServiceKit
 
 /// The Connect protocol's unary calls (https://connectrpc.com/docs/protocol), for clients that do
 /// not speak gRPC: `POST /<package>.<Service>/<Method>` with a JSON (or binary protobuf) body,
@@ -11,6 +15,7 @@ struct ConnectHandler: HTTPHandler {
     let router: Router
     let interceptors: [any ServerInterceptor]
     let transcoder: JSONTranscoder
+    let logger: Logger
     let statusPage: @Sendable () async -> (serving: Bool, text: String)
 
     /// Request headers that belong to HTTP or Connect, not to the call's metadata.
@@ -112,27 +117,20 @@ struct ConnectHandler: HTTPHandler {
         } catch is CancellationError {
             return Self.error(RPCError.cancelled())
         } catch {
+            logger.error("Connect call \(path) failed: \(error)")
             return Self.error(RPCError(.internal, "internal error"))
         }
     }
 
     /// INVALID_ARGUMENT naming the field, with a `google.rpc.BadRequest` for programs.
     static func badRequest(_ error: TranscodingError, message: String) -> RPCError {
-        var violation = WireWriter()
-        violation.lengthDelimited(1, Array((error.field.isEmpty ? "(body)" : error.field).utf8))
-        violation.lengthDelimited(2, Array(error.reason.utf8))
-        var bad = WireWriter()
-        bad.lengthDelimited(1, violation.bytes)
-        let text = "invalid \(message) JSON: \(error)"
-        var any = WireWriter()
-        any.lengthDelimited(1, Array("type.googleapis.com/google.rpc.BadRequest".utf8))
-        any.lengthDelimited(2, bad.bytes)
-        var status = WireWriter()
-        status.tag(1, .varint)
-        status.varint(UInt64(StatusCode.invalidArgument.rawValue))
-        status.lengthDelimited(2, Array(text.utf8))
-        status.lengthDelimited(3, any.bytes)
-        return RPCError(.invalidArgument, text, details: status.bytes)
+        var violation = Google_Rpc_BadRequest.FieldViolation()
+        violation.field = error.field.isEmpty ? "(body)" : error.field
+        violation.description_p = error.reason
+        var bad = Google_Rpc_BadRequest()
+        bad.fieldViolations = [violation]
+        return RPCError.withDetails(.invalidArgument, "invalid \(message) JSON: \(error)",
+                                    details: [("type.googleapis.com/google.rpc.BadRequest", bad.serializedBytes())])
     }
 
     /// Connect headers → call metadata (`-bin` values are base64).
@@ -141,7 +139,7 @@ struct ConnectHandler: HTTPHandler {
         for (name, value) in headers {
             if protocolHeaders.contains(name) || name.hasPrefix("connect-") || name.hasPrefix(":") || Metadata.isReserved(name) { continue }
             if name.hasSuffix("-bin") {
-                guard let bytes = Base64Codec.decode(value) else { throw RPCError(.invalidArgument, "header '\(name)' is not valid base64") }
+                guard let bytes = Base64.decode(value) else { throw RPCError(.invalidArgument, "header '\(name)' is not valid base64") }
                 m.add(name, binary: bytes)
             } else {
                 m.add(name, value)
@@ -154,7 +152,7 @@ struct ConnectHandler: HTTPHandler {
         for (key, value) in metadata where !Metadata.isReserved(key) {
             switch value {
             case .string(let s): headers.append((prefix + key, s))
-            case .binary(let b): headers.append((prefix + key, Base64Codec.encode(b, padded: false)))
+            case .binary(let b): headers.append((prefix + key, Base64.encode(b)))
             }
         }
     }
@@ -222,7 +220,7 @@ struct ConnectHandler: HTTPHandler {
                 else if (try? a.skip(at, number: an)) == nil { break }
             }
             let type = String(url.split(separator: "/").last ?? "")
-            var item: [(String, JSONValue)] = [("type", .string(type)), ("value", .string(Base64Codec.encode(value, padded: false)))]
+            var item: [(String, JSONValue)] = [("type", .string(type)), ("value", .string(Base64.encode(value)))]
             if let transcoder, let debug = try? transcoder.decodeValue(value, as: type) { item.append(("debug", debug)) }
             out.append(.object(item))
         }

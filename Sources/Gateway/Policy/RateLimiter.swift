@@ -55,6 +55,4 @@ public final class RateLimiter: Sendable {
             return nil
         }
     }
-
-    public var trackedKeys: Int { state.withLock { $0.buckets.count } }
 }

@@ -17,6 +17,8 @@ public enum HeaderPolicy {
     public static let strippedPrefixes: [String] = ["x-identity", "x-internal-", "x-gateway-", "x-service-", "x-user-"]
 
     public static func isStripped(_ key: String) -> Bool {
+        // Every reserved name but `forwarded` starts with "x-": most keys leave here.
+        guard key.utf8.first == UInt8(ascii: "x") || key == "forwarded" else { return false }
         if strippedNames.contains(key) { return true }
         for p in strippedPrefixes where key.hasPrefix(p) { return true }
         return false
@@ -25,29 +27,10 @@ public enum HeaderPolicy {
     /// The metadata an upstream call carries: the client's, minus reserved names, plus the
     /// client's address and the service credential.
     public static func upstreamMetadata(_ client: Metadata, clientAddress: String, serviceToken: String) -> Metadata {
-        var out = Metadata()
-        for (key, value) in client where !isStripped(key) { out.add(key, value) }
+        var out = client
+        out.removeAll(where: isStripped)
         out.add("x-forwarded-for", clientAddress)
         if !serviceToken.isEmpty { out.add("x-service-token", serviceToken) }
         return out
-    }
-
-    /// `127.0.0.1:5000` → `127.0.0.1`, `[::1]:5000` → `::1`.
-    public static func host(ofPeer peer: String) -> String {
-        let u = peer.utf8
-        if u.first == UInt8(ascii: "["), let close = u.firstIndex(of: UInt8(ascii: "]")) {
-            return String(peer[u.index(after: u.startIndex)..<close])
-        }
-        var colon: String.Index? = nil
-        var i = u.startIndex
-        while i < u.endIndex {
-            if u[i] == UInt8(ascii: ":") {
-                if colon != nil { return peer }  // a bare IPv6 address
-                colon = i
-            }
-            i = u.index(after: i)
-        }
-        if let colon { return String(peer[..<colon]) }
-        return peer
     }
 }

@@ -37,32 +37,22 @@ struct Proxy: Sendable {
         }
     }
 
+    /// The deadline cap of a call kind: subscriptions (server streaming, bidirectional) live long.
+    func cap(for kind: CallKind) -> Duration { kind.serverStreams ? maxStreamDeadline : maxDeadline }
+
+    static let capReached = RPCError.deadlineExceeded("the call reached the gateway's deadline limit")
+
     /// The upstream call's options: the client's metadata (filtered) and deadline (capped). A
     /// call without a client deadline goes up without one and is capped by the sweeper.
-    func options(_ context: ServerContext, streaming: Bool) throws -> CallOptions {
+    func options(_ context: ServerContext, kind: CallKind) throws -> CallOptions {
         var timeout: Duration? = nil
         if let remaining = context.timeRemaining {
             guard remaining > .zero else { throw RPCError.deadlineExceeded() }
-            timeout = min(remaining, streaming ? maxStreamDeadline : maxDeadline)
+            timeout = min(remaining, cap(for: kind))
         }
-        let metadata = HeaderPolicy.upstreamMetadata(context.requestMetadata, clientAddress: HeaderPolicy.host(ofPeer: context.peer),
+        let metadata = HeaderPolicy.upstreamMetadata(context.requestMetadata, clientAddress: context.peerHost,
                                                      serviceToken: serviceToken)
         return CallOptions(timeout: timeout, metadata: metadata)
-    }
-
-    /// Starts the upstream call, watched by the sweeper when it has no deadline of its own.
-    func start(_ method: MethodDescriptor, _ lease: PooledChannel, _ options: CallOptions,
-               streaming: Bool) async throws -> (any RawClientCall, DeadlineSweeper.Watch?) {
-        let call = try await lease.channel.startCall(method, options: options)
-        if options.timeout != nil { return (call, nil) }
-        return (call, sweeper.watch(call, for: streaming ? maxStreamDeadline : maxDeadline))
-    }
-
-    func failure(_ error: any Error, _ call: any RawClientCall, _ watch: DeadlineSweeper.Watch?) async -> any Error {
-        if let watch, watch.isExpired {
-            return RPCError.deadlineExceeded("the call reached the gateway's deadline limit")
-        }
-        return await Self.failure(error, call)
     }
 
     /// The upstream's status as the error the gateway answers with (details kept).
@@ -73,12 +63,27 @@ struct Proxy: Sendable {
         return RPCError(status.code, status.message, trailers: t, details: details)
     }
 
-    /// Why a relayed call failed: the upstream's own status when it ended the call.
-    static func failure(_ error: any Error, _ call: any RawClientCall) async -> any Error {
-        call.cancel()  // no-op when the upstream already ended it
-        let (status, trailers) = await call.finalStatus()
-        if status.code == .ok { return error }
-        return Self.error(status, trailers)
+    /// A streaming relay's upstream call: started on this loop's pool, watched by the sweeper
+    /// when it has no deadline of its own, cancelled with the client's call. A failure of `body`
+    /// becomes the upstream's own status when the upstream ended the call.
+    func withUpstreamCall(_ method: MethodDescriptor, _ context: ServerContext,
+                          _ body: (any RawClientCall) async throws -> Void) async throws {
+        let options = try options(context, kind: method.kind)
+        let lease = pool.acquire()
+        defer { pool.release(lease) }
+        let call = try await lease.channel.startCall(method, options: options)
+        let watch = options.timeout == nil ? sweeper.watch(call, for: cap(for: method.kind)) : nil
+        defer { if let watch { sweeper.unwatch(watch) } }
+        try await withTaskCancellationHandler {
+            do {
+                try await body(call)
+            } catch {
+                if let watch, watch.isExpired { throw Self.capReached }
+                call.cancel()  // no-op when the upstream already ended it
+                let (status, trailers) = await call.finalStatus()
+                throw status.code == .ok ? error : Self.error(status, trailers)
+            }
+        } onCancel: { call.cancel() }
     }
 
     /// Upstream response headers, status and trailers → the gateway's response.
@@ -94,9 +99,9 @@ struct Proxy: Sendable {
     func unary(_ method: MethodDescriptor, _ request: [UInt8], _ context: ServerContext, _ cancellation: CallCancellation,
                _ done: @escaping @Sendable (Result<[UInt8], any Error>) -> Void) {
         let options: CallOptions
-        do { options = try self.options(context, streaming: false) } catch { return done(.failure(error)) }
+        do { options = try self.options(context, kind: .unary) } catch { return done(.failure(error)) }
         let lease = pool.acquire()
-        let watch = options.timeout == nil ? sweeper.watch(for: maxDeadline) : nil
+        let watch = options.timeout == nil ? sweeper.watch(for: cap(for: .unary)) : nil
         let (pool, sweeper) = (self.pool, self.sweeper)
         let call = lease.channel.unary(method, request: request, options: options) { result in
             pool.release(lease)
@@ -113,7 +118,7 @@ struct Proxy: Sendable {
     /// trailers, or its status (details kept).
     static func outcome(_ r: UnaryCallResult, _ method: MethodDescriptor, _ context: ServerContext,
                         expired: Bool) -> Result<[UInt8], any Error> {
-        if expired { return .failure(RPCError.deadlineExceeded("the call reached the gateway's deadline limit")) }
+        if expired { return .failure(capReached) }
         guard r.status.code == .ok else { return .failure(error(r.status, r.trailers)) }
         guard r.responseCount == 1, let response = r.response else {
             return .failure(RPCError(.internal, "\(method.path): upstream sent \(r.responseCount) response messages to a unary call"))
@@ -125,43 +130,23 @@ struct Proxy: Sendable {
 
     func serverStreaming(_ method: MethodDescriptor, _ request: [UInt8], _ sink: any ServerResponseSink,
                          _ context: ServerContext) async throws {
-        let options = try options(context, streaming: true)
-        let lease = pool.acquire()
-        defer { pool.release(lease) }
-        let (call, watch) = try await start(method, lease, options, streaming: true)
-        defer { if let watch { sweeper.unwatch(watch) } }
-        try await withTaskCancellationHandler {
-            do {
-                try await call.send(request, compress: false)
-                try await call.closeSend()
-                try await relayResponses(call, sink, context)
-            } catch {
-                throw await failure(error, call, watch)
-            }
-        } onCancel: { call.cancel() }
+        try await withUpstreamCall(method, context) { call in
+            try await call.send(request, compress: false)
+            try await call.closeSend()
+            try await relayResponses(call, sink, context)
+        }
     }
 
     func streaming(_ method: MethodDescriptor, _ requests: RawMessageStream, _ sink: any ServerResponseSink,
                    _ context: ServerContext) async throws {
-        let streaming = method.kind == .bidirectionalStreaming
-        let options = try options(context, streaming: streaming)
-        let lease = pool.acquire()
-        defer { pool.release(lease) }
-        let (call, watch) = try await start(method, lease, options, streaming: streaming)
-        defer { if let watch { sweeper.unwatch(watch) } }
-        try await withTaskCancellationHandler {
+        try await withUpstreamCall(method, context) { call in
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { await Self.pumpRequests(requests, into: call) }
-                do {
-                    try await relayResponses(call, sink, context)
-                } catch {
-                    group.cancelAll()
-                    throw await failure(error, call, watch)
-                }
-                // The upstream has answered: stop reading the client's requests.
-                group.cancelAll()
+                // When the upstream has answered (or failed), stop reading the client's requests.
+                defer { group.cancelAll() }
+                try await relayResponses(call, sink, context)
             }
-        } onCancel: { call.cancel() }
+        }
     }
 
     /// Client → upstream. Reads a request only once the upstream accepted the previous one, so

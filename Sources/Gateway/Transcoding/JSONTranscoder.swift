@@ -1,4 +1,5 @@
 import RPCCore
+import RPCTransport
 
 /// A request or response that does not fit its message type, with the offending field's path
 /// (proto names joined by `.`, `[i]` for list items, `["k"]` for map entries).
@@ -148,7 +149,7 @@ public struct JSONTranscoder: Sendable {
             w.lengthDelimited(field.number, Array(s.utf8))
         case .bytes:
             guard case .string(let s) = v else { throw fail(path, "expected base64 bytes as a string, got \(v.kindName)") }
-            guard let bytes = Base64Codec.decode(s) else { throw fail(path, "not valid base64") }
+            guard let bytes = Base64.decode(s) else { throw fail(path, "not valid base64") }
             if bytes.isEmpty && !emitDefault { return }
             w.lengthDelimited(field.number, bytes)
         default:
@@ -415,7 +416,7 @@ public struct JSONTranscoder: Sendable {
             guard let schema = registry.message(field.typeName) else { throw fail(path, "unknown message type \(field.typeName)") }
             return try decodeMessage(b, schema, path: path, depth: depth + 1)
         case (.string, .bytes(let b)): return .string(String(decoding: b, as: UTF8.self))
-        case (.bytes, .bytes(let b)): return .string(Base64Codec.encode(b))
+        case (.bytes, .bytes(let b)): return .string(Base64.encode(b, padded: true))
         case (.bool, .varint(let v)): return .bool(v != 0)
         case (.int32, .varint(let v)): return .number(String(Int32(truncatingIfNeeded: v)))
         case (.sint32, .varint(let v)): return .number(String(unZigZag32(v)))

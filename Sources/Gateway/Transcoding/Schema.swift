@@ -142,8 +142,6 @@ public final class SchemaRegistry: Sendable {
     public func methods(of service: String) -> [MethodDescriptor] {
         (services[service] ?? []).map(\.descriptor)
     }
-    public var serviceNames: [String] { services.keys.sorted() }
-    public func hasMessage(_ name: String) -> Bool { messages[name] != nil }
 }
 
 /// Decodes the parts of `descriptor.proto` the transcoder needs.

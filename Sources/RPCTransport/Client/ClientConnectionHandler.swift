@@ -95,7 +95,17 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if event is TLSHandshakeCompleted { ready.succeed() }
+        if let done = event as? TLSHandshakeCompleted {
+            // The server chose a protocol other than HTTP/2: say so, rather than fail later on
+            // bytes it will not understand. (No ALPN answer at all is accepted.)
+            if let chosen = done.negotiatedProtocol, chosen != "h2" {
+                let error = RPCError(.unavailable, "\(configuration.target) did not agree to HTTP/2 over TLS (ALPN chose '\(chosen)')")
+                teardown(error)
+                context.close(promise: nil)
+                return
+            }
+            ready.succeed()
+        }
         context.fireUserInboundEventTriggered(event)
     }
 
@@ -185,7 +195,7 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         state.mayCompress = options.compressRequests
         if let request {
             // The whole request is known: it leaves with the headers, END_STREAM set.
-            frame(request, compress: options.compressRequests, into: &state.outbound)
+            state.outbound.writeGRPCMessage(request, compress: options.compressRequests)
             state.sendClosed = true
         }
         var block = HeaderBlock()
@@ -215,21 +225,11 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             return
         }
         if let timeout = options.timeout {
-            let (secs, atto) = timeout.components
-            let nanos = max(0, secs &* 1_000_000_000 &+ atto / 1_000_000_000)
-            state.deadlineTimer = context.eventLoop.scheduleTask(in: .nanoseconds(nanos)) {
+            state.deadlineTimer = context.eventLoop.scheduleTask(in: TimeAmount(timeout)) {
                 bound.value.cancel(id, status: RPCStatus(.deadlineExceeded, "deadline exceeded after \(timeout)"))
             }
         }
         scheduleFlush()
-    }
-
-    /// Appends one length-prefixed message (gzip when `compress`).
-    private func frame(_ message: [UInt8], compress: Bool, into buffer: inout ByteBuffer) {
-        let payload = compress ? Gzip.compress(message) : message
-        buffer.writeInteger(UInt8(compress ? 1 : 0))
-        buffer.writeInteger(UInt32(truncatingIfNeeded: payload.count))
-        buffer.writeBytes(payload)
     }
 
     // MARK: Operations from ClientCall (on the loop)
@@ -238,7 +238,7 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         guard let s = streams[id], !s.sendClosed else {
             return c.resume(throwing: RPCError(.failedPrecondition, "the request stream is closed"))
         }
-        frame(message, compress: compress && s.mayCompress, into: &s.outbound)
+        s.outbound.writeGRPCMessage(message, compress: compress && s.mayCompress)
         resume(s)
         if s.outbound.readableBytes <= configuration.maxBufferedRequestBytes { c.resume() } else { s.sendWaiters.append(c) }
         scheduleFlush()

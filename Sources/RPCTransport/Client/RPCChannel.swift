@@ -172,9 +172,8 @@ public final class RPCChannel: ClientTransport, Sendable {
         let config = configuration
         let onClose: @Sendable () -> Void = { [weak self] in self?.connectionClosed(generation: generation) }
         let readyBox = ReadySlot()
-        let timeout = config.connectTimeout.components
         let bootstrap = ClientBootstrap(group: group)
-            .connectTimeout(.milliseconds(timeout.seconds * 1000 + timeout.attoseconds / 1_000_000_000_000_000))
+            .connectTimeout(TimeAmount(config.connectTimeout))
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {

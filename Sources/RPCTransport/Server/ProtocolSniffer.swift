@@ -6,14 +6,35 @@ import RPCCore
 /// preface (`PRI * HTTP/2.0…`) selects nghttp2, anything else NIOHTTP1. Works the same behind
 /// TLS (it sits after the TLS handler and sees plaintext), so one port serves gRPC, h2c JSON and
 /// HTTP/1.1 JSON alike.
-final class ProtocolSniffer: ChannelInboundHandler, RemovableChannelHandler {
+final class ProtocolSniffer: ChannelInboundHandler, RemovableChannelHandler, DrainableConnection {
     typealias InboundIn = ByteBuffer
     typealias InboundOut = ByteBuffer
     private static let preface = Array("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".utf8)
     private var buffered: ByteBuffer?
     private let shared: ServerShared
+    private var context: ChannelHandlerContext?
 
     init(shared: ServerShared) { self.shared = shared }
+
+    // Registered until it hands the connection over, so a shutdown also reaches connections
+    // that have not sent enough to be told apart (they have no request in progress: closed).
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+        shared.registry.add(self, loop: context.eventLoop)
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        shared.registry.remove(self)
+        self.context = nil
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        shared.registry.remove(self)
+        context.fireChannelInactive()
+    }
+
+    func beginGracefulShutdown() { context?.close(promise: nil) }
+    func forceClose() { context?.close(promise: nil) }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         var incoming = unwrapInboundIn(data)
@@ -44,8 +65,9 @@ final class ProtocolSniffer: ChannelInboundHandler, RemovableChannelHandler {
 }
 
 /// Serves HTTP/1.1 requests with the server's `HTTPHandler` (one request at a time per
-/// connection, keep-alive honoured, bodies capped at the receive limit).
-final class HTTP1RequestHandler: ChannelInboundHandler {
+/// connection, keep-alive honoured, bodies capped at the receive limit). Registered with the
+/// server so a graceful shutdown answers the request in progress before closing.
+final class HTTP1RequestHandler: ChannelInboundHandler, DrainableConnection {
     typealias InboundIn = HTTPServerRequestPart
     typealias OutboundOut = HTTPServerResponsePart
 
@@ -53,8 +75,35 @@ final class HTTP1RequestHandler: ChannelInboundHandler {
     private var head: HTTPRequestHead?
     private var body: [UInt8] = []
     private var tooLarge = false
+    private var context: ChannelHandlerContext?
+    /// A request is being read or handled (its response not written yet).
+    private var busy = false
+    /// Shutting down: answer what is in progress with `connection: close`, take nothing new.
+    private var draining = false
 
     init(shared: ServerShared) { self.shared = shared }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+        shared.registry.add(self, loop: context.eventLoop)
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        shared.registry.remove(self)
+        self.context = nil
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        shared.registry.remove(self)
+        context.fireChannelInactive()
+    }
+
+    func beginGracefulShutdown() {
+        draining = true
+        if !busy { context?.close(promise: nil) }
+    }
+
+    func forceClose() { context?.close(promise: nil) }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data) {
@@ -62,13 +111,14 @@ final class HTTP1RequestHandler: ChannelInboundHandler {
             head = h
             body = []
             tooLarge = false
+            busy = true
             if h.version.minor >= 1, h.headers.first(name: "expect")?.lowercased() == "100-continue" {
                 // The client waits for a go-ahead before the body (curl does for bodies over 1 MiB).
                 // A body declared too large is refused now; the rest get "100 Continue".
                 if let declared = h.headers.first(name: "content-length").flatMap(Int.init),
                    declared > shared.configuration.maxReceiveMessageSize {
                     head = nil
-                    write(context, Self.tooLarge(shared.configuration.maxReceiveMessageSize), keepAlive: false, version: h.version)
+                    write(context, .bodyTooLarge(limit: shared.configuration.maxReceiveMessageSize), keepAlive: false, version: h.version)
                 } else {
                     context.writeAndFlush(wrapOutboundOut(.head(HTTPResponseHead(version: h.version, status: .continue))), promise: nil)
                 }
@@ -84,7 +134,7 @@ final class HTTP1RequestHandler: ChannelInboundHandler {
             self.head = nil
             let keepAlive = head.isKeepAlive
             if tooLarge {
-                write(context, Self.tooLarge(shared.configuration.maxReceiveMessageSize), keepAlive: false, version: head.version)
+                write(context, .bodyTooLarge(limit: shared.configuration.maxReceiveMessageSize), keepAlive: false, version: head.version)
                 return
             }
             guard let handler = shared.configuration.httpHandler else {
@@ -110,11 +160,9 @@ final class HTTP1RequestHandler: ChannelInboundHandler {
         }
     }
 
-    private static func tooLarge(_ limit: Int) -> HTTPResponse {
-        HTTPResponse(status: 413, headers: [("content-type", "text/plain")], body: Array("request body exceeds \(limit) bytes\n".utf8))
-    }
-
     private func write(_ context: ChannelHandlerContext, _ response: HTTPResponse, keepAlive: Bool, version: HTTPVersion) {
+        busy = false
+        let keepAlive = keepAlive && !draining
         var headers = HTTPHeaders()
         for (n, v) in response.headers { headers.add(name: n, value: v) }
         headers.replaceOrAdd(name: "content-length", value: String(response.body.count))
@@ -139,5 +187,12 @@ extension ChannelHandlerContext {
         let p = eventLoop.makePromise(of: Void.self)
         writeAndFlush(data, promise: p)
         return p.futureResult
+    }
+}
+
+extension HTTPResponse {
+    /// 413 for a plain-HTTP request body over the server's receive limit (HTTP/1.1 and HTTP/2).
+    static func bodyTooLarge(limit: Int) -> HTTPResponse {
+        HTTPResponse(status: 413, headers: [("content-type", "text/plain")], body: Array("request body exceeds \(limit) bytes\n".utf8))
     }
 }

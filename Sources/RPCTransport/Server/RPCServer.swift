@@ -19,25 +19,45 @@ final class ServerShared: Sendable {
     }
 }
 
+/// A connection a graceful shutdown drains: HTTP/2 (GOAWAY, in-flight streams finish) or
+/// HTTP/1.1 (the request in progress is answered, then the connection closes).
+protocol DrainableConnection: AnyObject {
+    /// Stop taking new requests; close once the ones in progress are answered.
+    func beginGracefulShutdown()
+    /// The grace period is over: close now.
+    func forceClose()
+}
+
 /// Live connections, so a graceful shutdown can reach each one on its own loop.
 final class ConnectionRegistry: Sendable {
-    private let entries = Mutex<[ObjectIdentifier: (any EventLoop, NIOLoopBound<ServerConnectionHandler>)]>([:])
+    private let entries = Mutex<[ObjectIdentifier: (any EventLoop, NIOLoopBound<any DrainableConnection>)]>([:])
     private let emptied = Mutex<[CheckedContinuation<Void, Never>]>([])
 
-    func add(_ handler: ServerConnectionHandler, key: ObjectIdentifier, loop: any EventLoop) {
-        let bound = NIOLoopBound(handler, eventLoop: loop)
-        entries.withLock { $0[key] = (loop, bound) }
+    func add(_ connection: any DrainableConnection, loop: any EventLoop) {
+        let bound = NIOLoopBound(connection, eventLoop: loop)
+        entries.withLock { $0[ObjectIdentifier(connection)] = (loop, bound) }
     }
-    func remove(key: ObjectIdentifier) {
+    func remove(_ connection: any DrainableConnection) {
         let waiters: [CheckedContinuation<Void, Never>] = entries.withLock { e in
-            e[key] = nil
+            guard e.removeValue(forKey: ObjectIdentifier(connection)) != nil else { return [] }
             return e.isEmpty ? emptied.withLock { w in defer { w = [] }; return w } : []
         }
         for w in waiters { w.resume() }
     }
     var count: Int { entries.withLock { $0.count } }
 
-    func forEach(_ body: @escaping @Sendable (ServerConnectionHandler) -> Void) {
+    /// Set once every connection has been asked to drain (tests watch it).
+    let draining = Atomic<Bool>(false)
+
+    /// Asks every connection to drain, each on its own loop; returns once all were asked.
+    func beginDraining() async {
+        for (_, (loop, bound)) in entries.withLock({ $0 }) {
+            try? await loop.submit { bound.value.beginGracefulShutdown() }.get()
+        }
+        draining.store(true, ordering: .releasing)
+    }
+
+    func forEach(_ body: @escaping @Sendable (any DrainableConnection) -> Void) {
         for (_, (loop, bound)) in entries.withLock({ $0 }) {
             loop.execute { body(bound.value) }
         }
@@ -101,8 +121,8 @@ public final class RPCServer: Sendable {
     public func shutdownGracefully() async {
         let channel = listener.withLock { c in defer { c = nil }; return c }
         try? await channel?.close().get()
-        shared.registry.forEach { $0.beginGracefulShutdown() }
         let registry = shared.registry
+        await registry.beginDraining()
         let grace = configuration.shutdownGracePeriod
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await registry.waitUntilEmpty() }

@@ -7,7 +7,7 @@ import RPCCore
 /// build per-stream state and start handlers, `nghttp2_session_mem_send` → bytes out. Every nghttp2
 /// call for the connection runs on its event loop; handler tasks run there too (see
 /// `EventLoopTaskExecutor`) and report back through `NIOLoopBound`.
-final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHandler {
+final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHandler, DrainableConnection {
     typealias InboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
 
@@ -17,11 +17,12 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     private var context: ChannelHandlerContext?
     private var executor: EventLoopTaskExecutor?
     private var peer = ""
+    /// The peer's IP address, once per connection (every call's `ServerContext.peerHost`).
+    private var peerHost = ""
     private var flushScheduled = false
     private var inCallback = false
     private var shuttingDown = false
     private var closed = false
-    private var registryKey: ObjectIdentifier { ObjectIdentifier(self) }
 
     init(shared: ServerShared) {
         self.shared = shared
@@ -33,8 +34,9 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         self.context = context
         self.executor = EventLoopTaskExecutor(context.eventLoop)
         self.peer = context.channel.remoteAddress.map(Self.describe) ?? "unknown"
+        self.peerHost = context.channel.remoteAddress?.ipAddress ?? ServerContext.host(ofPeer: peer)
         startSession()
-        shared.registry.add(self, key: registryKey, loop: context.eventLoop)
+        shared.registry.add(self, loop: context.eventLoop)
         if context.channel.isActive { flush() }
     }
 
@@ -86,11 +88,6 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         closeConnection()
     }
 
-    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if event is ChannelShouldQuiesceEvent { beginGracefulShutdown() }
-        context.fireUserInboundEventTriggered(event)
-    }
-
     private func startSession() {
         var callbacks: OpaquePointer?
         nghttp2_session_callbacks_new(&callbacks)
@@ -127,7 +124,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     private func teardown() {
         guard !closed else { return }
         closed = true
-        shared.registry.remove(key: registryKey)
+        shared.registry.remove(self)
         for (_, stream) in streams { abandon(stream) }
         streams.removeAll()
         if let session { nghttp2_session_del(session) }
@@ -214,26 +211,24 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             return 0
         }
         let n = String(nghttp2: name, count: nameLen)
-        if shared.configuration.httpHandler != nil {
-            stream.httpHeaders.append((n, String(nghttp2: value, count: valueLen)))
-        }
+        let v = String(nghttp2: value, count: valueLen)
+        if shared.configuration.httpHandler != nil { stream.httpHeaders.append((n, v)) }
         switch n {
-        case "content-type": stream.contentType = String(nghttp2: value, count: valueLen)
-        case "grpc-timeout": stream.timeout = String(nghttp2: value, count: valueLen)
-        case "grpc-encoding": stream.encoding = String(nghttp2: value, count: valueLen)
-        case "grpc-accept-encoding": stream.acceptEncoding = String(nghttp2: value, count: valueLen)
-        case "host": if stream.authority.isEmpty { stream.authority = String(nghttp2: value, count: valueLen) }
+        case "content-type": stream.contentType = v
+        case "grpc-timeout": stream.timeout = v
+        case "grpc-encoding": stream.encoding = v
+        case "grpc-accept-encoding": stream.acceptEncoding = v
+        case "host": if stream.authority.isEmpty { stream.authority = v }
         default:
             if Metadata.isReserved(n) { return 0 }
             if n.hasSuffix("-bin") {
-                let v = String(nghttp2: value, count: valueLen)
                 if let bytes = Base64.decode(v) {
                     stream.metadata.add(n, binary: bytes)
                 } else {
                     stream.badMetadata = "metadata '\(n)' is not valid base64"
                 }
             } else {
-                stream.metadata.add(n, .string(String(nghttp2: value, count: valueLen)))
+                stream.metadata.add(n, .string(v))
             }
         }
         return 0
@@ -261,8 +256,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             nghttp2_session_consume(session, streamID, len)
             if stream.httpBody.count + len > shared.configuration.maxReceiveMessageSize {
                 stream.phase = .done
-                respondHTTP(stream, HTTPResponse(status: 413, headers: [("content-type", "text/plain")],
-                                                 body: Array("request body exceeds \(shared.configuration.maxReceiveMessageSize) bytes\n".utf8)))
+                respondHTTP(stream, .bodyTooLarge(limit: shared.configuration.maxReceiveMessageSize))
             } else {
                 stream.httpBody.append(contentsOf: UnsafeBufferPointer(start: data, count: len))
             }
@@ -349,7 +343,8 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             return fail(stream, error)
         case .success(let method):
             stream.target = method
-            stream.clientStreams = method.descriptor.kind.clientStreams
+            // What the handler is decides when it starts (the switch in startHandler).
+            stream.clientStreams = method.handler.kind.clientStreams
         }
         if let timeout = stream.timeout {
             guard let d = GRPCTimeout.parse(timeout) else {
@@ -360,12 +355,13 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         if stream.clientStreams { startHandler(stream) }
     }
 
+    /// The deadline counts from the request headers, for the timer and the handler's context.
     private func startDeadline(_ stream: ServerStream, after d: Duration) {
         guard let context else { return }
-        let nanos = Int64(d.components.seconds) &* 1_000_000_000 &+ d.components.attoseconds / 1_000_000_000
+        stream.deadline = .now + d
         let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
         let id = stream.id
-        stream.deadlineTimer = context.eventLoop.scheduleTask(in: .nanoseconds(max(0, nanos))) {
+        stream.deadlineTimer = context.eventLoop.scheduleTask(in: TimeAmount(d)) {
             bound.value.deadlineReached(id)
         }
     }
@@ -403,8 +399,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             stream.heldBytes += deferred
             stream.requestStream?.yield(message)
         } else {
-            stream.messageCount += 1
-            if stream.messageCount > 1 {
+            if stream.single != nil {
                 return fail(stream, RPCError(.unimplemented, "\(stream.path) takes exactly one request message, got more"))
             }
             stream.single = message
@@ -433,10 +428,9 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     private func startHandler(_ stream: ServerStream) {
         guard let target = stream.target, let context, let executor else { return }
         stream.phase = .running
-        let deadline = stream.timeout.flatMap(GRPCTimeout.parse).map { ContinuousClock.now + $0 }
         let requestCompressed = stream.single?.compressed ?? false
         let callContext = ServerContext(
-            method: target.descriptor, requestMetadata: stream.metadata, deadline: deadline, peer: peer,
+            method: target.descriptor, requestMetadata: stream.metadata, deadline: stream.deadline, peer: peer, peerHost: peerHost,
             authority: stream.authority, requestCompressed: requestCompressed,
             compressResponses: stream.encoding == "gzip")
         stream.context = callContext
@@ -446,23 +440,32 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         let interceptors = shared.configuration.interceptors
         let logger = shared.logger
 
-        switch target.handler {
-        case .unary(let body):
-            let request = stream.single!.bytes
-            stream.single = nil
+        /// Runs interceptors then `work` in the call's task, and reports the outcome on the loop
+        /// (a streaming call's responses went out through its sink; only the status is left).
+        func runTask(streaming: Bool, _ work: @escaping @Sendable () async throws -> [UInt8]) {
             stream.task = Task(executorPreference: executor) {
                 let result: Result<[UInt8], any Error>
                 do {
                     for i in interceptors { try await i.intercept(callContext) }
-                    result = .success(try await body(request, callContext))
+                    result = .success(try await work())
                 } catch {
                     result = .failure(error)
                 }
-                loop.runOnLoop { bound.value.complete(id, response: result, logger: logger) }
+                loop.runOnLoop { bound.value.complete(id, response: result, logger: logger, streaming: streaming) }
             }
+        }
+        /// The single request of a unary or server-streaming call, handed over once.
+        func takeSingle() -> [UInt8] {
+            defer { stream.single = nil }
+            return stream.single!.bytes
+        }
+
+        switch target.handler {
+        case .unary(let body):
+            let request = takeSingle()
+            runTask(streaming: false) { try await body(request, callContext) }
         case .unaryForwarding(let body):
-            let request = stream.single!.bytes
-            stream.single = nil
+            let request = takeSingle()
             let cancellation = CallCancellation()
             stream.cancellation = cancellation
             let done: @Sendable (Result<[UInt8], any Error>) -> Void = { result in
@@ -488,46 +491,16 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
                 body(request, callContext, cancellation, done)
             }
         case .serverStreaming(let body):
-            let request = stream.single!.bytes
-            stream.single = nil
+            let request = takeSingle()
             let sink = StreamSink(handler: bound, loop: loop, streamID: id)
-            stream.task = Task(executorPreference: executor) {
-                let result: Result<[UInt8], any Error>
-                do {
-                    for i in interceptors { try await i.intercept(callContext) }
-                    try await body(request, sink, callContext)
-                    result = .success([])
-                } catch {
-                    result = .failure(error)
-                }
-                loop.runOnLoop { bound.value.complete(id, response: result, logger: logger, streaming: true) }
-            }
+            runTask(streaming: true) { try await body(request, sink, callContext); return [] }
         case .clientStreaming(let body):
             let requests = makeRequestStream(stream, bound: bound, loop: loop)
-            stream.task = Task(executorPreference: executor) {
-                let result: Result<[UInt8], any Error>
-                do {
-                    for i in interceptors { try await i.intercept(callContext) }
-                    result = .success(try await body(requests, callContext))
-                } catch {
-                    result = .failure(error)
-                }
-                loop.runOnLoop { bound.value.complete(id, response: result, logger: logger) }
-            }
+            runTask(streaming: false) { try await body(requests, callContext) }
         case .bidirectionalStreaming(let body):
             let requests = makeRequestStream(stream, bound: bound, loop: loop)
             let sink = StreamSink(handler: bound, loop: loop, streamID: id)
-            stream.task = Task(executorPreference: executor) {
-                let result: Result<[UInt8], any Error>
-                do {
-                    for i in interceptors { try await i.intercept(callContext) }
-                    try await body(requests, sink, callContext)
-                    result = .success([])
-                } catch {
-                    result = .failure(error)
-                }
-                loop.runOnLoop { bound.value.complete(id, response: result, logger: logger, streaming: true) }
-            }
+            runTask(streaming: true) { try await body(requests, sink, callContext); return [] }
         }
     }
 
@@ -683,11 +656,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         sendHeadersIfNeeded(stream)
         let wantsCompression = compress ?? stream.context?.compressResponses ?? false
         let compressed = wantsCompression && stream.clientAcceptsGzip
-        let payload = compressed ? Gzip.compress(message) : message
-        let n = payload.count
-        stream.outbound.writeInteger(UInt8(compressed ? 1 : 0))
-        stream.outbound.writeInteger(UInt32(truncatingIfNeeded: n))
-        stream.outbound.writeBytes(payload)
+        stream.outbound.writeGRPCMessage(message, compress: compressed)
         resumeData(stream)
         return stream.outbound.readableBytes <= shared.configuration.maxBufferedResponseBytes
     }

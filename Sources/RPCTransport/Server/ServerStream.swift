@@ -15,6 +15,8 @@ final class ServerStream {
     var contentType = ""
     var authority = ""
     var timeout: String?
+    /// When the call's `grpc-timeout` runs out, counted from the request headers.
+    var deadline: ContinuousClock.Instant?
     var encoding: String?
     var acceptEncoding: String?
     var metadata = Metadata()
@@ -34,7 +36,6 @@ final class ServerStream {
     /// path does not copy `target`.
     var clientStreams = false
     var single: RawMessageStream.InboundMessage?
-    var messageCount = 0
     var requestStream: RawMessageStream?
     var inputClosed = false
     /// Bytes of queued-but-unread request messages still holding the flow-control window;

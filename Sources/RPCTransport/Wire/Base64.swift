@@ -1,5 +1,6 @@
-/// Base64 for `-bin` metadata: we send unpadded standard base64 and accept padded or not.
-enum Base64 {
+/// Standard base64 (`-bin` metadata sends it unpadded; proto3 JSON padded). Decoding accepts
+/// padded or not, and the URL-safe alphabet too.
+public enum Base64 {
     private static let alphabet: [UInt8] = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
     private static let reverse: [Int8] = {
         var t = [Int8](repeating: -1, count: 256)
@@ -9,7 +10,7 @@ enum Base64 {
         return t
     }()
 
-    static func encode(_ bytes: [UInt8], padded: Bool = false) -> String {
+    public static func encode(_ bytes: [UInt8], padded: Bool = false) -> String {
         var out: [UInt8] = []
         out.reserveCapacity((bytes.count + 2) / 3 * 4)
         var i = 0
@@ -33,8 +34,12 @@ enum Base64 {
         return String(decoding: out, as: UTF8.self)
     }
 
+    public static func encode(_ bytes: ArraySlice<UInt8>, padded: Bool = false) -> String {
+        encode(Array(bytes), padded: padded)
+    }
+
     /// Nil when the text is not base64.
-    static func decode(_ s: String) -> [UInt8]? {
+    public static func decode(_ s: String) -> [UInt8]? {
         var vals: [UInt8] = []
         vals.reserveCapacity(s.utf8.count)
         var sawPad = false

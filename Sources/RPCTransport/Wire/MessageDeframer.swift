@@ -1,3 +1,4 @@
+import NIOCore
 import RPCCore
 
 /// Reassembles gRPC length-prefixed messages (1-byte compressed flag, 4-byte big-endian length,
@@ -81,5 +82,16 @@ struct MessageDeframer {
                 prefixCount = 0
             }
         }
+    }
+}
+
+extension ByteBuffer {
+    /// Appends one gRPC length-prefixed message (gzip-compressed when `compress`): the framing
+    /// `MessageDeframer` undoes.
+    mutating func writeGRPCMessage(_ message: [UInt8], compress: Bool) {
+        let payload = compress ? Gzip.compress(message) : message
+        writeInteger(UInt8(compress ? 1 : 0))
+        writeInteger(UInt32(truncatingIfNeeded: payload.count))
+        writeBytes(payload)
     }
 }
