@@ -15,6 +15,16 @@ public struct Metadata: Sendable, Hashable, Sequence, CustomStringConvertible {
     }
 
     public var isEmpty: Bool { entries.isEmpty }
+
+    public mutating func reserveCapacity(_ n: Int) { entries.reserveCapacity(n) }
+
+    /// The entries whose key passes `isIncluded`, in order (one allocation, no copy-then-remove).
+    public func filter(_ isIncluded: (String) -> Bool) -> Metadata {
+        var out = Metadata()
+        out.entries.reserveCapacity(entries.count + 2)
+        for e in entries where isIncluded(e.key) { out.entries.append(e) }
+        return out
+    }
     public var count: Int { entries.count }
 
     /// Adds a text value. Keys are lower-cased, as HTTP/2 requires.
@@ -82,16 +92,7 @@ public struct Metadata: Sendable, Hashable, Sequence, CustomStringConvertible {
     }
 
     /// Header names the gRPC protocol reserves: never user metadata, never forwarded as such.
-    public static func isReserved(_ key: String) -> Bool {
-        if key.hasPrefix(":") || key.hasPrefix("grpc-") { return true }
-        switch key {
-        case "content-type", "te", "user-agent", "content-length", "connection", "host",
-             "transfer-encoding", "keep-alive", "upgrade", "proxy-connection", "accept-encoding":
-            return true
-        default:
-            return false
-        }
-    }
+    public static func isReserved(_ key: String) -> Bool { HeaderName.classify(key).isReserved }
 }
 
 extension String {

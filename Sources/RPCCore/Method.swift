@@ -21,15 +21,19 @@ public enum MethodVisibility: String, Sendable, Hashable {
 }
 
 /// Describes one RPC: its path on the wire and its shape. Generated code builds one per method.
-public struct MethodDescriptor: Sendable, Hashable, CustomStringConvertible {
+/// A class: every call carries its method's descriptor around, and a reference is one retain
+/// where a struct of five strings is five.
+public final class MethodDescriptor: Sendable, Hashable, CustomStringConvertible {
     /// Fully qualified service name (`accounts.v1.Accounts`).
-    public var service: String
+    public let service: String
     /// Method name as in the `.proto` (`SignUp`).
-    public var method: String
-    public var kind: CallKind
-    public var visibility: MethodVisibility
-    public var inputType: String
-    public var outputType: String
+    public let method: String
+    public let kind: CallKind
+    public let visibility: MethodVisibility
+    public let inputType: String
+    public let outputType: String
+    /// The HTTP/2 `:path`: `/package.Service/Method`.
+    public let path: String
 
     public init(service: String, method: String, kind: CallKind, visibility: MethodVisibility = .internal,
                 inputType: String = "", outputType: String = "") {
@@ -39,9 +43,15 @@ public struct MethodDescriptor: Sendable, Hashable, CustomStringConvertible {
         self.visibility = visibility
         self.inputType = inputType
         self.outputType = outputType
+        self.path = "/\(service)/\(method)"
     }
 
-    /// The HTTP/2 `:path`: `/package.Service/Method`.
-    public var path: String { "/\(service)/\(method)" }
     public var description: String { path }
+
+    public static func == (a: MethodDescriptor, b: MethodDescriptor) -> Bool {
+        a === b || (a.path == b.path && a.kind == b.kind && a.visibility == b.visibility
+                    && a.inputType == b.inputType && a.outputType == b.outputType)
+    }
+
+    public func hash(into h: inout Hasher) { h.combine(path) }
 }

@@ -22,7 +22,8 @@ public final class ServerContext: Sendable {
         var initialMetadata = Metadata()
         var trailers = Metadata()
         var compressResponses = false
-        var values: [String: any Sendable] = [:]
+        /// A handful at most: a list is cheaper than a dictionary (no hashing, one allocation).
+        var values: [(key: String, value: any Sendable)] = []
     }
     private let state: Mutex<State>
 
@@ -57,8 +58,18 @@ public final class ServerContext: Sendable {
     }
     /// Values interceptors attach for handlers (the verified caller identity, ...).
     public subscript<T: Sendable>(key key: String, as type: T.Type = T.self) -> T? {
-        get { state.withLock { $0.values[key] as? T } }
-        set { state.withLock { $0.values[key] = newValue } }
+        get { state.withLock { s in s.values.first { $0.key == key }?.value as? T } }
+        set {
+            state.withLock { s in
+                let i = s.values.firstIndex { $0.key == key }
+                switch (i, newValue) {
+                case (let i?, let v?): s.values[i].value = v
+                case (let i?, nil): s.values.remove(at: i)
+                case (nil, let v?): s.values.append((key, v))
+                case (nil, nil): break
+                }
+            }
+        }
     }
 
     /// `127.0.0.1:5000` → `127.0.0.1`, `[::1]:5000` → `::1`; anything else unchanged.

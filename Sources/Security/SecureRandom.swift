@@ -28,4 +28,14 @@ public enum ConstantTime {
         if a.isEmpty { return true }
         return a.withUnsafeBytes { pa in b.withUnsafeBytes { pb in CRYPTO_memcmp(pa.baseAddress, pb.baseAddress, pa.count) == 0 } }
     }
+
+    /// A presented string (a header value) against secret bytes, without copying the string.
+    public static func equals(_ a: String, _ b: [UInt8]) -> Bool {
+        var a = a
+        return a.withUTF8 { pa in
+            guard pa.count == b.count else { return false }
+            if pa.isEmpty { return true }
+            return b.withUnsafeBytes { pb in CRYPTO_memcmp(pa.baseAddress, pb.baseAddress, pa.count) == 0 }
+        }
+    }
 }

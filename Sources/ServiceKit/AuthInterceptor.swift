@@ -27,7 +27,7 @@ public final class AuthInterceptor: ServerInterceptor {
     public func intercept(_ context: ServerContext) async throws {
         if Self.open.contains(context.method.service) { return }
         if let presented = context.requestMetadata[Self.serviceTokenHeader] {
-            guard !serviceToken.isEmpty, ConstantTime.equals(Array(presented.utf8), serviceToken) else {
+            guard !serviceToken.isEmpty, ConstantTime.equals(presented, serviceToken) else {
                 throw RPCError(.permissionDenied, "invalid service credential")
             }
             context[key: ServerContext.serviceCallerKey] = true

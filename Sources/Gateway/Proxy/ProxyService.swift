@@ -105,13 +105,13 @@ struct Proxy: Sendable {
         let (pool, sweeper) = (self.pool, self.sweeper)
         let call = lease.channel.unary(method, request: request, options: options) { result in
             pool.release(lease)
-            // Unwatching disarms the watch, whose handler holds the call (which holds this closure).
+            // Unwatching drops the call from the watch (the call holds this closure, which holds the watch).
             if let watch { sweeper.unwatch(watch) }
             cancellation.disarm()
             done(Self.outcome(result, method, context, expired: watch?.isExpired ?? false))
         }
         cancellation.onCancel { call.cancel() }
-        watch?.expiry.onCancel { call.cancel() }
+        watch?.arm(call)
     }
 
     /// The upstream's answer to a unary call as the gateway's: its message, headers and

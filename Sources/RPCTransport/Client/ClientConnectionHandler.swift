@@ -18,6 +18,8 @@ final class ClientStreamState {
     var sendWaiters: [CheckedContinuation<Void, any Error>] = []
 
     var responseStatus = 0
+    /// `content-type: application/grpc...`; `contentType` is kept only when not.
+    var isGRPCContentType = false
     var contentType = ""
     var encoding: String?
     var headers = Metadata()
@@ -43,7 +45,7 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
 
     let configuration: ChannelConfiguration
     private(set) var session: OpaquePointer?
-    var streams: [Int32: ClientStreamState] = [:]
+    var streams = StreamTable<ClientStreamState>()
     private var context: ChannelHandlerContext?
     private var flushScheduled = false
     private var inCallback = false
@@ -62,8 +64,24 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         self.onClose = onClose
     }
 
+    private var allocator = ByteBufferAllocator()
+    /// The request headers every call on this connection sends, built once (`:path` and the
+    /// call's own go around them).
+    private lazy var requestHeaders: HeaderBlock = {
+        var block = HeaderBlock()
+        block.add(":method", "POST")
+        block.add(":scheme", configuration.tls == nil ? "http" : "https")
+        block.add(":authority", configuration.authority)
+        block.add("content-type", "application/grpc")
+        block.add("te", "trailers")
+        block.add("user-agent", "backend-swift-grpc/1.0")
+        block.add("grpc-accept-encoding", "gzip,identity")
+        return block
+    }()
+
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
+        self.allocator = context.channel.allocator
         var callbacks: OpaquePointer?
         nghttp2_session_callbacks_new(&callbacks)
         defer { nghttp2_session_callbacks_del(callbacks) }
@@ -156,7 +174,7 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         isUsable = false
         closeReason = error
         ready.fail(error)
-        for (_, s) in streams { finishStream(s, status: RPCStatus(error.code, error.message), trailers: Metadata()) }
+        for s in streams.all { finishStream(s, status: RPCStatus(error.code, error.message), trailers: Metadata()) }
         streams.removeAll()
         if let session { nghttp2_session_del(session) }
         session = nil
@@ -190,7 +208,7 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             call.fail(RPCStatus(.unavailable, closeReason?.message ?? "connection to \(configuration.target) is closing"))
             return
         }
-        let state = ClientStreamState(call: call, allocator: context.channel.allocator,
+        let state = ClientStreamState(call: call, allocator: allocator,
                                       maxMessageSize: configuration.maxReceiveMessageSize)
         state.mayCompress = options.compressRequests
         if let request {
@@ -199,14 +217,8 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             state.sendClosed = true
         }
         var block = HeaderBlock()
-        block.add(":method", "POST")
-        block.add(":scheme", configuration.tls == nil ? "http" : "https")
         block.add(":path", method.path)
-        block.add(":authority", configuration.authority)
-        block.add("content-type", "application/grpc")
-        block.add("te", "trailers")
-        block.add("user-agent", "backend-swift-grpc/1.0")
-        block.add("grpc-accept-encoding", "gzip,identity")
+        block.append(requestHeaders)
         if options.compressRequests { block.add("grpc-encoding", "gzip") }
         if let timeout = options.timeout { block.add("grpc-timeout", GRPCTimeout.format(timeout)) }
         block.add(metadata: options.metadata)
@@ -322,22 +334,27 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     func onHeader(_ frame: UnsafePointer<nghttp2_frame>, _ name: UnsafePointer<UInt8>, _ nameLen: Int,
                   _ value: UnsafePointer<UInt8>, _ valueLen: Int) -> Int32 {
         guard let s = streams[frame.pointee.hd.stream_id] else { return 0 }
-        let n = String(nghttp2: name, count: nameLen)
-        let v = String(nghttp2: value, count: valueLen)
-        switch n {
-        case ":status": s.responseStatus = Int(v) ?? 0
-        case "content-type": s.contentType = v
-        case "grpc-encoding": s.encoding = v
-        case "grpc-status": s.grpcStatus = Int(v)
-        case "grpc-message": s.grpcMessage = PercentEncoding.decode(v)
-        case "grpc-status-details-bin": s.statusDetails = Base64.decode(v)
-        default:
-            if Metadata.isReserved(n) { return 0 }
-            if n.hasSuffix("-bin") {
-                if let b = Base64.decode(v) { s.headers.add(n, binary: b) }
+        let nameBytes = UnsafeRawBufferPointer(start: name, count: nameLen)
+        let valueBytes = UnsafeRawBufferPointer(start: value, count: valueLen)
+        switch HeaderName.classify(nameBytes) {
+        case .status: s.responseStatus = HeaderName.decimal(valueBytes) ?? 0
+        case .contentType:
+            s.isGRPCContentType = valueBytes.starts(with: "application/grpc".utf8)
+            if !s.isGRPCContentType { s.contentType = String(nghttp2: value, count: valueLen) }
+        case .grpcEncoding: s.encoding = String(nghttp2: value, count: valueLen)
+        case .grpcStatus: s.grpcStatus = HeaderName.decimal(valueBytes) ?? StatusCode.unknown.rawValue
+        case .grpcMessage: s.grpcMessage = PercentEncoding.decode(String(nghttp2: value, count: valueLen))
+        case .grpcStatusDetailsBin: s.statusDetails = Base64.decode(String(nghttp2: value, count: valueLen))
+        case .metadata:
+            let n = String(nghttp2: name, count: nameLen)
+            if nameLen > 4 && nameBytes[nameLen - 4..<nameLen].elementsEqual("-bin".utf8) {
+                if let b = Base64.decode(String(nghttp2: value, count: valueLen)) { s.headers.add(n, binary: b) }
             } else {
-                s.headers.add(n, .string(v))
+                s.headers.add(n, .string(String(nghttp2: value, count: valueLen)))
             }
+        case .method, .path, .authority, .scheme, .otherPseudo, .te, .userAgent, .host, .grpcTimeout,
+             .grpcAcceptEncoding, .otherGRPC, .otherReserved:
+            break
         }
         return 0
     }
@@ -355,7 +372,7 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         if hd.type == UInt8(NGHTTP2_HEADERS.rawValue) {
             if !s.headersReceived {
                 s.headersReceived = true
-                if s.responseStatus != 200 || (!s.contentType.hasPrefix("application/grpc") && s.grpcStatus == nil) {
+                if s.responseStatus != 200 || (!s.isGRPCContentType && s.grpcStatus == nil) {
                     let code = s.grpcStatus.flatMap(StatusCode.init(rawValue:)) ?? StatusCode(httpStatus: s.responseStatus)
                     let message = s.grpcStatus != nil ? s.grpcMessage
                         : "unexpected HTTP status \(s.responseStatus) (content-type '\(s.contentType)')"

@@ -110,8 +110,11 @@ public final class RPCChannel: ClientTransport, Sendable {
 
     private static func start(_ call: PendingUnaryCall, _ method: MethodDescriptor, _ options: CallOptions, on connection: Connection) {
         let handler = connection.handler
-        connection.channel.eventLoop.runOnLoop {
+        let loop = connection.channel.eventLoop
+        if loop.inEventLoop {
             handler.value.start(call, method: method, options: options, request: call.request)
+        } else {
+            loop.execute { handler.value.start(call, method: method, options: options, request: call.request) }
         }
     }
 

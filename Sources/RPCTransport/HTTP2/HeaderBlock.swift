@@ -7,14 +7,51 @@ struct HeaderBlock {
     private var bytes: [UInt8] = []
     private var spans: [(Int, Int, Int, Int)] = []
 
-    init(capacity: Int = 256) { bytes.reserveCapacity(capacity); spans.reserveCapacity(8) }
+    /// `capacity` 0 allocates nothing until the first header.
+    init(capacity: Int = 256) {
+        guard capacity > 0 else { return }
+        bytes.reserveCapacity(capacity)
+        spans.reserveCapacity(8)
+    }
+
+    var isEmpty: Bool { spans.isEmpty }
+
+    /// Adds every header of `other`, in order.
+    mutating func append(_ other: HeaderBlock) {
+        let base = bytes.count
+        bytes.append(contentsOf: other.bytes)
+        for s in other.spans { spans.append((s.0 + base, s.1, s.2 + base, s.3)) }
+    }
+
+    /// A header as nghttp2 lends it to a callback.
+    mutating func add(_ name: UnsafePointer<UInt8>, _ nameLen: Int, _ value: UnsafePointer<UInt8>, _ valueLen: Int) {
+        let n0 = bytes.count
+        bytes.append(contentsOf: UnsafeBufferPointer(start: name, count: nameLen))
+        let v0 = bytes.count
+        bytes.append(contentsOf: UnsafeBufferPointer(start: value, count: valueLen))
+        spans.append((n0, nameLen, v0, valueLen))
+    }
+
+    /// The headers as strings, in order.
+    var pairs: [(name: String, value: String)] {
+        spans.map { s in
+            (String(decoding: bytes[s.0..<s.0 + s.1], as: UTF8.self), String(decoding: bytes[s.2..<s.2 + s.3], as: UTF8.self))
+        }
+    }
 
     mutating func add(_ name: String, _ value: String) {
         let n0 = bytes.count
-        bytes.append(contentsOf: name.utf8)
+        append(name)
         let v0 = bytes.count
-        bytes.append(contentsOf: value.utf8)
+        append(value)
         spans.append((n0, v0 - n0, v0, bytes.count - v0))
+    }
+
+    /// Copies a string's bytes straight from its storage (no iterator, no extra retain).
+    @inline(__always)
+    private mutating func append(_ s: String) {
+        let done: Void? = s.utf8.withContiguousStorageIfAvailable { bytes.append(contentsOf: $0) }
+        if done == nil { bytes.append(contentsOf: s.utf8) }
     }
 
     /// Adds user metadata; `-bin` values go as unpadded base64. Reserved names are skipped so a

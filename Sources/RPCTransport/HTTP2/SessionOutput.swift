@@ -7,12 +7,13 @@ import NIOCore
 func drainSessionOutput(_ session: OpaquePointer, into context: ChannelHandlerContext) -> Int32? {
     var buffer: ByteBuffer?
     var wrote = false
-    while context.channel.isWritable || !context.channel.isActive {
+    let channel = context.channel
+    while channel.isWritable || !channel.isActive {
         var ptr: UnsafePointer<UInt8>?
         let n = nghttp2_session_mem_send(session, &ptr)
         if n < 0 { return Int32(n) }
         if n == 0 { break }
-        if buffer == nil { buffer = context.channel.allocator.buffer(capacity: max(n, 16384)) }
+        if buffer == nil { buffer = channel.allocator.buffer(capacity: max(n, 16384)) }
         buffer!.writeBytes(UnsafeRawBufferPointer(start: ptr, count: n))
         if buffer!.readableBytes >= 65536 {
             context.write(NIOAny(buffer!), promise: nil)

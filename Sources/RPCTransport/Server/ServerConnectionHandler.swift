@@ -13,7 +13,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
 
     let shared: ServerShared
     private(set) var session: OpaquePointer?
-    var streams: [Int32: ServerStream] = [:]
+    var streams = StreamTable<ServerStream>()
     private var context: ChannelHandlerContext?
     private var executor: EventLoopTaskExecutor?
     private var peer = ""
@@ -24,14 +24,20 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     private var shuttingDown = false
     private var closed = false
 
+    /// Read once: the hot path asks for every header.
+    private let keepsRawHeaders: Bool
+    private var allocator = ByteBufferAllocator()
+
     init(shared: ServerShared) {
         self.shared = shared
+        self.keepsRawHeaders = shared.configuration.httpHandler != nil
     }
 
     // MARK: Channel lifecycle
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
+        self.allocator = context.channel.allocator
         self.executor = EventLoopTaskExecutor(context.eventLoop)
         self.peer = context.channel.remoteAddress.map(Self.describe) ?? "unknown"
         self.peerHost = context.channel.remoteAddress?.ipAddress ?? ServerContext.host(ofPeer: peer)
@@ -125,7 +131,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         guard !closed else { return }
         closed = true
         shared.registry.remove(self)
-        for (_, stream) in streams { abandon(stream) }
+        for stream in streams.all { abandon(stream) }
         streams.removeAll()
         if let session { nghttp2_session_del(session) }
         session = nil
@@ -148,7 +154,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
 
     /// Hard stop at the end of the grace period.
     func forceClose() {
-        for (_, stream) in streams { stream.cancelHandler() }
+        for stream in streams.all { stream.cancelHandler() }
         closeConnection()
     }
 
@@ -183,9 +189,9 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         let hd = frame.pointee.hd
         guard hd.type == UInt8(NGHTTP2_HEADERS.rawValue),
               frame.pointee.headers.cat == NGHTTP2_HCAT_REQUEST,
-              let context else { return 0 }
+              context != nil else { return 0 }
         let stream = ServerStream(id: hd.stream_id, maxMessageSize: shared.configuration.maxReceiveMessageSize,
-                                  allocator: context.channel.allocator)
+                                  allocator: allocator)
         streams[hd.stream_id] = stream
         return 0
     }
@@ -199,37 +205,38 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             return 0
         }
         if stream.headersTooLarge { return 0 }
-        if nameLen > 0 && name[0] == UInt8(ascii: ":") {
-            let n = String(nghttp2: name, count: nameLen)
-            let v = String(nghttp2: value, count: valueLen)
-            switch n {
-            case ":method": stream.method = v
-            case ":path": stream.path = v
-            case ":authority": stream.authority = v
-            default: break
-            }
-            return 0
+        // Plain HTTP requests (the configured HTTPHandler) get every header; which kind a request
+        // is shows only once its headers are complete, so they are kept as bytes until then.
+        if keepsRawHeaders && (nameLen == 0 || name[0] != UInt8(ascii: ":")) {
+            stream.rawHeaders.add(name, nameLen, value, valueLen)
         }
-        let n = String(nghttp2: name, count: nameLen)
-        let v = String(nghttp2: value, count: valueLen)
-        if shared.configuration.httpHandler != nil { stream.httpHeaders.append((n, v)) }
-        switch n {
-        case "content-type": stream.contentType = v
-        case "grpc-timeout": stream.timeout = v
-        case "grpc-encoding": stream.encoding = v
-        case "grpc-accept-encoding": stream.acceptEncoding = v
-        case "host": if stream.authority.isEmpty { stream.authority = v }
-        default:
-            if Metadata.isReserved(n) { return 0 }
-            if n.hasSuffix("-bin") {
-                if let bytes = Base64.decode(v) {
+        let nameBytes = UnsafeRawBufferPointer(start: name, count: nameLen)
+        let valueBytes = UnsafeRawBufferPointer(start: value, count: valueLen)
+        switch HeaderName.classify(nameBytes) {
+        case .method: stream.method = String(nghttp2: value, count: valueLen)
+        case .path: stream.path = String(nghttp2: value, count: valueLen)
+        case .authority: stream.authority = String(nghttp2: value, count: valueLen)
+        case .host: if stream.authority.isEmpty { stream.authority = String(nghttp2: value, count: valueLen) }
+        case .contentType:
+            stream.isGRPCContentType = valueBytes.starts(with: "application/grpc".utf8)
+            if !stream.isGRPCContentType { stream.contentType = String(nghttp2: value, count: valueLen) }
+        case .grpcTimeout: stream.timeout = String(nghttp2: value, count: valueLen)
+        case .grpcEncoding: stream.encoding = String(nghttp2: value, count: valueLen)
+        case .grpcAcceptEncoding: stream.clientAcceptsGzip = HeaderName.listsGzip(valueBytes)
+        case .metadata:
+            let n = String(nghttp2: name, count: nameLen)
+            if nameBytes.count > 4 && nameBytes[nameLen - 4..<nameLen].elementsEqual("-bin".utf8) {
+                if let bytes = Base64.decode(String(nghttp2: value, count: valueLen)) {
                     stream.metadata.add(n, binary: bytes)
                 } else {
                     stream.badMetadata = "metadata '\(n)' is not valid base64"
                 }
             } else {
-                stream.metadata.add(n, .string(v))
+                stream.metadata.add(n, .string(String(nghttp2: value, count: valueLen)))
             }
+        case .scheme, .status, .otherPseudo, .te, .userAgent, .grpcStatus, .grpcMessage, .grpcStatusDetailsBin,
+             .otherGRPC, .otherReserved:
+            break
         }
         return 0
     }
@@ -322,11 +329,11 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             return fail(stream, RPCError(.resourceExhausted,
                                          "request header list exceeds the limit of \(shared.configuration.maxHeaderListSize) bytes"))
         }
-        if !stream.contentType.hasPrefix("application/grpc"), shared.configuration.httpHandler != nil {
+        if !stream.isGRPCContentType, keepsRawHeaders {
             stream.isHTTP = true
             return
         }
-        guard stream.contentType.hasPrefix("application/grpc") else {
+        guard stream.isGRPCContentType else {
             return respondNonGRPC(stream, status: 415,
                                   message: "invalid content-type '\(stream.contentType)': a gRPC request needs application/grpc")
         }
@@ -337,7 +344,6 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         if let enc = stream.encoding, enc != "identity", enc != "gzip" {
             return fail(stream, RPCError(.unimplemented, "message encoding '\(enc)' is not supported; use gzip or identity"))
         }
-        stream.clientAcceptsGzip = stream.acceptEncoding.map { $0.contains("gzip") } ?? false
         switch shared.router.lookup(stream.path) {
         case .failure(let error):
             return fail(stream, error)
@@ -438,7 +444,6 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         let loop = context.eventLoop
         let id = stream.id
         let interceptors = shared.configuration.interceptors
-        let logger = shared.logger
 
         /// Runs interceptors then `work` in the call's task, and reports the outcome on the loop
         /// (a streaming call's responses went out through its sink; only the status is left).
@@ -451,7 +456,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
                 } catch {
                     result = .failure(error)
                 }
-                loop.runOnLoop { bound.value.complete(id, response: result, logger: logger, streaming: streaming) }
+                loop.runOnLoop { bound.value.complete(id, response: result, streaming: streaming) }
             }
         }
         /// The single request of a unary or server-streaming call, handed over once.
@@ -469,7 +474,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             let cancellation = CallCancellation()
             stream.cancellation = cancellation
             let done: @Sendable (Result<[UInt8], any Error>) -> Void = { result in
-                loop.runOnLoop { bound.value.complete(id, response: result, logger: logger) }
+                loop.runOnLoop { bound.value.complete(id, response: result) }
             }
             // Interceptors that can decide at once do; the first that cannot, and the ones
             // after it, run in a task. Usually none does, and the call needs no task at all.
@@ -477,7 +482,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             do {
                 while let first = pending.first, try first.interceptImmediately(callContext) { pending = pending.dropFirst() }
             } catch {
-                return complete(id, response: .failure(error), logger: logger)
+                return complete(id, response: .failure(error))
             }
             if pending.isEmpty { return body(request, callContext, cancellation, done) }
             let rest = Array(pending)
@@ -523,7 +528,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     }
 
     /// The handler returned or threw.
-    func complete(_ id: Int32, response: Result<[UInt8], any Error>, logger: Logger, streaming: Bool = false) {
+    func complete(_ id: Int32, response: Result<[UInt8], any Error>, streaming: Bool = false) {
         guard let stream = streams[id], stream.phase == .running else { return }
         switch response {
         case .success(let bytes):
@@ -535,7 +540,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             } else if error is CancellationError {
                 finish(stream, RPCError.cancelled("the call was cancelled"))
             } else {
-                logger.error("handler \(stream.path) failed: \(error)")
+                shared.logger.error("handler \(stream.path) failed: \(error)")
                 finish(stream, RPCError(.internal, "internal error"))
             }
         }
@@ -583,7 +588,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     private func startHTTP(_ stream: ServerStream) {
         guard let handler = shared.configuration.httpHandler, let context, let executor else { return }
         stream.phase = .running
-        let request = HTTPRequest(method: stream.method, target: stream.path, headers: stream.httpHeaders,
+        let request = HTTPRequest(method: stream.method, target: stream.path, headers: stream.rawHeaders.pairs,
                                   body: stream.httpBody, peer: peer)
         stream.httpBody = []
         let bound = NIOLoopBound(self, eventLoop: context.eventLoop)

@@ -12,20 +12,21 @@ final class ServerStream {
     // Request headers as they arrive.
     var method = ""
     var path = ""
+    /// `content-type: application/grpc[+proto|...]`; `contentType` is kept only when not.
+    var isGRPCContentType = false
     var contentType = ""
     var authority = ""
     var timeout: String?
     /// When the call's `grpc-timeout` runs out, counted from the request headers.
     var deadline: ContinuousClock.Instant?
     var encoding: String?
-    var acceptEncoding: String?
     var metadata = Metadata()
     var headerListSize = 0
     var headersTooLarge = false
     var badMetadata: String?
     /// Plain HTTP (not gRPC) request for the configured `HTTPHandler`: headers and body kept whole.
     var isHTTP = false
-    var httpHeaders: [(name: String, value: String)] = []
+    var rawHeaders = HeaderBlock(capacity: 0)
     var httpBody: [UInt8] = []
     var httpComplete = false
 
@@ -48,6 +49,7 @@ final class ServerStream {
     /// What stops a `unaryForwarding` handler (it runs without a task of its own).
     var cancellation: CallCancellation?
     var deadlineTimer: Scheduled<Void>?
+    /// `grpc-accept-encoding` lists gzip.
     var clientAcceptsGzip = false
 
     // Response.
