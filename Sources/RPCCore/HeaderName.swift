@@ -75,6 +75,13 @@ public enum HeaderName: UInt8, Sendable {
         return true
     }
 
+    /// Whether a value starts with a literal (`content-type: application/grpc+proto`).
+    public static func hasPrefix(_ bytes: UnsafeRawBufferPointer, _ literal: StaticString) -> Bool {
+        let n = literal.utf8CodeUnitCount
+        guard bytes.count >= n else { return false }
+        return matches(UnsafeRawBufferPointer(rebasing: bytes[0..<n]), literal)
+    }
+
     /// Whether a comma-separated encoding list (`grpc-accept-encoding`) names gzip.
     public static func listsGzip(_ value: UnsafeRawBufferPointer) -> Bool {
         var i = 0

@@ -30,9 +30,9 @@ final class ClientStreamState {
     var deframer: MessageDeframer
     var deadlineTimer: Scheduled<Void>?
 
-    init(call: any ClientCallObserver, allocator: ByteBufferAllocator, maxMessageSize: Int) {
+    init(call: any ClientCallObserver, maxMessageSize: Int) {
         self.call = call
-        self.outbound = allocator.buffer(capacity: 0)
+        self.outbound = .empty
         self.deframer = MessageDeframer(maxMessageSize: maxMessageSize)
     }
 }
@@ -64,7 +64,8 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         self.onClose = onClose
     }
 
-    private var allocator = ByteBufferAllocator()
+    /// The output buffer reused across flushes (see `drainSessionOutput`).
+    private var outputScratch: ByteBuffer?
     /// The request headers every call on this connection sends, built once (`:path` and the
     /// call's own go around them).
     private lazy var requestHeaders: HeaderBlock = {
@@ -81,7 +82,6 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
-        self.allocator = context.channel.allocator
         var callbacks: OpaquePointer?
         nghttp2_session_callbacks_new(&callbacks)
         defer { nghttp2_session_callbacks_del(callbacks) }
@@ -184,11 +184,15 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     func flush() {
         flushScheduled = false
         guard let context, let session, !inCallback else { return }
-        if let error = drainSessionOutput(session, into: context) {
+        let (error, reuse) = drainSessionOutput(session, into: context, reusing: outputScratch.take())
+        if let reuse { outputScratch = reuse }
+        if let error {
             teardown(RPCError(.unavailable, "HTTP/2 send error: \(String(cString: nghttp2_strerror(error)))"))
             context.close(promise: nil)
             return
         }
+        // The flush may have ended the connection (a write error closes it at once): look again.
+        guard let session = self.session else { return }
         if nghttp2_session_want_read(session) == 0 && nghttp2_session_want_write(session) == 0 {
             context.close(promise: nil)
         }
@@ -208,8 +212,7 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             call.fail(RPCStatus(.unavailable, closeReason?.message ?? "connection to \(configuration.target) is closing"))
             return
         }
-        let state = ClientStreamState(call: call, allocator: allocator,
-                                      maxMessageSize: configuration.maxReceiveMessageSize)
+        let state = ClientStreamState(call: call, maxMessageSize: configuration.maxReceiveMessageSize)
         state.mayCompress = options.compressRequests
         if let request {
             // The whole request is known: it leaves with the headers, END_STREAM set.
@@ -339,7 +342,7 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         switch HeaderName.classify(nameBytes) {
         case .status: s.responseStatus = HeaderName.decimal(valueBytes) ?? 0
         case .contentType:
-            s.isGRPCContentType = valueBytes.starts(with: "application/grpc".utf8)
+            s.isGRPCContentType = HeaderName.hasPrefix(valueBytes, "application/grpc")
             if !s.isGRPCContentType { s.contentType = String(nghttp2: value, count: valueLen) }
         case .grpcEncoding: s.encoding = String(nghttp2: value, count: valueLen)
         case .grpcStatus: s.grpcStatus = HeaderName.decimal(valueBytes) ?? StatusCode.unknown.rawValue

@@ -1,50 +1,44 @@
 import CNGHTTP2
 import RPCCore
 
-/// Builds an nghttp2 name/value array from Swift strings with one contiguous byte buffer, so a
-/// whole header block costs two allocations. nghttp2 copies the block on submit.
+/// Builds an nghttp2 name/value array from Swift strings in one contiguous byte buffer (each
+/// header is its two lengths, then its name and value bytes), so a whole header block costs one
+/// allocation. nghttp2 copies the block on submit.
 struct HeaderBlock {
     private var bytes: [UInt8] = []
-    private var spans: [(Int, Int, Int, Int)] = []
+    private(set) var count = 0
 
     /// `capacity` 0 allocates nothing until the first header.
-    init(capacity: Int = 256) {
-        guard capacity > 0 else { return }
-        bytes.reserveCapacity(capacity)
-        spans.reserveCapacity(8)
+    init(capacity: Int = 512) {
+        if capacity > 0 { bytes.reserveCapacity(capacity) }
     }
 
-    var isEmpty: Bool { spans.isEmpty }
+    var isEmpty: Bool { count == 0 }
 
     /// Adds every header of `other`, in order.
     mutating func append(_ other: HeaderBlock) {
-        let base = bytes.count
         bytes.append(contentsOf: other.bytes)
-        for s in other.spans { spans.append((s.0 + base, s.1, s.2 + base, s.3)) }
+        count += other.count
+    }
+
+    @inline(__always)
+    private mutating func appendLengths(_ name: Int, _ value: Int) {
+        withUnsafeBytes(of: (UInt32(truncatingIfNeeded: name), UInt32(truncatingIfNeeded: value))) { bytes.append(contentsOf: $0) }
+        count += 1
     }
 
     /// A header as nghttp2 lends it to a callback.
     mutating func add(_ name: UnsafePointer<UInt8>, _ nameLen: Int, _ value: UnsafePointer<UInt8>, _ valueLen: Int) {
-        let n0 = bytes.count
+        if bytes.capacity == 0 { bytes.reserveCapacity(512) }
+        appendLengths(nameLen, valueLen)
         bytes.append(contentsOf: UnsafeBufferPointer(start: name, count: nameLen))
-        let v0 = bytes.count
         bytes.append(contentsOf: UnsafeBufferPointer(start: value, count: valueLen))
-        spans.append((n0, nameLen, v0, valueLen))
-    }
-
-    /// The headers as strings, in order.
-    var pairs: [(name: String, value: String)] {
-        spans.map { s in
-            (String(decoding: bytes[s.0..<s.0 + s.1], as: UTF8.self), String(decoding: bytes[s.2..<s.2 + s.3], as: UTF8.self))
-        }
     }
 
     mutating func add(_ name: String, _ value: String) {
-        let n0 = bytes.count
+        appendLengths(name.utf8.count, value.utf8.count)
         append(name)
-        let v0 = bytes.count
         append(value)
-        spans.append((n0, v0 - n0, v0, bytes.count - v0))
     }
 
     /// Copies a string's bytes straight from its storage (no iterator, no extra retain).
@@ -52,6 +46,32 @@ struct HeaderBlock {
     private mutating func append(_ s: String) {
         let done: Void? = s.utf8.withContiguousStorageIfAvailable { bytes.append(contentsOf: $0) }
         if done == nil { bytes.append(contentsOf: s.utf8) }
+    }
+
+    /// Calls `body` with each header's name and value bytes, in order.
+    private func forEach(_ base: UnsafeRawPointer, _ body: (Int, UnsafeRawPointer, Int, UnsafeRawPointer, Int) -> Void) {
+        var offset = 0
+        for i in 0..<count {
+            let nameLen = Int(base.loadUnaligned(fromByteOffset: offset, as: UInt32.self))
+            let valueLen = Int(base.loadUnaligned(fromByteOffset: offset + 4, as: UInt32.self))
+            let name = base + offset + 8
+            body(i, name, nameLen, name + nameLen, valueLen)
+            offset += 8 + nameLen + valueLen
+        }
+    }
+
+    /// The headers as strings, in order.
+    var pairs: [(name: String, value: String)] {
+        var out: [(name: String, value: String)] = []
+        out.reserveCapacity(count)
+        bytes.withUnsafeBytes { buf in
+            guard let base = buf.baseAddress else { return }
+            forEach(base) { _, name, nameLen, value, valueLen in
+                out.append((String(decoding: UnsafeRawBufferPointer(start: name, count: nameLen), as: UTF8.self),
+                            String(decoding: UnsafeRawBufferPointer(start: value, count: valueLen), as: UTF8.self)))
+            }
+        }
+        return out
     }
 
     /// Adds user metadata; `-bin` values go as unpadded base64. Reserved names are skipped so a
@@ -79,14 +99,17 @@ struct HeaderBlock {
     /// The block as nghttp2's name/value array, valid inside `body` (nghttp2 copies it on
     /// submit, so the bytes are lent read-only, and the array lives on the stack).
     func withNV<R>(_ body: (UnsafePointer<nghttp2_nv>, Int) -> R) -> R {
-        bytes.withUnsafeBufferPointer { buf in
-            let base = UnsafeMutablePointer(mutating: buf.baseAddress ?? UnsafePointer(bitPattern: 1)!)
-            return withUnsafeTemporaryAllocation(of: nghttp2_nv.self, capacity: max(1, spans.count)) { nva in
-                for (i, s) in spans.enumerated() {
-                    nva.initializeElement(at: i, to: nghttp2_nv(name: base + s.0, value: base + s.2, namelen: s.1, valuelen: s.3,
-                                                                flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue)))
+        bytes.withUnsafeBytes { buf in
+            withUnsafeTemporaryAllocation(of: nghttp2_nv.self, capacity: max(1, count)) { nva in
+                if let base = buf.baseAddress {
+                    forEach(base) { i, name, nameLen, value, valueLen in
+                        nva.initializeElement(at: i, to: nghttp2_nv(
+                            name: UnsafeMutablePointer(mutating: name.assumingMemoryBound(to: UInt8.self)),
+                            value: UnsafeMutablePointer(mutating: value.assumingMemoryBound(to: UInt8.self)),
+                            namelen: nameLen, valuelen: valueLen, flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue)))
+                    }
                 }
-                return body(nva.baseAddress!, spans.count)
+                return body(nva.baseAddress!, count)
             }
         }
     }

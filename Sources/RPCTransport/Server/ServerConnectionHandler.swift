@@ -26,7 +26,8 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
 
     /// Read once: the hot path asks for every header.
     private let keepsRawHeaders: Bool
-    private var allocator = ByteBufferAllocator()
+    /// The output buffer reused across flushes (see `drainSessionOutput`).
+    private var outputScratch: ByteBuffer?
 
     init(shared: ServerShared) {
         self.shared = shared
@@ -37,7 +38,6 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
-        self.allocator = context.channel.allocator
         self.executor = EventLoopTaskExecutor(context.eventLoop)
         self.peer = context.channel.remoteAddress.map(Self.describe) ?? "unknown"
         self.peerHost = context.channel.remoteAddress?.ipAddress ?? ServerContext.host(ofPeer: peer)
@@ -165,11 +165,15 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     func flush() {
         flushScheduled = false
         guard let context, let session, !inCallback else { return }
-        if let error = drainSessionOutput(session, into: context) {
+        let (error, reuse) = drainSessionOutput(session, into: context, reusing: outputScratch.take())
+        if let reuse { outputScratch = reuse }
+        if let error {
             shared.logger.debug("nghttp2 send error: \(String(cString: nghttp2_strerror(error)))")
             closeConnection()
             return
         }
+        // The flush may have ended the connection (a write error closes it at once): look again.
+        guard let session = self.session else { return }
         if nghttp2_session_want_read(session) == 0 && nghttp2_session_want_write(session) == 0 {
             closeConnection()
         }
@@ -190,8 +194,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         guard hd.type == UInt8(NGHTTP2_HEADERS.rawValue),
               frame.pointee.headers.cat == NGHTTP2_HCAT_REQUEST,
               context != nil else { return 0 }
-        let stream = ServerStream(id: hd.stream_id, maxMessageSize: shared.configuration.maxReceiveMessageSize,
-                                  allocator: allocator)
+        let stream = ServerStream(id: hd.stream_id, maxMessageSize: shared.configuration.maxReceiveMessageSize)
         streams[hd.stream_id] = stream
         return 0
     }
@@ -207,7 +210,8 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         if stream.headersTooLarge { return 0 }
         // Plain HTTP requests (the configured HTTPHandler) get every header; which kind a request
         // is shows only once its headers are complete, so they are kept as bytes until then.
-        if keepsRawHeaders && (nameLen == 0 || name[0] != UInt8(ascii: ":")) {
+        // (Not once the content-type says gRPC: then they are dropped, and so are later ones.)
+        if keepsRawHeaders && !stream.isGRPCContentType && (nameLen == 0 || name[0] != UInt8(ascii: ":")) {
             stream.rawHeaders.add(name, nameLen, value, valueLen)
         }
         let nameBytes = UnsafeRawBufferPointer(start: name, count: nameLen)
@@ -218,8 +222,12 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         case .authority: stream.authority = String(nghttp2: value, count: valueLen)
         case .host: if stream.authority.isEmpty { stream.authority = String(nghttp2: value, count: valueLen) }
         case .contentType:
-            stream.isGRPCContentType = valueBytes.starts(with: "application/grpc".utf8)
-            if !stream.isGRPCContentType { stream.contentType = String(nghttp2: value, count: valueLen) }
+            stream.isGRPCContentType = HeaderName.hasPrefix(valueBytes, "application/grpc")
+            if stream.isGRPCContentType {
+                stream.rawHeaders = HeaderBlock(capacity: 0)
+            } else {
+                stream.contentType = String(nghttp2: value, count: valueLen)
+            }
         case .grpcTimeout: stream.timeout = String(nghttp2: value, count: valueLen)
         case .grpcEncoding: stream.encoding = String(nghttp2: value, count: valueLen)
         case .grpcAcceptEncoding: stream.clientAcceptsGzip = HeaderName.listsGzip(valueBytes)
@@ -563,7 +571,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         stream.phase = .done
         stream.deadlineTimer?.cancel()
         stream.deadlineTimer = nil
-        var trailers = stream.headersSent ? HeaderBlock(capacity: 64) : responseHeaderBlock(stream)
+        var trailers = stream.headersSent ? HeaderBlock(capacity: 128) : responseHeaderBlock(stream)
         trailers.add("grpc-status", String(status.code.rawValue))
         if !status.message.isEmpty { trailers.add("grpc-message", PercentEncoding.encode(status.message)) }
         if let details = status.details { trailers.add("grpc-status-details-bin", Base64.encode(details)) }

@@ -65,9 +65,9 @@ final class ServerStream {
         cancellation?.cancel()
     }
 
-    init(id: Int32, maxMessageSize: Int, allocator: ByteBufferAllocator) {
+    init(id: Int32, maxMessageSize: Int) {
         self.id = id
         self.deframer = MessageDeframer(maxMessageSize: maxMessageSize)
-        self.outbound = allocator.buffer(capacity: 0)
+        self.outbound = .empty
     }
 }
