@@ -117,31 +117,52 @@ extension ServerInterceptor {
     public func interceptImmediately(_ context: ServerContext) throws -> Bool { false }
 }
 
+/// Something the end of a call can cancel (the upstream call a relay started).
+public protocol Cancellable: Sendable {
+    func cancel()
+}
+
 /// Cancels work a `unaryForwarding` handler started: the handler registers what to do, the
 /// transport fires it when the call ends early. Thread-safe; a handler registered after the
 /// cancellation runs at once.
-public final class CallCancellation: Sendable {
-    private enum State { case waiting((@Sendable () -> Void)?), cancelled }
+public final class CallCancellation: Cancellable {
+    private enum Target {
+        case closure(@Sendable () -> Void)
+        /// An object to cancel, held without a closure around it (one allocation less per call).
+        case object(any Cancellable)
+        func fire() {
+            switch self {
+            case .closure(let f): f()
+            case .object(let o): o.cancel()
+            }
+        }
+    }
+    private enum State { case waiting(Target?), cancelled }
     private let state = Mutex<State>(.waiting(nil))
 
     public init() {}
 
-    public func onCancel(_ handler: @escaping @Sendable () -> Void) {
+    public func onCancel(_ handler: @escaping @Sendable () -> Void) { register(.closure(handler)) }
+
+    /// Cancels `target` when the call ends early.
+    public func onCancel(cancelling target: some Cancellable) { register(.object(target)) }
+
+    private func register(_ target: Target) {
         let runNow = state.withLock { s -> Bool in
             if case .cancelled = s { return true }
-            s = .waiting(handler)
+            s = .waiting(target)
             return false
         }
-        if runNow { handler() }
+        if runNow { target.fire() }
     }
 
     public func cancel() {
-        let handler = state.withLock { s -> (@Sendable () -> Void)? in
-            guard case .waiting(let h) = s else { return nil }
+        let target = state.withLock { s -> Target? in
+            guard case .waiting(let t) = s else { return nil }
             s = .cancelled
-            return h
+            return t
         }
-        handler?()
+        target?.fire()
     }
 
     /// The work finished: forget the handler (and what it captured) without running it.

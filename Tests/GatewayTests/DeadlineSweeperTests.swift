@@ -1,9 +1,10 @@
+import RPCCore
 import Synchronization
 import Testing
 @testable import Gateway
 
 @Suite struct DeadlineSweeperTests {
-    final class FakeCall: CappedCall {
+    final class FakeCall: Cancellable {
         let cancels = Atomic<Int>(0)
         func cancel() { cancels.add(1, ordering: .relaxed) }
         var cancelled: Int { cancels.load(ordering: .relaxed) }

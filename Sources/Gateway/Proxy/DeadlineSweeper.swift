@@ -2,15 +2,8 @@ import RPCCore
 import RPCTransport
 import Synchronization
 
-/// What the sweeper cancels when a call passes the cap.
-protocol CappedCall: Sendable {
-    func cancel()
-}
-
-extension PendingUnaryCall: CappedCall {}
-
 /// A streaming relay's upstream call, as the sweeper cancels it.
-struct CappedStream: CappedCall {
+struct CappedStream: Cancellable {
     let call: any RawClientCall
     func cancel() { call.cancel() }
 }
@@ -28,7 +21,7 @@ final class DeadlineSweeper: Sendable {
         let deadline: ContinuousClock.Instant
         private enum State {
             /// The call to cancel at the deadline (nil until the relay has started it).
-            case watching((any CappedCall)?)
+            case watching((any Cancellable)?)
             case expired
             /// Unwatched: the call ended.
             case done
@@ -38,7 +31,7 @@ final class DeadlineSweeper: Sendable {
         init(deadline: ContinuousClock.Instant) { self.deadline = deadline }
 
         /// The call to cancel at the deadline; cancelled at once when the deadline already passed.
-        func arm(_ call: some CappedCall) {
+        func arm(_ call: some Cancellable) {
             let expired = state.withLock { s -> Bool in
                 if case .watching = s { s = .watching(call); return false }
                 if case .expired = s { return true }
@@ -57,7 +50,7 @@ final class DeadlineSweeper: Sendable {
 
         /// Past the deadline: cancel the call unless it ended.
         func expire() {
-            let call = state.withLock { s -> (any CappedCall)? in
+            let call = state.withLock { s -> (any Cancellable)? in
                 guard case .watching(let c) = s else { return nil }
                 s = .expired
                 return c

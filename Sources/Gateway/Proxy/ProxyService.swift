@@ -110,7 +110,7 @@ struct Proxy: Sendable {
             cancellation.disarm()
             done(Self.outcome(result, method, context, expired: watch?.isExpired ?? false))
         }
-        cancellation.onCancel { call.cancel() }
+        cancellation.onCancel(cancelling: call)
         watch?.arm(call)
     }
 
