@@ -125,7 +125,8 @@ public final class Gateway: Sendable {
         let sweeper = self.sweeper
         let interval = configuration.healthInterval
         // Sweep often enough that a capped call ends within a tenth of the cap (at most 250 ms).
-        let sweepEvery = min(.milliseconds(250), min(configuration.maxDeadline, configuration.maxStreamDeadline) / 10)
+        // (At least 10 ms apart: a cap of a few milliseconds must not turn this into a busy loop.)
+        let sweepEvery = max(.milliseconds(10), min(.milliseconds(250), min(configuration.maxDeadline, configuration.maxStreamDeadline) / 10))
         background.withLock {
             $0 = Task {
                 await withTaskGroup(of: Void.self) { group in

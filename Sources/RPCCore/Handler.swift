@@ -137,7 +137,8 @@ public final class CallCancellation: Cancellable {
             }
         }
     }
-    private enum State { case waiting(Target?), cancelled }
+    /// `done`: disarmed, the work finished; later registrations are dropped.
+    private enum State { case waiting(Target?), cancelled, done }
     private let state = Mutex<State>(.waiting(nil))
 
     public init() {}
@@ -149,9 +150,11 @@ public final class CallCancellation: Cancellable {
 
     private func register(_ target: Target) {
         let runNow = state.withLock { s -> Bool in
-            if case .cancelled = s { return true }
-            s = .waiting(target)
-            return false
+            switch s {
+            case .cancelled: return true
+            case .done: return false
+            case .waiting: s = .waiting(target); return false
+            }
         }
         if runNow { target.fire() }
     }
@@ -167,7 +170,7 @@ public final class CallCancellation: Cancellable {
 
     /// The work finished: forget the handler (and what it captured) without running it.
     public func disarm() {
-        state.withLock { s in if case .waiting = s { s = .waiting(nil) } }
+        state.withLock { s in if case .waiting = s { s = .done } }
     }
 
     public var isCancelled: Bool { state.withLock { if case .cancelled = $0 { true } else { false } } }

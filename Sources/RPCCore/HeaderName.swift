@@ -1,7 +1,7 @@
 /// The header names gRPC gives a meaning to, recognised from raw bytes (HTTP/2 names arrive
 /// lower-case) without making a String: the transports classify every header they receive, and
 /// only metadata needs its name as a String.
-public enum HeaderName: UInt8, Sendable {
+public enum HeaderName: Sendable {
     case method, path, authority, scheme, status
     /// Any other pseudo-header.
     case otherPseudo
@@ -75,11 +75,18 @@ public enum HeaderName: UInt8, Sendable {
         return true
     }
 
-    /// Whether a value starts with a literal (`content-type: application/grpc+proto`).
-    public static func hasPrefix(_ bytes: UnsafeRawBufferPointer, _ literal: StaticString) -> Bool {
-        let n = literal.utf8CodeUnitCount
-        guard bytes.count >= n else { return false }
-        return matches(UnsafeRawBufferPointer(rebasing: bytes[0..<n]), literal)
+    /// Whether a metadata name carries binary values (`…-bin`, base64 on the wire).
+    public static func isBinary(_ name: UnsafeRawBufferPointer) -> Bool {
+        name.count > 4 && matches(UnsafeRawBufferPointer(rebasing: name[(name.count - 4)...]), "-bin")
+    }
+
+    /// Whether a `content-type` value is gRPC's: `application/grpc`, alone or followed by `+`
+    /// (a codec, `+proto`) or `;` (parameters). `application/grpc-web` is another protocol.
+    public static func isGRPCContentType(_ value: UnsafeRawBufferPointer) -> Bool {
+        let prefix: StaticString = "application/grpc"
+        let n = prefix.utf8CodeUnitCount
+        guard value.count >= n, matches(UnsafeRawBufferPointer(rebasing: value[0..<n]), prefix) else { return false }
+        return value.count == n || value[n] == UInt8(ascii: "+") || value[n] == UInt8(ascii: ";")
     }
 
     /// Whether a comma-separated encoding list (`grpc-accept-encoding`) names gzip.

@@ -16,12 +16,11 @@ public struct Metadata: Sendable, Hashable, Sequence, CustomStringConvertible {
 
     public var isEmpty: Bool { entries.isEmpty }
 
-    public mutating func reserveCapacity(_ n: Int) { entries.reserveCapacity(n) }
-
-    /// The entries whose key passes `isIncluded`, in order (one allocation, no copy-then-remove).
-    public func filter(_ isIncluded: (String) -> Bool) -> Metadata {
+    /// The entries whose key passes `isIncluded`, in order, with room for `extra` more (one
+    /// allocation, no copy-then-remove).
+    public func filter(reservingExtra extra: Int = 0, _ isIncluded: (String) -> Bool) -> Metadata {
         var out = Metadata()
-        out.entries.reserveCapacity(entries.count + 2)
+        out.entries.reserveCapacity(entries.count + extra)
         for e in entries where isIncluded(e.key) { out.entries.append(e) }
         return out
     }

@@ -1,5 +1,6 @@
 import Logging
 import RPCCore
+import RPCServices
 import Security
 
 /// The policy every service (and the gateway) applies before a handler runs, from the method's
@@ -12,8 +13,7 @@ public final class AuthInterceptor: ServerInterceptor {
     public static let serviceTokenHeader = "x-service-token"
     /// Infrastructure services: no credential needed (load balancers poll health). The gateway's
     /// policy uses the same list.
-    public static let open: Set<String> = ["grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection",
-                                    "grpc.reflection.v1alpha.ServerReflection"]
+    public static let open = Set(StandardServices.standardNames)
 
     let keys: any SigningKeySource
     let serviceToken: [UInt8]
@@ -62,16 +62,11 @@ public final class AuthInterceptor: ServerInterceptor {
     /// Verifies a token and stores the identity; a bad token is UNAUTHENTICATED even on public
     /// methods (a client that sends a token expects it to count).
     public func verify(_ token: String) async throws -> CallerIdentity {
-        do {
-            return try CallerIdentity(verifier.verify(token))
-        } catch .unknownKeyID {
-            // First use, or accounts rotated its key: (re)load the keys once, then retry.
-            await keys.refresh()
-            verifier.setKeys(try await keys.keys())
-            do { return try CallerIdentity(verifier.verify(token)) } catch { throw Self.describe(error) }
-        } catch {
-            throw Self.describe(error)
-        }
+        if let identity = try verifyImmediately(token) { return identity }
+        // First use, or accounts rotated its key: (re)load the keys once, then retry.
+        await keys.refresh()
+        verifier.setKeys(try await keys.keys())
+        do { return try CallerIdentity(verifier.verify(token)) } catch { throw Self.describe(error) }
     }
 
     /// `verify` without suspending: nil when the token names a key not loaded yet (only `verify`
@@ -85,6 +80,9 @@ public final class AuthInterceptor: ServerInterceptor {
             throw Self.describe(error)
         }
     }
+
+    /// Whether verifying `token` needs a key fetch first (see `AccessTokenVerifier.needsKeyFetch`).
+    public func needsKeyFetch(_ token: String) -> Bool { verifier.needsKeyFetch(token) }
 
     private func attachIdentity(_ token: String, _ context: ServerContext) async throws {
         context[key: ServerContext.identityKey] = try await verify(token)

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import RPCTransport
 import Security
 
 /// Command-line options every service executable shares. Each falls back to an environment
@@ -54,26 +55,16 @@ public struct ServiceSettings: Sendable {
         // A peer address that does not parse would silently fall back to the default: refuse it.
         for peer in Self.defaultPorts.keys.sorted() {
             let variable = "\(peer.uppercased())_ADDR"
-            if let addr = environment[variable], Self.parseAddress(addr) == nil {
+            if let addr = environment[variable], ChannelConfiguration.address(addr) == nil {
                 throw ValidationError("\(variable)='\(addr)' is not host:port")
             }
         }
     }
 
-    /// `host:port` or `[v6]:port`; nil when it is neither.
-    static func parseAddress(_ addr: String) -> (host: String, port: Int)? {
-        guard let colon = addr.lastIndex(of: ":"), let port = Int(addr[addr.index(after: colon)...]), (1...65535).contains(port) else {
-            return nil
-        }
-        var host = String(addr[..<colon])
-        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
-        return host.isEmpty ? nil : (host, port)
-    }
-
     /// Address of another service: `<PEER>_ADDR` (host:port), else 127.0.0.1 and its port.
     public func peerAddress(_ peer: String) -> (host: String, port: Int) {
         let prefix = peer.uppercased()
-        if let addr = environment["\(prefix)_ADDR"].flatMap(Self.parseAddress) { return addr }
+        if let addr = environment["\(prefix)_ADDR"].flatMap(ChannelConfiguration.address) { return addr }
         let port = environment["\(prefix)_PORT"].flatMap(Int.init) ?? Self.defaultPorts[peer] ?? 0
         return (environment["\(prefix)_HOST"] ?? "127.0.0.1", port)
     }
@@ -105,6 +96,10 @@ public struct ServiceSettings: Sendable {
             let dir = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
             if dir >= 0 { fsync(dir); close(dir) }
             return token
+        }
+        // Only "already there" means another process made it first; anything else is the error.
+        guard errno == EEXIST else {
+            throw ValidationError("cannot put the service credential at \(path): \(String(cString: strerror(errno)))")
         }
         for _ in 0..<50 {
             if let existing = try? String(contentsOfFile: path, encoding: .utf8), !existing.isEmpty {

@@ -18,10 +18,9 @@ struct HealthProbe: AsyncParsableCommand {
     @Flag(help: "Print the status.") var verbose = false
 
     func run() async throws {
-        guard let colon = addr.lastIndex(of: ":"), let port = Int(addr[addr.index(after: colon)...]) else {
-            throw ValidationError("--addr must be host:port")
+        guard let (host, port) = ChannelConfiguration.address(addr) else {
+            throw ValidationError("--addr must be host:port or [v6]:port, got '\(addr)'")
         }
-        let host = String(addr[..<colon])
         var configuration = ChannelConfiguration(host: host, port: port)
         if let caFile {
             configuration.tls = try TLSConfiguration.client(alpn: ["h2"], trustRootsPEMFile: caFile, serverName: serverName ?? host)

@@ -32,6 +32,14 @@ import Testing
         #expect(!gzip(""))
     }
 
+    @Test func recognisesGRPCContentTypesAndBinaryNames() {
+        func grpc(_ s: String) -> Bool { Array(s.utf8).withUnsafeBytes { HeaderName.isGRPCContentType($0) } }
+        #expect(grpc("application/grpc") && grpc("application/grpc+proto") && grpc("application/grpc;charset=x"))
+        #expect(!grpc("application/grpc-web") && !grpc("application/json") && !grpc("application/grp"))
+        func binary(_ s: String) -> Bool { Array(s.utf8).withUnsafeBytes { HeaderName.isBinary($0) } }
+        #expect(binary("trace-bin") && !binary("-bin") && !binary("x-binary"))
+    }
+
     @Test func readsDecimalsStrictly() {
         func decimal(_ s: String) -> Int? { Array(s.utf8).withUnsafeBytes { HeaderName.decimal($0) } }
         #expect(decimal("200") == 200)

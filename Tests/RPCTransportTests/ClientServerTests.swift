@@ -4,13 +4,16 @@ import RPCCore
 
 /// Starts an echo server on a free loopback port for one test.
 func withEchoServer<R>(_ configure: (inout ServerConfiguration) -> Void = { _ in },
+                       channel configureChannel: (inout ChannelConfiguration) -> Void = { _ in },
                        _ body: (Int, RPCClient) async throws -> R) async throws -> R {
     var config = ServerConfiguration(host: "127.0.0.1", port: 0)
     config.threads = 1
     configure(&config)
     let server = RPCServer(configuration: config, services: [EchoService()])
     let port = try await server.start()
-    let channel = RPCChannel(host: "127.0.0.1", port: port)
+    var channelConfig = ChannelConfiguration(host: "127.0.0.1", port: port)
+    configureChannel(&channelConfig)
+    let channel = RPCChannel(configuration: channelConfig)
     do {
         let r = try await body(port, channel.client)
         await channel.close()
@@ -111,25 +114,19 @@ func withEchoServer<R>(_ configure: (inout ServerConfiguration) -> Void = { _ in
         // 16 KiB stream windows, 64 KiB for the connection: each call leaves 16 KiB of responses
         // unread until after it has ended. Were those bytes lost to the connection window, the
         // fifth call would stall.
-        var config = ServerConfiguration(host: "127.0.0.1", port: 0)
-        config.threads = 1
-        let server = RPCServer(configuration: config, services: [EchoService()])
-        let port = try await server.start()
-        var cc = ChannelConfiguration(host: "127.0.0.1", port: port)
-        cc.initialWindowSize = 16 * 1024
-        let channel = RPCChannel(configuration: cc)
-        for i in 0..<20 {
-            let call = try await channel.startCall(EchoService.serverStreamMethod, options: CallOptions(timeout: .seconds(5)))
-            try await call.send(Bytes("2:8000").serializedBytes(), compress: false)
-            try await call.closeSend()
-            let (status, _) = await call.finalStatus()
-            #expect(status.code == .ok, "call \(i): \(status)")
-            var n = 0
-            for try await m in call.responses { n += m.bytes.count }
-            #expect(n == 16000)
+        try await withEchoServer(channel: { $0.initialWindowSize = 16 * 1024 }) { _, client in
+            for i in 0..<20 {
+                let call = try await client.transport.startCall(EchoService.serverStreamMethod,
+                                                                options: CallOptions(timeout: .seconds(5)))
+                try await call.send(Bytes("2:8000").serializedBytes(), compress: false)
+                try await call.closeSend()
+                let (status, _) = await call.finalStatus()
+                #expect(status.code == .ok, "call \(i): \(status)")
+                var n = 0
+                for try await m in call.responses { n += m.bytes.count }
+                #expect(n == 16000)
+            }
         }
-        await channel.close()
-        await server.shutdownGracefully()
     }
 
     @Test func errorsCarryStatusMessageAndTrailers() async throws {

@@ -19,50 +19,44 @@ public final class GatewayPolicy: ServerInterceptor {
     }
 
     public func intercept(_ context: ServerContext) async throws {
-        if try interceptImmediately(context) { return }
-        // The token names a key not loaded yet: the address's limit first (so a flood of such
-        // tokens cannot make the gateway refetch keys), then fetch accounts' keys and decide.
-        try limitAddress(context)
-        let token = AuthInterceptor.bearer(context.requestMetadata)
-        var identity: CallerIdentity? = nil
-        if let token { identity = try await verifier.verify(token) }
-        try admit(context, identity: identity, addressCharged: true)
+        if AuthInterceptor.open.contains(context.method.service) { return }
+        if let token = try admit(context) { try limitUser(try await verifier.verify(token)) }
     }
 
-    /// Decides at once unless the token names a key the gateway has not loaded yet.
+    /// Decides at once unless the token names a key the gateway has not loaded yet; then it does
+    /// nothing (no rate-limit charge either) and `intercept` decides, fetching accounts' keys.
     public func interceptImmediately(_ context: ServerContext) throws -> Bool {
         if AuthInterceptor.open.contains(context.method.service) { return true }
+        if let token = AuthInterceptor.bearer(context.requestMetadata), verifier.needsKeyFetch(token) { return false }
+        guard let token = try admit(context) else { return true }
+        // nil only when the keys changed since the check above (a rotation in between): `intercept`
+        // verifies against the new ones. The address is charged twice then; rare enough.
+        guard let identity = try verifier.verifyImmediately(token) else { return false }
+        try limitUser(identity)
+        return true
+    }
+
+    /// What comes before any signature check, so a flood of forged tokens is limited like any
+    /// other call: the address's limit, then the method's marking. Returns the token to verify.
+    private func admit(_ context: ServerContext) throws -> String? {
+        try limitAddress(context)
         let token = AuthInterceptor.bearer(context.requestMetadata)
         switch context.method.visibility {
         case .internal:
             throw RPCError(.unimplemented, "Method not found: \(context.method.path)")
         case .publicAnonymous:
-            break
+            break  // a token sent to a public method must still be valid (the service verifies it too)
         case .publicAuthenticated:
-            if token == nil {
-                try limitAddress(context)
+            guard token != nil else {
                 throw RPCError(.unauthenticated, "\(context.method.path) needs 'authorization: Bearer <access token>'")
             }
         }
-        // A token sent to a public method must still be valid (the service verifies it too).
-        var identity: CallerIdentity? = nil
-        if let token {
-            let verified: CallerIdentity?
-            do { verified = try verifier.verifyImmediately(token) } catch {
-                try limitAddress(context)
-                throw error
-            }
-            guard let verified else { return false }
-            identity = verified
-        }
-        try admit(context, identity: identity)
-        return true
+        return token
     }
 
-    /// The address's rate limit, then the user's. (The identity itself is not passed on: the
-    /// relay forwards `authorization` and each service verifies the token again.)
-    private func admit(_ context: ServerContext, identity: CallerIdentity?, addressCharged: Bool = false) throws {
-        if !addressCharged { try limitAddress(context) }
+    /// The user's rate limit. (The identity itself is not passed on: the relay forwards
+    /// `authorization` and each service verifies the token again.)
+    private func limitUser(_ identity: CallerIdentity?) throws {
         if let identity, let limiter = userLimiter, let wait = limiter.acquire(identity.userID) {
             throw RPCError.retryLater("too many requests for this user: retry in \(Self.describe(wait))", after: wait)
         }

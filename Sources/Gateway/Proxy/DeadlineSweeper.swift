@@ -68,15 +68,16 @@ final class DeadlineSweeper: Sendable {
 
     /// Watches a call about to start; arm the watch with the call once it exists.
     func watch(for limit: Duration) -> Watch {
-        let w = Watch(deadline: .now + limit)
         queues.withLock { qs in
+            // The deadline is taken under the lock, so each queue stays in deadline order.
+            let w = Watch(deadline: .now + limit)
             if let i = qs.firstIndex(where: { $0.limit == limit }) {
                 qs[i].watches.append(w)
             } else {
                 qs.append(Queue(limit: limit, watches: [w]))
             }
+            return w
         }
-        return w
     }
 
     func watch(_ call: any RawClientCall, for limit: Duration) -> Watch {

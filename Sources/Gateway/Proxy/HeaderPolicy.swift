@@ -27,7 +27,7 @@ public enum HeaderPolicy {
     /// The metadata an upstream call carries: the client's, minus reserved names, plus the
     /// client's address and the service credential.
     public static func upstreamMetadata(_ client: Metadata, clientAddress: String, serviceToken: String) -> Metadata {
-        var out = client.filter { !isStripped($0) }  // room for the two added below
+        var out = client.filter(reservingExtra: 2) { !isStripped($0) }
         out.add("x-forwarded-for", clientAddress)
         if !serviceToken.isEmpty { out.add("x-service-token", serviceToken) }
         return out

@@ -118,12 +118,13 @@ struct Proxy: Sendable {
     /// trailers, or its status (details kept).
     static func outcome(_ r: UnaryCallResult, _ method: MethodDescriptor, _ context: ServerContext,
                         expired: Bool) -> Result<[UInt8], any Error> {
-        if expired { return .failure(capReached) }
-        guard r.status.code == .ok else { return .failure(error(r.status, r.trailers)) }
+        // Headers go back on errors too (Trailers-Only carries them); an answer that made it in
+        // time is kept even if the sweeper fired meanwhile.
+        context.initialMetadata = r.initialMetadata
+        guard r.status.code == .ok else { return .failure(expired ? capReached : error(r.status, r.trailers)) }
         guard r.responseCount == 1, let response = r.response else {
             return .failure(RPCError(.internal, "\(method.path): upstream sent \(r.responseCount) response messages to a unary call"))
         }
-        context.initialMetadata = r.initialMetadata
         context.trailers = r.trailers
         return .success(response)
     }
@@ -144,7 +145,14 @@ struct Proxy: Sendable {
                 group.addTask { await Self.pumpRequests(requests, into: call) }
                 // When the upstream has answered (or failed), stop reading the client's requests.
                 defer { group.cancelAll() }
-                try await relayResponses(call, sink, context)
+                do {
+                    try await relayResponses(call, sink, context)
+                } catch {
+                    // The pump may be suspended in a send the upstream is not reading: cancelling
+                    // the call ends it (the group waits for the pump before it returns).
+                    call.cancel()
+                    throw error
+                }
             }
         }
     }

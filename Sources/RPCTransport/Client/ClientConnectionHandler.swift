@@ -212,6 +212,8 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             call.fail(RPCStatus(.unavailable, closeReason?.message ?? "connection to \(configuration.target) is closing"))
             return
         }
+        // Cancelled (and reported) before it reached the connection: send nothing upstream.
+        if call.isFinished { return }
         let state = ClientStreamState(call: call, maxMessageSize: configuration.maxReceiveMessageSize)
         state.mayCompress = options.compressRequests
         if let request {
@@ -342,7 +344,7 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         switch HeaderName.classify(nameBytes) {
         case .status: s.responseStatus = HeaderName.decimal(valueBytes) ?? 0
         case .contentType:
-            s.isGRPCContentType = HeaderName.hasPrefix(valueBytes, "application/grpc")
+            s.isGRPCContentType = HeaderName.isGRPCContentType(valueBytes)
             if !s.isGRPCContentType { s.contentType = String(nghttp2: value, count: valueLen) }
         case .grpcEncoding: s.encoding = String(nghttp2: value, count: valueLen)
         case .grpcStatus: s.grpcStatus = HeaderName.decimal(valueBytes) ?? StatusCode.unknown.rawValue
@@ -350,7 +352,7 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         case .grpcStatusDetailsBin: s.statusDetails = Base64.decode(String(nghttp2: value, count: valueLen))
         case .metadata:
             let n = String(nghttp2: name, count: nameLen)
-            if nameLen > 4 && nameBytes[nameLen - 4..<nameLen].elementsEqual("-bin".utf8) {
+            if HeaderName.isBinary(nameBytes) {
                 if let b = Base64.decode(String(nghttp2: value, count: valueLen)) { s.headers.add(n, binary: b) }
             } else {
                 s.headers.add(n, .string(String(nghttp2: value, count: valueLen)))

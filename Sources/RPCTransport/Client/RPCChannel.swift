@@ -31,6 +31,16 @@ public struct ChannelConfiguration: Sendable {
         self.authority = authority ?? "\(host):\(port)"
     }
     var target: String { "\(host):\(port)" }
+
+    /// `host:port` or `[v6]:port` as a host (brackets removed) and a port; nil when it is neither.
+    public static func address(_ addr: String) -> (host: String, port: Int)? {
+        guard let colon = addr.lastIndex(of: ":"), let port = Int(addr[addr.index(after: colon)...]), (1...65535).contains(port) else {
+            return nil
+        }
+        var host = String(addr[..<colon])
+        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        return host.isEmpty ? nil : (host, port)
+    }
 }
 
 /// A client channel: one HTTP/2 connection to a server, shared by every concurrent call

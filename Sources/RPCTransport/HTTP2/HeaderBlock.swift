@@ -13,8 +13,6 @@ struct HeaderBlock {
         if capacity > 0 { bytes.reserveCapacity(capacity) }
     }
 
-    var isEmpty: Bool { count == 0 }
-
     /// Adds every header of `other`, in order.
     mutating func append(_ other: HeaderBlock) {
         bytes.append(contentsOf: other.bytes)

@@ -2,22 +2,16 @@ import NIOCore
 import NIOHTTP1
 import RPCCore
 
-/// Decides per connection between HTTP/2 and HTTP/1.1 from the first bytes: the HTTP/2 client
-/// preface (`PRI * HTTP/2.0…`) selects nghttp2, anything else NIOHTTP1. Works the same behind
-/// TLS (it sits after the TLS handler and sees plaintext), so one port serves gRPC, h2c JSON and
-/// HTTP/1.1 JSON alike.
-final class ProtocolSniffer: ChannelInboundHandler, RemovableChannelHandler, DrainableConnection {
-    typealias InboundIn = ByteBuffer
-    typealias InboundOut = ByteBuffer
-    private static let preface = Array("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".utf8)
-    private var buffered: ByteBuffer?
-    private let shared: ServerShared
-    private var context: ChannelHandlerContext?
+/// A handler the server's registry reaches while it is in the pipeline (from `handlerAdded`
+/// until `handlerRemoved` or the connection's end), so a graceful shutdown reaches it. By
+/// default a shutdown closes the connection; subclasses that may have a request in progress
+/// override `beginGracefulShutdown`.
+class RegisteredConnectionHandler: DrainableConnection {
+    let shared: ServerShared
+    private(set) var context: ChannelHandlerContext?
 
     init(shared: ServerShared) { self.shared = shared }
 
-    // Registered until it hands the connection over, so a shutdown also reaches connections
-    // that have not sent enough to be told apart (they have no request in progress: closed).
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
         shared.registry.add(self, loop: context.eventLoop)
@@ -35,6 +29,19 @@ final class ProtocolSniffer: ChannelInboundHandler, RemovableChannelHandler, Dra
 
     func beginGracefulShutdown() { context?.close(promise: nil) }
     func forceClose() { context?.close(promise: nil) }
+}
+
+/// Decides per connection between HTTP/2 and HTTP/1.1 from the first bytes: the HTTP/2 client
+/// preface (`PRI * HTTP/2.0…`) selects nghttp2, anything else NIOHTTP1. Works the same behind
+/// TLS (it sits after the TLS handler and sees plaintext), so one port serves gRPC, h2c JSON and
+/// HTTP/1.1 JSON alike.
+/// Registered until it hands the connection over, so a shutdown also reaches connections that
+/// have not sent enough to be told apart (they have no request in progress: closed).
+final class ProtocolSniffer: RegisteredConnectionHandler, ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = ByteBuffer
+    private static let preface = Array("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".utf8)
+    private var buffered: ByteBuffer?
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         var incoming = unwrapInboundIn(data)
@@ -67,43 +74,22 @@ final class ProtocolSniffer: ChannelInboundHandler, RemovableChannelHandler, Dra
 /// Serves HTTP/1.1 requests with the server's `HTTPHandler` (one request at a time per
 /// connection, keep-alive honoured, bodies capped at the receive limit). Registered with the
 /// server so a graceful shutdown answers the request in progress before closing.
-final class HTTP1RequestHandler: ChannelInboundHandler, DrainableConnection {
+final class HTTP1RequestHandler: RegisteredConnectionHandler, ChannelInboundHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias OutboundOut = HTTPServerResponsePart
 
-    private let shared: ServerShared
     private var head: HTTPRequestHead?
     private var body: [UInt8] = []
     private var tooLarge = false
-    private var context: ChannelHandlerContext?
     /// A request is being read or handled (its response not written yet).
     private var busy = false
     /// Shutting down: answer what is in progress with `connection: close`, take nothing new.
     private var draining = false
 
-    init(shared: ServerShared) { self.shared = shared }
-
-    func handlerAdded(context: ChannelHandlerContext) {
-        self.context = context
-        shared.registry.add(self, loop: context.eventLoop)
-    }
-
-    func handlerRemoved(context: ChannelHandlerContext) {
-        shared.registry.remove(self)
-        self.context = nil
-    }
-
-    func channelInactive(context: ChannelHandlerContext) {
-        shared.registry.remove(self)
-        context.fireChannelInactive()
-    }
-
-    func beginGracefulShutdown() {
+    override func beginGracefulShutdown() {
         draining = true
         if !busy { context?.close(promise: nil) }
     }
-
-    func forceClose() { context?.close(promise: nil) }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data) {

@@ -32,10 +32,16 @@ protocol DrainableConnection: AnyObject {
 final class ConnectionRegistry: Sendable {
     private let entries = Mutex<[ObjectIdentifier: (any EventLoop, NIOLoopBound<any DrainableConnection>)]>([:])
     private let emptied = Mutex<[CheckedContinuation<Void, Never>]>([])
+    /// Set when draining starts, before the registry is read: connections registered later are
+    /// asked to drain as they arrive (one registered meanwhile may be asked twice: harmless).
+    private let drainRequested = Atomic<Bool>(false)
 
     func add(_ connection: any DrainableConnection, loop: any EventLoop) {
         let bound = NIOLoopBound(connection, eventLoop: loop)
         entries.withLock { $0[ObjectIdentifier(connection)] = (loop, bound) }
+        // Registered after the drain was asked for (a sniffer handing over to the handler of
+        // its protocol): this one is asked too, once it is in place.
+        if drainRequested.load(ordering: .sequentiallyConsistent) { loop.execute { bound.value.beginGracefulShutdown() } }
     }
     func remove(_ connection: any DrainableConnection) {
         let waiters: [CheckedContinuation<Void, Never>] = entries.withLock { e in
@@ -51,6 +57,7 @@ final class ConnectionRegistry: Sendable {
 
     /// Asks every connection to drain, each on its own loop; returns once all were asked.
     func beginDraining() async {
+        drainRequested.store(true, ordering: .sequentiallyConsistent)
         for (_, (loop, bound)) in entries.withLock({ $0 }) {
             try? await loop.submit { bound.value.beginGracefulShutdown() }.get()
         }

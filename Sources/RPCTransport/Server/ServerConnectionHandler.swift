@@ -222,7 +222,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         case .authority: stream.authority = String(nghttp2: value, count: valueLen)
         case .host: if stream.authority.isEmpty { stream.authority = String(nghttp2: value, count: valueLen) }
         case .contentType:
-            stream.isGRPCContentType = HeaderName.hasPrefix(valueBytes, "application/grpc")
+            stream.isGRPCContentType = HeaderName.isGRPCContentType(valueBytes)
             if stream.isGRPCContentType {
                 stream.rawHeaders = HeaderBlock(capacity: 0)
             } else {
@@ -233,7 +233,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         case .grpcAcceptEncoding: stream.clientAcceptsGzip = HeaderName.listsGzip(valueBytes)
         case .metadata:
             let n = String(nghttp2: name, count: nameLen)
-            if nameBytes.count > 4 && nameBytes[nameLen - 4..<nameLen].elementsEqual("-bin".utf8) {
+            if HeaderName.isBinary(nameBytes) {
                 if let bytes = Base64.decode(String(nghttp2: value, count: valueLen)) {
                     stream.metadata.add(n, binary: bytes)
                 } else {
