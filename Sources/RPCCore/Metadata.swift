@@ -38,6 +38,13 @@ public struct Metadata: Sendable, Hashable, Sequence, CustomStringConvertible {
         entries.append((key.lowercasedKey, value))
     }
     public mutating func append(contentsOf other: Metadata) { entries.append(contentsOf: other.entries) }
+    /// Adds an entry whose key is already lower-case (a name from an HTTP/2 header block, which
+    /// nghttp2 has checked): no case scan. The first entry reserves room for a few more, so a
+    /// request's handful of headers costs one allocation rather than one per doubling.
+    public mutating func add(lowercased key: String, _ value: Value) {
+        if entries.isEmpty { entries.reserveCapacity(4) }
+        entries.append((key, value))
+    }
 
     /// Replaces every value of `key` with one.
     public mutating func set(_ key: String, _ value: String) {

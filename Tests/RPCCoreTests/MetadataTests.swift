@@ -14,6 +14,19 @@ import Testing
         #expect(m.values("x-a") == [.string("3")])
     }
 
+    /// The header-block path: keys kept as given, in order, found like any other entry.
+    @Test func lowercasedKeysFromHeaderBlocksAreKeptInOrder() {
+        var m = Metadata()
+        for i in 0..<6 { m.add(lowercased: "x-\(i)", .string("\(i)")) }
+        m.add(lowercased: "x-b-bin", .binary([7]))
+        #expect(m.entries.map(\.key) == ["x-0", "x-1", "x-2", "x-3", "x-4", "x-5", "x-b-bin"])
+        #expect(m["X-5"] == "5")
+        #expect(m.binary("x-b-bin") == [7])
+        var expected = Metadata((0..<6).map { ("X-\($0)", "\($0)") })
+        expected.add("x-b-bin", binary: [7])
+        #expect(m == expected)
+    }
+
     @Test func routerTellsUnknownServiceFromUnknownMethod() {
         struct S: RPCService {
             var serviceName: String { "a.v1.S" }

@@ -129,6 +129,19 @@ func withEchoServer<R>(_ configure: (inout ServerConfiguration) -> Void = { _ in
         }
     }
 
+    @Test func windowsAndLimitsBeyondWhatHTTP2AllowsAreClamped() async throws {
+        // A configuration may ask for more than a SETTINGS value can say (the gateway sizes its
+        // windows from message limits): both ends clamp, nothing traps, calls go through.
+        let huge = Int(UInt32.max) + 10
+        try await withEchoServer({ $0.initialWindowSize = huge; $0.maxConcurrentStreams = huge; $0.maxHeaderListSize = huge },
+                                 channel: { $0.initialWindowSize = huge; $0.maxHeaderListSize = huge }) { _, client in
+            for _ in 0..<3 {
+                let r = try await client.unary(EchoService.unaryMethod, Bytes("ping"), as: Bytes.self)
+                #expect(r.message.text == "ping")
+            }
+        }
+    }
+
     @Test func errorsCarryStatusMessageAndTrailers() async throws {
         try await withEchoServer { _, client in
             let message = "bad\tfield\r\nnon-BMP 😀 and 100%"

@@ -98,11 +98,11 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         session = s
         var settings = [
             nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_ENABLE_PUSH.rawValue), value: 0),
-            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE.rawValue), value: UInt32(configuration.initialWindowSize)),
-            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE.rawValue), value: UInt32(configuration.maxHeaderListSize)),
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE.rawValue), value: HTTP2Setting.window(configuration.initialWindowSize)),
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE.rawValue), value: HTTP2Setting.value(configuration.maxHeaderListSize)),
         ]
         nghttp2_submit_settings(s, UInt8(NGHTTP2_FLAG_NONE.rawValue), &settings, settings.count)
-        nghttp2_session_set_local_window_size(s, UInt8(NGHTTP2_FLAG_NONE.rawValue), 0, Int32(clamping: configuration.initialWindowSize * 4))
+        nghttp2_session_set_local_window_size(s, UInt8(NGHTTP2_FLAG_NONE.rawValue), 0, HTTP2Setting.connectionWindow(streamWindow: configuration.initialWindowSize))
         if context.channel.isActive { flush() }
     }
 
@@ -353,9 +353,9 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         case .metadata:
             let n = String(nghttp2: name, count: nameLen)
             if HeaderName.isBinary(nameBytes) {
-                if let b = Base64.decode(String(nghttp2: value, count: valueLen)) { s.headers.add(n, binary: b) }
+                if let b = Base64.decode(String(nghttp2: value, count: valueLen)) { s.headers.add(lowercased: n, .binary(b)) }
             } else {
-                s.headers.add(n, .string(String(nghttp2: value, count: valueLen)))
+                s.headers.add(lowercased: n, .string(String(nghttp2: value, count: valueLen)))
             }
         case .method, .path, .authority, .scheme, .otherPseudo, .te, .userAgent, .host, .grpcTimeout,
              .grpcAcceptEncoding, .otherGRPC, .otherReserved:

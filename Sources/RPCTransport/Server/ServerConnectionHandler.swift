@@ -118,12 +118,12 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         session = s
         let config = shared.configuration
         var settings = [
-            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue), value: UInt32(config.maxConcurrentStreams)),
-            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE.rawValue), value: UInt32(config.maxHeaderListSize)),
-            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE.rawValue), value: UInt32(config.initialWindowSize)),
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue), value: HTTP2Setting.value(config.maxConcurrentStreams)),
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE.rawValue), value: HTTP2Setting.value(config.maxHeaderListSize)),
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE.rawValue), value: HTTP2Setting.window(config.initialWindowSize)),
         ]
         nghttp2_submit_settings(s, UInt8(NGHTTP2_FLAG_NONE.rawValue), &settings, settings.count)
-        let connectionWindow = Int32(clamping: config.initialWindowSize * 4)
+        let connectionWindow = HTTP2Setting.connectionWindow(streamWindow: config.initialWindowSize)
         nghttp2_session_set_local_window_size(s, UInt8(NGHTTP2_FLAG_NONE.rawValue), 0, connectionWindow)
     }
 
@@ -235,12 +235,12 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             let n = String(nghttp2: name, count: nameLen)
             if HeaderName.isBinary(nameBytes) {
                 if let bytes = Base64.decode(String(nghttp2: value, count: valueLen)) {
-                    stream.metadata.add(n, binary: bytes)
+                    stream.metadata.add(lowercased: n, .binary(bytes))
                 } else {
                     stream.badMetadata = "metadata '\(n)' is not valid base64"
                 }
             } else {
-                stream.metadata.add(n, .string(String(nghttp2: value, count: valueLen)))
+                stream.metadata.add(lowercased: n, .string(String(nghttp2: value, count: valueLen)))
             }
         case .scheme, .status, .otherPseudo, .te, .userAgent, .grpcStatus, .grpcMessage, .grpcStatusDetailsBin,
              .otherGRPC, .otherReserved:
