@@ -1,7 +1,8 @@
 # scripts/bench hook (sourced): the gateway's cost. The same read RPC,
 # accounts.v1.Accounts/GetSigningKeys (public: no token, so the rows measure the relay, not
-# signature checks), straight to accounts-service and through the gateway, in both shapes, in
-# this run. Rate limits are off for the gateway here.
+# signature checks), straight to accounts-service, through the gateway, and through nghttpx (a
+# C reverse proxy by nghttp2's author, on the same libnghttp2: the reference for what relaying a
+# call costs on this machine), in both shapes, in this run. Rate limits are off for the gateway.
 if [ $BUILD = 1 ]; then
   echo "bench: swift build -c release --product gateway / accounts-service" >&2
   swift build -c release --product accounts-service >&2
@@ -9,23 +10,68 @@ if [ $BUILD = 1 ]; then
 fi
 GW_BIN=${GATEWAY_BINARY:-$ROOT/.build/release/gateway}
 ACCOUNTS_BIN=${ACCOUNTS_BINARY:-$ROOT/.build/release/accounts-service}
+
+# nghttpx_binary: prints nghttpx's path: from PATH, or Debian's nghttp2-proxy unpacked (not
+# installed: the package would also enable a system service) into .build/bench-tools, with its
+# libraries installed from apt. Prints nothing when it cannot.
+nghttpx_binary() {
+  if command -v nghttpx; then return 0; fi
+  local dir=$ROOT/.build/bench-tools
+  if [ ! -x "$dir/usr/sbin/nghttpx" ]; then
+    local sudo=() missing=() pkg
+    [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+    for pkg in libev4 libc-ares2 libjemalloc2; do
+      dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+    done
+    mkdir -p "$dir/deb"
+    {
+      if [ ${#missing[@]} -gt 0 ]; then
+        "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" ||
+          { "${sudo[@]}" apt-get update -q && "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+              apt-get install -y -q --no-install-recommends "${missing[@]}"; }
+      fi
+      (cd "$dir/deb" && { apt-get download nghttp2-proxy || { "${sudo[@]}" apt-get update -q && apt-get download nghttp2-proxy; }; }) &&
+        dpkg-deb -x "$dir"/deb/nghttp2-proxy_*.deb "$dir"
+    } >&2 || true
+  fi
+  if [ -x "$dir/usr/sbin/nghttpx" ]; then echo "$dir/usr/sbin/nghttpx"; fi
+}
+
 if [ ! -x "$GW_BIN" ] || [ ! -x "$ACCOUNTS_BIN" ]; then
   echo "bench: gateway rows skipped ($GW_BIN or $ACCOUNTS_BIN missing)" >&2
 else
-  ACCOUNTS_PORT_B=$(free_port)
+  # The accounts-service of accounts.sh when it ran (the same binary and service token).
+  if [ -n "${ACC_PID:-}" ] && kill -0 "$ACC_PID" 2>/dev/null && [ "$ACC_BIN" = "$ACCOUNTS_BIN" ]; then
+    ACCOUNTS_PORT_B=$ACC_PORT
+  else
+    ACCOUNTS_PORT_B=$(free_port)
+    mkdir -p "$WORK/data"
+    DATA_DIR=$WORK/data SERVICE_TOKEN=bench-token LOG_LEVEL=warning \
+      start_bg accounts-service "$ACCOUNTS_BIN" --host 127.0.0.1 --port "$ACCOUNTS_PORT_B"
+    wait_port "$ACCOUNTS_PORT_B" 60 || { tail -20 "$WORK/accounts-service.log" >&2; exit 1; }
+  fi
   GATEWAY_PORT_B=$(free_port)
-  mkdir -p "$WORK/data"
-  DATA_DIR=$WORK/data SERVICE_TOKEN=bench-token LOG_LEVEL=warning \
-    start_bg accounts-service "$ACCOUNTS_BIN" --host 127.0.0.1 --port "$ACCOUNTS_PORT_B"
-  ACCOUNTS_PID=$BG_PID
-  DATA_DIR=$WORK/data SERVICE_TOKEN=bench-token LOG_LEVEL=warning ACCOUNTS_ADDR=127.0.0.1:$ACCOUNTS_PORT_B \
+  mkdir -p "$WORK/gateway-data"
+  DATA_DIR=$WORK/gateway-data SERVICE_TOKEN=bench-token LOG_LEVEL=warning ACCOUNTS_ADDR=127.0.0.1:$ACCOUNTS_PORT_B \
     GATEWAY_UPSTREAMS=accounts GATEWAY_ADDRESS_RATE=0 GATEWAY_USER_RATE=0 \
     start_bg gateway "$GW_BIN" --host 127.0.0.1 --port "$GATEWAY_PORT_B"
   GATEWAY_PID=$BG_PID
-  wait_port "$ACCOUNTS_PORT_B" 60 || { tail -20 "$WORK/accounts-service.log" >&2; exit 1; }
   wait_port "$GATEWAY_PORT_B" || { tail -20 "$WORK/gateway.log" >&2; exit 1; }
-  # Checked calls first, both ways (h2load counts any HTTP 200 as success).
-  "$PY" - "$ACCOUNTS_PORT_B" "$GATEWAY_PORT_B" <<'PYEOF'
+  # The reference proxy: as many workers as the gateway has event loops (one per core).
+  NGHTTPX_BIN=$(nghttpx_binary)
+  PORTS_B=("$ACCOUNTS_PORT_B" "$GATEWAY_PORT_B")
+  if [ -n "$NGHTTPX_BIN" ]; then
+    NGHTTPX_PORT_B=$(free_port)
+    start_bg nghttpx "$NGHTTPX_BIN" --conf=/dev/null "--frontend=127.0.0.1,$NGHTTPX_PORT_B;no-tls" \
+      "--backend=127.0.0.1,$ACCOUNTS_PORT_B;;proto=h2" "--workers=$(nproc)" --no-ocsp \
+      --errorlog-file="$WORK/nghttpx-error.log"
+    wait_port "$NGHTTPX_PORT_B" || { tail -20 "$WORK/nghttpx.log" "$WORK/nghttpx-error.log" >&2; exit 1; }
+    PORTS_B+=("$NGHTTPX_PORT_B")
+  else
+    echo "bench: nghttpx (Debian's nghttp2-proxy) unavailable: no reference proxy row" >&2
+  fi
+  # Checked calls first, every way (h2load counts any HTTP 200 as success).
+  "$PY" - "${PORTS_B[@]}" <<'PYEOF'
 import sys, grpc
 for port in sys.argv[1:]:
     call = grpc.insecure_channel(f"127.0.0.1:{port}").unary_unary("/accounts.v1.Accounts/GetSigningKeys")
@@ -40,9 +86,13 @@ PYEOF
       "$KEYS_BODY" "${GRPC_HEADERS[@]}"
     MIN_DATA_PER_REQUEST=32 h2load_row "GetSigningKeys via gateway" $shape "http://127.0.0.1:$GATEWAY_PORT_B$KEYS_PATH" \
       "$KEYS_BODY" "${GRPC_HEADERS[@]}"
+    if [ -n "$NGHTTPX_BIN" ]; then
+      MIN_DATA_PER_REQUEST=32 h2load_row "GetSigningKeys via nghttpx" $shape "http://127.0.0.1:$NGHTTPX_PORT_B$KEYS_PATH" \
+        "$KEYS_BODY" "${GRPC_HEADERS[@]}"
+    fi
   done
   rss_row "gateway after load" "$GATEWAY_PID"
-  # The gateway's cost, from the four rows just measured.
+  # The gateway's cost, from the rows just measured.
   "$PY" - "${ROWS[@]}" <<'PYEOF' >&2
 import sys
 rows = {}
@@ -53,5 +103,10 @@ d, g = rows[("GetSigningKeys direct", "throughput")], rows[("GetSigningKeys via 
 dl, gl = rows[("GetSigningKeys direct", "latency")], rows[("GetSigningKeys via gateway", "latency")]
 print(f"bench: gateway throughput {g[0]:.0f} req/s = {100 * g[0] / d[0]:.0f}% of direct ({d[0]:.0f}); target >= 60%")
 print(f"bench: gateway adds {gl[1] - dl[1]:.0f} µs at one call in flight ({dl[1]:.0f} -> {gl[1]:.0f} µs); target <= 100 µs")
+x, xl = rows.get(("GetSigningKeys via nghttpx", "throughput")), rows.get(("GetSigningKeys via nghttpx", "latency"))
+if x and xl:
+    print(f"bench: nghttpx (reference proxy) throughput {x[0]:.0f} req/s = {100 * x[0] / d[0]:.0f}% of direct; "
+          f"gateway = {g[0] / x[0]:.2f}x nghttpx")
+    print(f"bench: nghttpx adds {xl[1] - dl[1]:.0f} µs at one call in flight (the gateway {gl[1] - dl[1]:.0f} µs)")
 PYEOF
 fi
