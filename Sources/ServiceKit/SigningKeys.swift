@@ -31,6 +31,9 @@ public final class RemoteSigningKeys: SigningKeySource {
         var keys: [String: Ed25519PublicKey] = [:]
         var validUntil: ContinuousClock.Instant?
         var lastFetch: ContinuousClock.Instant?
+        /// Why the last fetch failed (nil once one succeeds), for the errors of the calls that
+        /// wait out the minimum interval.
+        var lastError: String?
     }
     private let state = Mutex(State())
 
@@ -41,15 +44,16 @@ public final class RemoteSigningKeys: SigningKeySource {
     }
 
     public func keys() async throws -> [String: Ed25519PublicKey] {
-        let (cached, fresh, recent) = state.withLock { s in
+        let (cached, fresh, recent, lastError) = state.withLock { s in
             (s.keys, s.validUntil.map { ContinuousClock.now < $0 } ?? false,
-             s.lastFetch.map { ContinuousClock.now - $0 < minRefreshInterval } ?? false)
+             s.lastFetch.map { ContinuousClock.now - $0 < minRefreshInterval } ?? false, s.lastError)
         }
         if fresh { return cached }
         // Fetched (or tried) a moment ago: keep the minimum interval while accounts is away.
         if recent {
             if !cached.isEmpty { return cached }
-            throw RPCError(.unavailable, "cannot fetch token keys from accounts (tried less than \(minRefreshInterval) ago)")
+            throw RPCError(.unavailable, "cannot fetch token keys from accounts: \(lastError ?? "a fetch is under way")"
+                           + " (tried less than \(minRefreshInterval) ago)")
         }
         do {
             return try await fetch()
@@ -62,12 +66,19 @@ public final class RemoteSigningKeys: SigningKeySource {
 
     public func refresh() async {
         let due = state.withLock { s in s.lastFetch.map { ContinuousClock.now - $0 >= minRefreshInterval } ?? true }
-        if due { _ = try? await fetch() }
+        guard due else { return }
+        do { _ = try await fetch() } catch { logger.warning("cannot refresh token keys from accounts: \(error)") }
     }
 
     private func fetch() async throws -> [String: Ed25519PublicKey] {
         state.withLock { $0.lastFetch = .now }
-        let response = try await client.getSigningKeys(Accounts_V1_GetSigningKeysRequest(), options: CallOptions(timeout: .seconds(3)))
+        let response: Accounts_V1_GetSigningKeysResponse
+        do {
+            response = try await client.getSigningKeys(Accounts_V1_GetSigningKeysRequest(), options: CallOptions(timeout: .seconds(3)))
+        } catch {
+            state.withLock { $0.lastError = "\(error)" }
+            throw error
+        }
         var keys: [String: Ed25519PublicKey] = [:]
         for k in response.keys where k.algorithm == .ed25519 {
             if let key = try? Ed25519PublicKey(rawRepresentation: k.publicKey) { keys[k.keyId] = key }
@@ -76,6 +87,7 @@ public final class RemoteSigningKeys: SigningKeySource {
         state.withLock { s in
             s.keys = keys
             s.validUntil = .now + cacheFor
+            s.lastError = nil
         }
         logger.debug("fetched \(keys.count) token keys")
         return keys
