@@ -1,4 +1,5 @@
 import Contracts
+import RPCCore
 import Security
 import Storage
 import Synchronization

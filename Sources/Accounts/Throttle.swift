@@ -1,3 +1,4 @@
+import RPCCore
 import Synchronization
 
 /// Sliding-window counters: "at most `limit` events per key within `window`". Used for failed

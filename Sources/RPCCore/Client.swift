@@ -15,8 +15,8 @@ public struct CallOptions: Sendable {
 }
 
 /// A client-side call as a transport exposes it: raw messages both ways. One task sends, one
-/// reads; either may cancel.
-public protocol RawClientCall: Sendable {
+/// reads; either may cancel (`cancel()`: RST_STREAM CANCEL).
+public protocol RawClientCall: Cancellable {
     /// Sends one encoded message; suspends while the server is not reading.
     func send(_ message: [UInt8], compress: Bool) async throws
     /// Half-closes the request stream.
@@ -27,8 +27,6 @@ public protocol RawClientCall: Sendable {
     var responses: RawMessageStream { get }
     /// The final status and trailing metadata (waits for them).
     func finalStatus() async -> (status: RPCStatus, trailers: Metadata)
-    /// Cancels the call (RST_STREAM CANCEL).
-    func cancel()
 }
 
 /// What a channel offers to typed stubs: start a call.

@@ -108,8 +108,9 @@ public protocol RPCService: Sendable {
 public protocol ServerInterceptor: Sendable {
     func intercept(_ context: ServerContext) async throws
     /// Decides without suspending when it can: true when the call may go on (same effects as
-    /// `intercept`), a thrown error to reject it, false when only `intercept` can decide (then
-    /// nothing was done yet). Lets the transport run `unaryForwarding` handlers without a task.
+    /// `intercept`), a thrown error to reject it, false when only `intercept` can decide; the
+    /// transport then calls `intercept` with the same context (where anything already done can
+    /// be noted, so it is not done twice). Lets it run `unaryForwarding` handlers without a task.
     func interceptImmediately(_ context: ServerContext) throws -> Bool
 }
 
@@ -122,33 +123,19 @@ public protocol Cancellable: Sendable {
     func cancel()
 }
 
-/// Cancels work a `unaryForwarding` handler started: the handler registers what to do, the
-/// transport fires it when the call ends early. Thread-safe; a handler registered after the
-/// cancellation runs at once.
-public final class CallCancellation: Cancellable {
-    private enum Target {
-        case closure(@Sendable () -> Void)
-        /// An object to cancel, held without a closure around it (one allocation less per call).
-        case object(any Cancellable)
-        func fire() {
-            switch self {
-            case .closure(let f): f()
-            case .object(let o): o.cancel()
-            }
-        }
-    }
+/// Cancels work a `unaryForwarding` handler started: the handler registers what to cancel, the
+/// transport cancels it when the call ends early. Thread-safe; something registered after the
+/// cancellation is cancelled at once. Open so a watch that cancels at a deadline can be one (the
+/// gateway's `DeadlineSweeper.Watch`): its state lives in a mutex, hence `@unchecked`.
+open class CallCancellation: Cancellable, @unchecked Sendable {
     /// `done`: disarmed, the work finished; later registrations are dropped.
-    private enum State { case waiting(Target?), cancelled, done }
+    private enum State { case waiting((any Cancellable)?), cancelled, done }
     private let state = Mutex<State>(.waiting(nil))
 
     public init() {}
 
-    public func onCancel(_ handler: @escaping @Sendable () -> Void) { register(.closure(handler)) }
-
-    /// Cancels `target` when the call ends early.
-    public func onCancel(cancelling target: some Cancellable) { register(.object(target)) }
-
-    private func register(_ target: Target) {
+    /// Cancels `target` when the call ends early (held as is: no closure, no allocation).
+    public func onCancel(cancelling target: some Cancellable) {
         let runNow = state.withLock { s -> Bool in
             switch s {
             case .cancelled: return true
@@ -156,24 +143,27 @@ public final class CallCancellation: Cancellable {
             case .waiting: s = .waiting(target); return false
             }
         }
-        if runNow { target.fire() }
+        if runNow { target.cancel() }
     }
 
     public func cancel() {
-        let target = state.withLock { s -> Target? in
+        let target = state.withLock { s -> (any Cancellable)? in
             guard case .waiting(let t) = s else { return nil }
             s = .cancelled
             return t
         }
-        target?.fire()
+        target?.cancel()
     }
 
-    /// The work finished: forget the handler (and what it captured) without running it.
+    /// The work finished: forget the target without cancelling it.
     public func disarm() {
         state.withLock { s in if case .waiting = s { s = .done } }
     }
 
     public var isCancelled: Bool { state.withLock { if case .cancelled = $0 { true } else { false } } }
+
+    /// Disarmed: the work finished before any cancellation.
+    public var isDone: Bool { state.withLock { if case .done = $0 { true } else { false } } }
 }
 
 /// Maps `:path` to methods. Built once at start; read-only afterwards, so lookups need no lock.

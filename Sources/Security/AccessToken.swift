@@ -185,22 +185,6 @@ public final class AccessTokenVerifier: Sendable {
         self.capacity = max(0, cacheCapacity)
     }
 
-    /// Whether `token` names a key that is not loaded (and is not cached): only then does
-    /// verifying it need a key fetch. Cheap, no signature check: it reads the header alone
-    /// (verifying against no keys stops at the key id). Malformed tokens need no fetch: they fail.
-    public func needsKeyFetch(_ token: String) -> Bool {
-        let (cached, keys) = state.withLock { s in (s.cache[token] != nil, s.keys) }
-        if cached { return false }
-        do {
-            _ = try AccessToken.verifySignature(token, keys: [:])
-        } catch .unknownKeyID(let kid) {
-            return keys[kid] == nil
-        } catch {
-            return false
-        }
-        return false
-    }
-
     /// Replaces the trusted keys and forgets every cached verification (when they changed: a
     /// refetch that brings the same keys, as every forged key id causes, keeps the cache).
     public func setKeys(_ keys: [String: Ed25519PublicKey]) {

@@ -81,9 +81,6 @@ public final class AuthInterceptor: ServerInterceptor {
         }
     }
 
-    /// Whether verifying `token` needs a key fetch first (see `AccessTokenVerifier.needsKeyFetch`).
-    public func needsKeyFetch(_ token: String) -> Bool { verifier.needsKeyFetch(token) }
-
     private func attachIdentity(_ token: String, _ context: ServerContext) async throws {
         context[key: ServerContext.identityKey] = try await verify(token)
     }

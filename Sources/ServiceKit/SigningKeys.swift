@@ -22,18 +22,23 @@ public struct StaticSigningKeys: SigningKeySource {
 
 /// Keys fetched from `accounts.v1.Accounts/GetSigningKeys`, cached for the time accounts says and
 /// fetched again early when a token names a key id we do not know (key rotation), at most once
-/// every few seconds so forged key ids cannot make us hammer accounts.
+/// every few seconds so forged key ids cannot make us hammer accounts. Concurrent callers share
+/// one fetch: the burst of calls that arrives before the first keys are in waits for them.
 public final class RemoteSigningKeys: SigningKeySource {
+    private typealias Keys = [String: Ed25519PublicKey]
     private let client: Accounts_V1_AccountsClient
     private let logger: Logger
     private let minRefreshInterval: Duration
     private struct State {
-        var keys: [String: Ed25519PublicKey] = [:]
+        var keys: Keys = [:]
         var validUntil: ContinuousClock.Instant?
+        /// When the last fetch started.
         var lastFetch: ContinuousClock.Instant?
         /// Why the last fetch failed (nil once one succeeds), for the errors of the calls that
         /// wait out the minimum interval.
         var lastError: String?
+        /// The fetch under way, which every caller meanwhile awaits.
+        var inFlight: Task<Keys, any Error>?
     }
     private let state = Mutex(State())
 
@@ -43,43 +48,68 @@ public final class RemoteSigningKeys: SigningKeySource {
         self.logger = logger
     }
 
+    private enum Next {
+        case cached(Keys)
+        case await(Task<Keys, any Error>, cached: Keys)
+        case fail(String)
+    }
+
     public func keys() async throws -> [String: Ed25519PublicKey] {
-        let (cached, fresh, recent, lastError) = state.withLock { s in
-            (s.keys, s.validUntil.map { ContinuousClock.now < $0 } ?? false,
-             s.lastFetch.map { ContinuousClock.now - $0 < minRefreshInterval } ?? false, s.lastError)
+        let next = state.withLock { s -> Next in
+            if let until = s.validUntil, ContinuousClock.now < until { return .cached(s.keys) }
+            if let t = s.inFlight { return .await(t, cached: s.keys) }
+            // Tried a moment ago: keep the minimum interval while accounts is away.
+            if let last = s.lastFetch, ContinuousClock.now - last < minRefreshInterval {
+                if !s.keys.isEmpty { return .cached(s.keys) }
+                return .fail("cannot fetch token keys from accounts: \(s.lastError ?? "no answer yet")"
+                             + " (tried less than \(minRefreshInterval) ago)")
+            }
+            return .await(startFetch(&s), cached: s.keys)
         }
-        if fresh { return cached }
-        // Fetched (or tried) a moment ago: keep the minimum interval while accounts is away.
-        if recent {
-            if !cached.isEmpty { return cached }
-            throw RPCError(.unavailable, "cannot fetch token keys from accounts: \(lastError ?? "a fetch is under way")"
-                           + " (tried less than \(minRefreshInterval) ago)")
-        }
-        do {
-            return try await fetch()
-        } catch {
-            // Keep verifying with what we have if accounts is briefly away.
-            if !cached.isEmpty { return cached }
-            throw RPCError(.unavailable, "cannot fetch token keys from accounts: \(error)")
+        switch next {
+        case .cached(let keys): return keys
+        case .fail(let message): throw RPCError(.unavailable, message)
+        case .await(let fetch, let cached):
+            do {
+                return try await fetch.value
+            } catch {
+                // Keep verifying with what we have if accounts is briefly away.
+                if !cached.isEmpty { return cached }
+                throw RPCError(.unavailable, "cannot fetch token keys from accounts: \(error)")
+            }
         }
     }
 
     public func refresh() async {
-        let due = state.withLock { s in s.lastFetch.map { ContinuousClock.now - $0 >= minRefreshInterval } ?? true }
-        guard due else { return }
-        do { _ = try await fetch() } catch { logger.warning("cannot refresh token keys from accounts: \(error)") }
+        let fetch = state.withLock { s -> Task<Keys, any Error>? in
+            if let t = s.inFlight { return t }
+            if let last = s.lastFetch, ContinuousClock.now - last < minRefreshInterval { return nil }
+            return startFetch(&s)
+        }
+        _ = try? await fetch?.value
     }
 
-    private func fetch() async throws -> [String: Ed25519PublicKey] {
-        state.withLock { $0.lastFetch = .now }
+    /// Starts a fetch (under the state's lock); it stores its outcome and leaves `inFlight`.
+    private func startFetch(_ s: inout State) -> Task<Keys, any Error> {
+        s.lastFetch = .now
+        let t = Task { try await self.fetch() }
+        s.inFlight = t
+        return t
+    }
+
+    private func fetch() async throws -> Keys {
         let response: Accounts_V1_GetSigningKeysResponse
         do {
             response = try await client.getSigningKeys(Accounts_V1_GetSigningKeysRequest(), options: CallOptions(timeout: .seconds(3)))
         } catch {
-            state.withLock { $0.lastError = "\(error)" }
+            logger.warning("cannot fetch token keys from accounts: \(error)")
+            state.withLock { s in
+                s.lastError = "\(error)"
+                s.inFlight = nil
+            }
             throw error
         }
-        var keys: [String: Ed25519PublicKey] = [:]
+        var keys: Keys = [:]
         for k in response.keys where k.algorithm == .ed25519 {
             if let key = try? Ed25519PublicKey(rawRepresentation: k.publicKey) { keys[k.keyId] = key }
         }
@@ -88,6 +118,7 @@ public final class RemoteSigningKeys: SigningKeySource {
             s.keys = keys
             s.validUntil = .now + cacheFor
             s.lastError = nil
+            s.inFlight = nil
         }
         logger.debug("fetched \(keys.count) token keys")
         return keys

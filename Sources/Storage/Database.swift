@@ -1,6 +1,7 @@
 internal import CSQLite
 import Foundation
 import Logging
+import RPCCore
 import Synchronization
 
 /// A service's SQLite database: one file in its data directory, one writer connection and a few

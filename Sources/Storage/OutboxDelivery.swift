@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import RPCCore
 import Synchronization
 
 /// How long a failed event waits before its next attempt: exponential, capped, with jitter so a
@@ -20,15 +21,11 @@ public struct OutboxRetryPolicy: Sendable {
 
     /// The delay after the `attempts`-th failure (1-based).
     public func delay(afterAttempt attempts: Int) -> Duration {
-        let base = initialDelay.seconds * pow(multiplier, Double(max(0, attempts - 1)))
-        let capped = min(base, maximumDelay.seconds)
+        let base = initialDelay.inSeconds * pow(multiplier, Double(max(0, attempts - 1)))
+        let capped = min(base, maximumDelay.inSeconds)
         let jittered = capped * (1 - jitter * Double.random(in: 0...1))
         return .milliseconds(Int64((jittered * 1000).rounded()))
     }
-}
-
-extension Duration {
-    var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
 }
 
 /// Delivers the outbox: picks due events, hands each to `deliver`, marks it delivered on success,
@@ -177,11 +174,6 @@ public final class OutboxDelivery: Sendable {
         }
         return delivered
     }
-}
-
-extension Duration {
-    /// Whole milliseconds (truncated), for SQL timestamps and C timeouts.
-    public var milliseconds: Int64 { components.seconds * 1000 + components.attoseconds / 1_000_000_000_000_000 }
 }
 
 /// A wake-up flag a single waiter sleeps on, with a timeout.

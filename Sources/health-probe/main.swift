@@ -21,6 +21,9 @@ struct HealthProbe: AsyncParsableCommand {
         guard let (host, port) = ChannelConfiguration.address(addr) else {
             throw ValidationError("--addr must be host:port or [v6]:port, got '\(addr)'")
         }
+        if serverName != nil && caFile == nil {
+            throw ValidationError("--server-name needs --ca-file (without it the probe speaks plain h2c)")
+        }
         var configuration = ChannelConfiguration(host: host, port: port)
         if let caFile {
             configuration.tls = try TLSConfiguration.client(alpn: ["h2"], trustRootsPEMFile: caFile, serverName: serverName ?? host)

@@ -14,32 +14,32 @@ import Testing
         let sweeper = DeadlineSweeper()
         let start = ContinuousClock.now
         let (a, b, c) = (FakeCall(), FakeCall(), FakeCall())
-        let wa = sweeper.watch(for: .seconds(1)); wa.arm(a)
-        let wb = sweeper.watch(for: .seconds(1)); wb.arm(b)
-        let wc = sweeper.watch(for: .seconds(60)); wc.arm(c)
-        sweeper.unwatch(wb)  // b ended in time
+        let wa = sweeper.watch(for: .seconds(1)); wa.onCancel(cancelling: a)
+        let wb = sweeper.watch(for: .seconds(1)); wb.onCancel(cancelling: b)
+        let wc = sweeper.watch(for: .seconds(60)); wc.onCancel(cancelling: c)
+        wb.disarm()  // b ended in time
         #expect(sweeper.count == 2)
         #expect(sweeper.sweep(now: start) == 0)
         #expect(sweeper.sweep(now: start + .seconds(2)) == 1)
         #expect(a.cancelled == 1 && b.cancelled == 0 && c.cancelled == 0)
-        #expect(wa.isExpired && !wb.isExpired && !wc.isExpired)
+        #expect(wa.isCancelled && !wb.isCancelled && !wc.isCancelled)
         #expect(sweeper.count == 1)
-        // An expired watch armed late cancels at once; sweeping again cancels nothing twice.
+        // An expired watch given its call late cancels at once; sweeping again cancels nothing twice.
         let late = FakeCall()
         let wl = sweeper.watch(for: .zero)
         #expect(sweeper.sweep() == 1)
-        wl.arm(late)
+        wl.onCancel(cancelling: late)
         #expect(late.cancelled == 1)
         #expect(sweeper.sweep(now: start + .seconds(2)) == 0)
-        sweeper.unwatch(wc)
+        wc.disarm()
         #expect(sweeper.count == 0)
     }
 
     @Test func finishedWatchesBehindALongCallDoNotPileUp() {
         let sweeper = DeadlineSweeper()
         let long = sweeper.watch(for: .seconds(60))
-        long.arm(FakeCall())
-        for _ in 0..<5000 { sweeper.unwatch(sweeper.watch(for: .seconds(60))) }
+        long.onCancel(cancelling: FakeCall())
+        for _ in 0..<5000 { sweeper.watch(for: .seconds(60)).disarm() }
         sweeper.sweep()
         #expect(sweeper.count == 1)
         #expect(sweeper.queued <= 1024)

@@ -448,6 +448,26 @@ import Testing
         #expect(await call("b") == .ok, "buckets are per user")
     }
 
+    @Test func tokensNamingUnknownKeysAreChargedToTheAddressOnce() async throws {
+        // Such a token defers from the immediate check to the one that fetches keys: the address
+        // pays once per call, before any signature check, whichever path decides.
+        let h = try await Harness { c in
+            c.addressRate = 0.5
+            c.addressBurst = 4
+        }
+        defer { Task { await h.stop() } }
+        let forged = h.keys.token(keyID: "k-unknown", signer: Ed25519KeyPair())
+        var codes: [StatusCode] = []
+        for _ in 0..<5 {
+            do {
+                _ = try await Accounts_V1_AccountsClient(h.client).getMyProfile(
+                    Accounts_V1_GetMyProfileRequest(), options: CallOptions(metadata: h.bearer(forged)))
+                codes.append(.ok)
+            } catch let e as RPCError { codes.append(e.code) }
+        }
+        #expect(codes == [.unauthenticated, .unauthenticated, .unauthenticated, .unauthenticated, .resourceExhausted])
+    }
+
     @Test func oversizedRequestsAreRefused() async throws {
         let h = try await Harness { $0.maxRequestBytes = 64 * 1024 }
         defer { Task { await h.stop() } }

@@ -129,6 +129,15 @@ func withEchoServer<R>(_ configure: (inout ServerConfiguration) -> Void = { _ in
         }
     }
 
+    @Test func addressesAreHostPortOrBracketedV6() {
+        #expect(ChannelConfiguration.address("127.0.0.1:80")! == ("127.0.0.1", 80))
+        #expect(ChannelConfiguration.address("[::1]:9101")! == ("::1", 9101))
+        #expect(ChannelConfiguration.address("accounts:9101")! == ("accounts", 9101))
+        for bad in ["fe80::1", "::1:80", "host", ":80", "host:0", "host:70000", "[::1]"] {
+            #expect(ChannelConfiguration.address(bad) == nil, "\(bad)")
+        }
+    }
+
     @Test func windowsAndLimitsBeyondWhatHTTP2AllowsAreClamped() async throws {
         // A configuration may ask for more than a SETTINGS value can say (the gateway sizes its
         // windows from message limits): both ends clamp, nothing traps, calls go through.
@@ -263,20 +272,38 @@ func withEchoServer<R>(_ configure: (inout ServerConfiguration) -> Void = { _ in
         await again.shutdownGracefully()
     }
 
-    @Test func gracefulShutdownLetsInFlightCallsFinish() async throws {
+    /// A one-thread server with a Sleep call of `seconds` in flight, returned once its handler
+    /// runs: a call the server never received would rightly be refused by the GOAWAY.
+    static func serverWithSleepingCall(seconds: Int, grace: Duration = .seconds(10)) async throws
+        -> (server: RPCServer, channel: RPCChannel, tag: String, call: Task<ClientResponse<Bytes>, any Error>) {
         var config = ServerConfiguration(host: "127.0.0.1", port: 0)
         config.threads = 1
+        config.shutdownGracePeriod = grace
         let server = RPCServer(configuration: config, services: [EchoService()])
         let port = try await server.start()
         let channel = RPCChannel(host: "127.0.0.1", port: port)
-        let tag = "1#graceful-\(port)"
-        let inflight = Task { try await channel.client.unary(EchoService.sleepMethod, Bytes(tag), as: Bytes.self) }
-        // Shut down only once the handler runs: a call the server never received would rightly be
-        // refused by the GOAWAY.
+        let tag = "\(seconds)#sleep-\(port)"
+        let call = Task { try await channel.client.unary(EchoService.sleepMethod, Bytes(tag), as: Bytes.self) }
         while !sleepsStarted.withLock({ $0.contains(tag) }) { try await Task.sleep(for: .milliseconds(10)) }
+        return (server, channel, tag, call)
+    }
+
+    @Test func gracefulShutdownLetsInFlightCallsFinish() async throws {
+        let (server, channel, tag, inflight) = try await Self.serverWithSleepingCall(seconds: 1)
         await server.shutdownGracefully()
         let r = try await inflight.value
         #expect(r.message.text == tag)
+        await channel.close()
+    }
+
+    @Test func gracefulShutdownEndsWhenTheGracePeriodRunsOut() async throws {
+        // A call that outlives the grace period is cut, and the shutdown returns then rather
+        // than when the call would have ended (60 s).
+        let (server, channel, _, inflight) = try await Self.serverWithSleepingCall(seconds: 60, grace: .milliseconds(200))
+        let start = ContinuousClock.now
+        await server.shutdownGracefully()
+        #expect(ContinuousClock.now - start < .seconds(30), "shutdown waited for the call, not the grace period")
+        await #expect(throws: (any Error).self) { _ = try await inflight.value }
         await channel.close()
     }
 }

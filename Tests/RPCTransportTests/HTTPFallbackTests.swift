@@ -33,6 +33,26 @@ func waitFor(_ condition: () -> Bool) async throws -> Bool {
     return condition()
 }
 
+/// Starts curl (silent, 30 s at most) on `args`; its output comes from the pipe.
+func startCurl(_ args: [String]) throws -> (Process, Pipe) {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
+    p.arguments = ["-s", "--max-time", "30"] + args
+    let pipe = Pipe()
+    p.standardOutput = pipe
+    try p.run()
+    return (p, pipe)
+}
+
+/// What curl printed for `args`, once it has exited.
+func curlOutput(_ curl: (Process, Pipe)) -> String {
+    let out = String(decoding: curl.1.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+    curl.0.waitUntilExit()
+    return out
+}
+
+func curl(_ args: [String]) throws -> String { curlOutput(try startCurl(args)) }
+
 @Suite struct HTTPFallbackTests {
     @Test func gracefulShutdownAnswersHTTP1RequestsInProgress() async throws {
         var config = ServerConfiguration(host: "127.0.0.1", port: 0)
@@ -42,20 +62,18 @@ func waitFor(_ condition: () -> Bool) async throws -> Bool {
         config.acceptHTTP1 = true
         let server = RPCServer(configuration: config, services: [EchoService()])
         let port = try await server.start()
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
-        p.arguments = ["-s", "--http1.1", "-i", "http://127.0.0.1:\(port)/slow"]
-        let pipe = Pipe()
-        p.standardOutput = pipe
-        try p.run()
+        let slow: (Process, Pipe)
+        do { slow = try startCurl(["--http1.1", "-i", "http://127.0.0.1:\(port)/slow"]) } catch {
+            await server.shutdownGracefully()
+            throw error
+        }
         #expect(try await waitFor { handler.gate.entered.withLock { $0 } })
         // Shut down while the request is in the handler; answer it once the drain has begun.
         let shutdown = Task { await server.shutdownGracefully() }
         #expect(try await waitFor { server.shared.registry.draining.load(ordering: .acquiring) })
         handler.gate.open.withLock { $0 = true }
         await shutdown.value
-        let out = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        p.waitUntilExit()
+        let out = curlOutput(slow)
         #expect(out.hasPrefix("HTTP/1.1 200"), "\(out)")
         #expect(out.lowercased().contains("connection: close"), "\(out)")
         #expect(out.hasSuffix("slow answer"))
@@ -68,15 +86,8 @@ func waitFor(_ condition: () -> Bool) async throws -> Bool {
         let server = RPCServer(configuration: config, services: [EchoService()])
         let port = try await server.start()
         defer { Task { await server.shutdownGracefully() } }
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
-        p.arguments = ["-s", "--http2-prior-knowledge", "-H", "content-type: application/json", "--data", "{\"a\":1}",
-                       "http://127.0.0.1:\(port)/pkg.Svc/Method"]
-        let pipe = Pipe()
-        p.standardOutput = pipe
-        try p.run()
-        let out = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        p.waitUntilExit()
+        let out = try curl(["--http2-prior-knowledge", "-H", "content-type: application/json", "--data", "{\"a\":1}",
+                            "http://127.0.0.1:\(port)/pkg.Svc/Method"])
         #expect(out == "{\"path\":\"/pkg.Svc/Method\",\"len\":7,\"ct\":\"application/json\"}")
         // gRPC still works on the same server.
         let channel = RPCChannel(host: "127.0.0.1", port: port)
@@ -93,17 +104,6 @@ func waitFor(_ condition: () -> Bool) async throws -> Bool {
         let server = RPCServer(configuration: config, services: [EchoService()])
         let port = try await server.start()
         defer { Task { await server.shutdownGracefully() } }
-        func curl(_ args: [String]) throws -> String {
-            let p = Process()
-            p.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
-            p.arguments = ["-s"] + args
-            let pipe = Pipe()
-            p.standardOutput = pipe
-            try p.run()
-            let out = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            p.waitUntilExit()
-            return out
-        }
         let url = "http://127.0.0.1:\(port)/pkg.Svc/Method"
         let h1 = try curl(["--http1.1", "-H", "content-type: application/json", "--data", "{}", url, url])
         #expect(h1 == String(repeating: "{\"path\":\"/pkg.Svc/Method\",\"len\":2,\"ct\":\"application/json\"}", count: 2))

@@ -312,10 +312,10 @@ import Testing
             }
             let concurrent = clock.now - start
             print(
-                "storage \(mode.rawValue): one writer at a time \(Self.us(serial / n)) µs/write; \(tasks) concurrent writers \(Self.us(concurrent / n)) µs/write (\(Int(Double(n) / concurrent.seconds)) writes/s); point read \(Self.us(reads / n)) µs"
+                "storage \(mode.rawValue): one writer at a time \(Self.us(serial / n)) µs/write; \(tasks) concurrent writers \(Self.us(concurrent / n)) µs/write (\(Int(Double(n) / concurrent.inSeconds)) writes/s); point read \(Self.us(reads / n)) µs"
             )
         }
     }
 
-    static func us(_ d: Duration) -> Int { Int((d.seconds * 1e6).rounded()) }
+    static func us(_ d: Duration) -> Int { Int((d.inSeconds * 1e6).rounded()) }
 }

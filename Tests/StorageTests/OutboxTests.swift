@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import RPCCore
 import Synchronization
 import Testing
 
@@ -165,7 +166,7 @@ import Testing
         for attempt in 1...12 {
             let full = min(pow(2, Double(attempt - 1)), 300)
             for _ in 0..<20 {
-                let d = policy.delay(afterAttempt: attempt).seconds
+                let d = policy.delay(afterAttempt: attempt).inSeconds
                 #expect(d >= full * 0.5 - 0.001 && d <= full + 0.001)
             }
         }

@@ -3,70 +3,51 @@
 # signature checks), straight to accounts-service, through the gateway, and through nghttpx (a
 # C reverse proxy by nghttp2's author, on the same libnghttp2: the reference for what relaying a
 # call costs on this machine), in both shapes, in this run. Rate limits are off for the gateway.
+# Needs accounts.sh's accounts-service (ACC_PORT, the same service token): hooks run in name order.
 if [ $BUILD = 1 ]; then
-  echo "bench: swift build -c release --product gateway / accounts-service" >&2
-  swift build -c release --product accounts-service >&2
+  echo "bench: swift build -c release --product gateway" >&2
   swift build -c release --product gateway >&2
 fi
 GW_BIN=${GATEWAY_BINARY:-$ROOT/.build/release/gateway}
-ACCOUNTS_BIN=${ACCOUNTS_BINARY:-$ROOT/.build/release/accounts-service}
 
 # nghttpx_binary: prints nghttpx's path: from PATH, or Debian's nghttp2-proxy unpacked (not
-# installed: the package would also enable a system service) into .build/bench-tools, with its
-# libraries installed from apt. Prints nothing when it cannot.
+# installed: the package would also enable a system service) into .build/bench-tools; its
+# libraries come with scripts/setup. Prints nothing when there is no nghttpx that runs.
 nghttpx_binary() {
   if command -v nghttpx; then return 0; fi
   local dir=$ROOT/.build/bench-tools
   if [ ! -x "$dir/usr/sbin/nghttpx" ]; then
-    local sudo=() missing=() pkg
-    [ "$(id -u)" -eq 0 ] || sudo=(sudo)
-    for pkg in libev4 libc-ares2 libjemalloc2; do
-      dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
-    done
     mkdir -p "$dir/deb"
-    {
-      if [ ${#missing[@]} -gt 0 ]; then
-        "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" ||
-          { "${sudo[@]}" apt-get update -q && "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
-              apt-get install -y -q --no-install-recommends "${missing[@]}"; }
-      fi
-      (cd "$dir/deb" && { apt-get download nghttp2-proxy || { "${sudo[@]}" apt-get update -q && apt-get download nghttp2-proxy; }; }) &&
-        dpkg-deb -x "$dir"/deb/nghttp2-proxy_*.deb "$dir"
-    } >&2 || true
+    { (cd "$dir/deb" && apt-get download nghttp2-proxy) && dpkg-deb -x "$dir"/deb/nghttp2-proxy_*.deb "$dir"; } >&2 || true
   fi
-  if [ -x "$dir/usr/sbin/nghttpx" ]; then echo "$dir/usr/sbin/nghttpx"; fi
+  if "$dir/usr/sbin/nghttpx" --version >/dev/null 2>&1; then echo "$dir/usr/sbin/nghttpx"; fi
 }
 
-if [ ! -x "$GW_BIN" ] || [ ! -x "$ACCOUNTS_BIN" ]; then
-  echo "bench: gateway rows skipped ($GW_BIN or $ACCOUNTS_BIN missing)" >&2
+if [ ! -x "$GW_BIN" ] || [ -z "${ACC_PORT:-}" ]; then
+  echo "bench: gateway rows skipped ($GW_BIN missing, or no accounts-service from accounts.sh)" >&2
 else
-  # The accounts-service of accounts.sh when it ran (the same binary and service token).
-  if [ -n "${ACC_PID:-}" ] && kill -0 "$ACC_PID" 2>/dev/null && [ "$ACC_BIN" = "$ACCOUNTS_BIN" ]; then
-    ACCOUNTS_PORT_B=$ACC_PORT
-  else
-    ACCOUNTS_PORT_B=$(free_port)
-    mkdir -p "$WORK/data"
-    DATA_DIR=$WORK/data SERVICE_TOKEN=bench-token LOG_LEVEL=warning \
-      start_bg accounts-service "$ACCOUNTS_BIN" --host 127.0.0.1 --port "$ACCOUNTS_PORT_B"
-    wait_port "$ACCOUNTS_PORT_B" 60 || { tail -20 "$WORK/accounts-service.log" >&2; exit 1; }
-  fi
   GATEWAY_PORT_B=$(free_port)
   mkdir -p "$WORK/gateway-data"
-  DATA_DIR=$WORK/gateway-data SERVICE_TOKEN=bench-token LOG_LEVEL=warning ACCOUNTS_ADDR=127.0.0.1:$ACCOUNTS_PORT_B \
+  DATA_DIR=$WORK/gateway-data SERVICE_TOKEN=bench-token LOG_LEVEL=warning ACCOUNTS_ADDR=127.0.0.1:$ACC_PORT \
     GATEWAY_UPSTREAMS=accounts GATEWAY_ADDRESS_RATE=0 GATEWAY_USER_RATE=0 \
     start_bg gateway "$GW_BIN" --host 127.0.0.1 --port "$GATEWAY_PORT_B"
   GATEWAY_PID=$BG_PID
   wait_port "$GATEWAY_PORT_B" || { tail -20 "$WORK/gateway.log" >&2; exit 1; }
   # The reference proxy: as many workers as the gateway has event loops (one per core).
   NGHTTPX_BIN=$(nghttpx_binary)
-  PORTS_B=("$ACCOUNTS_PORT_B" "$GATEWAY_PORT_B")
+  PORTS_B=("$ACC_PORT" "$GATEWAY_PORT_B")
   if [ -n "$NGHTTPX_BIN" ]; then
     NGHTTPX_PORT_B=$(free_port)
     start_bg nghttpx "$NGHTTPX_BIN" --conf=/dev/null "--frontend=127.0.0.1,$NGHTTPX_PORT_B;no-tls" \
-      "--backend=127.0.0.1,$ACCOUNTS_PORT_B;;proto=h2" "--workers=$(nproc)" --no-ocsp \
+      "--backend=127.0.0.1,$ACC_PORT;;proto=h2" "--workers=$(nproc)" --no-ocsp \
       --errorlog-file="$WORK/nghttpx-error.log"
-    wait_port "$NGHTTPX_PORT_B" || { tail -20 "$WORK/nghttpx.log" "$WORK/nghttpx-error.log" >&2; exit 1; }
-    PORTS_B+=("$NGHTTPX_PORT_B")
+    if wait_port "$NGHTTPX_PORT_B"; then
+      PORTS_B+=("$NGHTTPX_PORT_B")
+    else
+      echo "bench: nghttpx did not start: no reference proxy row" >&2
+      tail -5 "$WORK/nghttpx.log" "$WORK/nghttpx-error.log" >&2 || true
+      NGHTTPX_BIN=
+    fi
   else
     echo "bench: nghttpx (Debian's nghttp2-proxy) unavailable: no reference proxy row" >&2
   fi
@@ -82,7 +63,7 @@ PYEOF
   printf '\x00\x00\x00\x00\x00' >"$KEYS_BODY"
   KEYS_PATH=/accounts.v1.Accounts/GetSigningKeys
   for shape in throughput latency; do
-    MIN_DATA_PER_REQUEST=32 h2load_row "GetSigningKeys direct" $shape "http://127.0.0.1:$ACCOUNTS_PORT_B$KEYS_PATH" \
+    MIN_DATA_PER_REQUEST=32 h2load_row "GetSigningKeys direct" $shape "http://127.0.0.1:$ACC_PORT$KEYS_PATH" \
       "$KEYS_BODY" "${GRPC_HEADERS[@]}"
     MIN_DATA_PER_REQUEST=32 h2load_row "GetSigningKeys via gateway" $shape "http://127.0.0.1:$GATEWAY_PORT_B$KEYS_PATH" \
       "$KEYS_BODY" "${GRPC_HEADERS[@]}"

@@ -20,26 +20,31 @@ public final class GatewayPolicy: ServerInterceptor {
 
     public func intercept(_ context: ServerContext) async throws {
         if AuthInterceptor.open.contains(context.method.service) { return }
-        if let token = try admit(context) { try limitUser(try await verifier.verify(token)) }
+        let charged = context[key: Self.addressChargedKey, as: Bool.self] == true
+        if let token = try admit(context, chargeAddress: !charged) { try limitUser(try await verifier.verify(token)) }
     }
 
-    /// Decides at once unless the token names a key the gateway has not loaded yet; then it does
-    /// nothing (no rate-limit charge either) and `intercept` decides, fetching accounts' keys.
+    /// Decides at once unless the token names a key the gateway has not loaded yet; then
+    /// `intercept` decides, fetching accounts' keys (the address, charged already, is not
+    /// charged again).
     public func interceptImmediately(_ context: ServerContext) throws -> Bool {
         if AuthInterceptor.open.contains(context.method.service) { return true }
-        if let token = AuthInterceptor.bearer(context.requestMetadata), verifier.needsKeyFetch(token) { return false }
         guard let token = try admit(context) else { return true }
-        // nil only when the keys changed since the check above (a rotation in between): `intercept`
-        // verifies against the new ones. The address is charged twice then; rare enough.
-        guard let identity = try verifier.verifyImmediately(token) else { return false }
+        guard let identity = try verifier.verifyImmediately(token) else {
+            context[key: Self.addressChargedKey] = true
+            return false
+        }
         try limitUser(identity)
         return true
     }
 
+    /// Set when `interceptImmediately` deferred a call it had charged to the address.
+    static let addressChargedKey = "gateway.address-charged"
+
     /// What comes before any signature check, so a flood of forged tokens is limited like any
     /// other call: the address's limit, then the method's marking. Returns the token to verify.
-    private func admit(_ context: ServerContext) throws -> String? {
-        try limitAddress(context)
+    private func admit(_ context: ServerContext, chargeAddress: Bool = true) throws -> String? {
+        if chargeAddress { try limitAddress(context) }
         let token = AuthInterceptor.bearer(context.requestMetadata)
         switch context.method.visibility {
         case .internal:
@@ -71,7 +76,7 @@ public final class GatewayPolicy: ServerInterceptor {
     }
 
     static func describe(_ d: Duration) -> String {
-        let ms = d.components.seconds * 1000 + d.components.attoseconds / 1_000_000_000_000_000
+        let ms = d.milliseconds
         return ms >= 1000 ? "\(ms / 1000) s" : "\(max(ms, 1)) ms"
     }
 }

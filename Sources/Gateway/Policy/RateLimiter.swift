@@ -1,3 +1,4 @@
+import RPCCore
 import Synchronization
 
 /// Token buckets by key (a user id, a client address): each key may make `burst` calls at once
@@ -30,7 +31,7 @@ public final class RateLimiter: Sendable {
         state.withLock { s in
             if var b = s.buckets[key] {
                 let elapsed = now - b.updated
-                let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+                let seconds = elapsed.inSeconds
                 b.tokens = min(burst, b.tokens + max(0, seconds) * rate)
                 b.updated = now
                 if b.tokens >= 1 {
@@ -49,7 +50,7 @@ public final class RateLimiter: Sendable {
                 let rate = rate
                 s.buckets = s.buckets.filter { _, b in
                     let e = now - b.updated
-                    return b.tokens + (Double(e.components.seconds) + Double(e.components.attoseconds) / 1e18) * rate < full
+                    return b.tokens + e.inSeconds * rate < full
                 }
             }
             return nil

@@ -2,12 +2,6 @@ import RPCCore
 import RPCTransport
 import Synchronization
 
-/// A streaming relay's upstream call, as the sweeper cancels it.
-struct CappedStream: Cancellable {
-    let call: any RawClientCall
-    func cancel() { call.cancel() }
-}
-
 /// Enforces the gateway's deadline cap on calls whose client set no deadline, without a timer
 /// per call: calls are queued in start order, one queue per cap, so within a queue deadlines
 /// only grow; a background loop sweeps a few times a second, cancelling those past the cap from
@@ -16,46 +10,15 @@ struct CappedStream: Cancellable {
 /// Calls with a client deadline carry it upstream as `grpc-timeout` instead, which the channel
 /// enforces precisely.
 final class DeadlineSweeper: Sendable {
-    /// One watched call.
-    final class Watch: Sendable {
+    /// One watched call: a `CallCancellation` the sweeper fires at the deadline. Register the
+    /// call with `onCancel(cancelling:)` once it exists (at once cancelled if the deadline has
+    /// passed), `disarm` it when the call ends (which also drops the call: the call's completion
+    /// may hold this watch, so no cycle stays); `isCancelled` says the sweeper cut the call.
+    final class Watch: CallCancellation, @unchecked Sendable {
         let deadline: ContinuousClock.Instant
-        private enum State {
-            /// The call to cancel at the deadline (nil until the relay has started it).
-            case watching((any Cancellable)?)
-            case expired
-            /// Unwatched: the call ended.
-            case done
-        }
-        private let state = Mutex(State.watching(nil))
-
-        init(deadline: ContinuousClock.Instant) { self.deadline = deadline }
-
-        /// The call to cancel at the deadline; cancelled at once when the deadline already passed.
-        func arm(_ call: some Cancellable) {
-            let expired = state.withLock { s -> Bool in
-                if case .watching = s { s = .watching(call); return false }
-                if case .expired = s { return true }
-                return false
-            }
-            if expired { call.cancel() }
-        }
-
-        /// Whether the sweeper cancelled the call for passing the cap.
-        var isExpired: Bool { state.withLock { if case .expired = $0 { true } else { false } } }
-
-        var isDone: Bool { state.withLock { if case .done = $0 { true } else { false } } }
-
-        /// The call ended: forget it (the call's completion may hold this watch: no cycle stays).
-        func finish() { state.withLock { s in if case .watching = s { s = .done } } }
-
-        /// Past the deadline: cancel the call unless it ended.
-        func expire() {
-            let call = state.withLock { s -> (any Cancellable)? in
-                guard case .watching(let c) = s else { return nil }
-                s = .expired
-                return c
-            }
-            call?.cancel()
+        init(deadline: ContinuousClock.Instant) {
+            self.deadline = deadline
+            super.init()
         }
     }
 
@@ -63,10 +26,13 @@ final class DeadlineSweeper: Sendable {
     private struct Queue {
         let limit: Duration
         var watches: [Watch] = []
+        /// Queue length at which finished watches stuck behind a long call are dropped: twice
+        /// what the last pruning left (at least 1,024), so live calls are not rescanned per sweep.
+        var pruneAt = 1024
     }
     private let queues = Mutex<[Queue]>([])
 
-    /// Watches a call about to start; arm the watch with the call once it exists.
+    /// Watches a call about to start; register the call with the watch once it exists.
     func watch(for limit: Duration) -> Watch {
         queues.withLock { qs in
             // The deadline is taken under the lock, so each queue stays in deadline order.
@@ -82,12 +48,9 @@ final class DeadlineSweeper: Sendable {
 
     func watch(_ call: any RawClientCall, for limit: Duration) -> Watch {
         let w = watch(for: limit)
-        w.arm(CappedStream(call: call))
+        w.onCancel(cancelling: call)
         return w
     }
-
-    /// The call ended: stop watching it, and drop the call it would cancel.
-    func unwatch(_ w: Watch) { w.finish() }
 
     /// Cancels every call past its deadline; returns how many.
     @discardableResult
@@ -110,12 +73,15 @@ final class DeadlineSweeper: Sendable {
                 }
                 q.watches.removeFirst(front)
                 // Finished watches stuck behind a long call: dropped once they pile up.
-                if q.watches.count > 1024 { q.watches.removeAll { $0.isDone } }
+                if q.watches.count > q.pruneAt {
+                    q.watches.removeAll { $0.isDone }
+                    q.pruneAt = max(1024, 2 * q.watches.count)
+                }
                 qs[i] = q
             }
             return due
         }
-        for w in due { w.expire() }
+        for w in due { w.cancel() }
         return due.count
     }
 

@@ -73,12 +73,12 @@ struct Proxy: Sendable {
         defer { pool.release(lease) }
         let call = try await lease.channel.startCall(method, options: options)
         let watch = options.timeout == nil ? sweeper.watch(call, for: cap(for: method.kind)) : nil
-        defer { if let watch { sweeper.unwatch(watch) } }
+        defer { watch?.disarm() }
         try await withTaskCancellationHandler {
             do {
                 try await body(call)
             } catch {
-                if let watch, watch.isExpired { throw Self.capReached }
+                if let watch, watch.isCancelled { throw Self.capReached }
                 call.cancel()  // no-op when the upstream already ended it
                 let (status, trailers) = await call.finalStatus()
                 throw status.code == .ok ? error : Self.error(status, trailers)
@@ -100,18 +100,18 @@ struct Proxy: Sendable {
                _ done: @escaping @Sendable (Result<[UInt8], any Error>) -> Void) {
         let options: CallOptions
         do { options = try self.options(context, kind: .unary) } catch { return done(.failure(error)) }
+        let pool = self.pool
         let lease = pool.acquire()
         let watch = options.timeout == nil ? sweeper.watch(for: cap(for: .unary)) : nil
-        let (pool, sweeper) = (self.pool, self.sweeper)
         let call = lease.channel.unary(method, request: request, options: options) { result in
             pool.release(lease)
-            // Unwatching drops the call from the watch (the call holds this closure, which holds the watch).
-            if let watch { sweeper.unwatch(watch) }
+            // Disarming drops the call from the watch (the call holds this closure, which holds the watch).
+            watch?.disarm()
             cancellation.disarm()
-            done(Self.outcome(result, method, context, expired: watch?.isExpired ?? false))
+            done(Self.outcome(result, method, context, expired: watch?.isCancelled ?? false))
         }
         cancellation.onCancel(cancelling: call)
-        watch?.arm(call)
+        watch?.onCancel(cancelling: call)
     }
 
     /// The upstream's answer to a unary call as the gateway's: its message, headers and

@@ -38,7 +38,11 @@ public struct ChannelConfiguration: Sendable {
             return nil
         }
         var host = String(addr[..<colon])
-        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        if host.hasPrefix("[") && host.hasSuffix("]") {
+            host = String(host.dropFirst().dropLast())
+        } else if host.contains(":") {
+            return nil  // a bare IPv6 address ("fe80::1" is not host "fe80:", port 1): brackets needed
+        }
         return host.isEmpty ? nil : (host, port)
     }
 }
@@ -121,6 +125,7 @@ public final class RPCChannel: ClientTransport, Sendable {
     private static func start(_ call: PendingUnaryCall, _ method: MethodDescriptor, _ options: CallOptions, on connection: Connection) {
         let handler = connection.handler
         let loop = connection.channel.eventLoop
+        // Not `runOnLoop`: its escaping closure would be allocated on the usual, same-loop path.
         if loop.inEventLoop {
             handler.value.start(call, method: method, options: options, request: call.request)
         } else {

@@ -18,8 +18,10 @@ public struct UnaryCallResult: Sendable {
 }
 
 /// A unary call in flight without a task: the request goes out with its headers in one flush
-/// and the completion runs once, on the connection's event loop, when the call ends. Made for
-/// relays that already run on an event loop (the gateway); everything else uses `RPCClient`.
+/// and the completion runs once when the call ends: on the connection's event loop when the
+/// call got that far, else on whatever thread cancelled it or failed to connect (a completion
+/// that touches loop-bound state must hop). Made for relays that already run on an event loop
+/// (the gateway); everything else uses `RPCClient`.
 public final class PendingUnaryCall: ClientCallObserver, Cancellable, @unchecked Sendable {
     let request: [UInt8]
     /// Dropped once called: whatever it captured (often something that holds this call, to

@@ -31,7 +31,9 @@ protocol DrainableConnection: AnyObject {
 /// Live connections, so a graceful shutdown can reach each one on its own loop.
 final class ConnectionRegistry: Sendable {
     private let entries = Mutex<[ObjectIdentifier: (any EventLoop, NIOLoopBound<any DrainableConnection>)]>([:])
-    private let emptied = Mutex<[CheckedContinuation<Void, Never>]>([])
+    /// Who waits for the registry to empty, by waiter id (a cancelled wait leaves early).
+    private let emptied = Mutex<[Int: CheckedContinuation<Void, Never>]>([:])
+    private let nextWaiter = Atomic<Int>(0)
     /// Set when draining starts, before the registry is read: connections registered later are
     /// asked to drain as they arrive (one registered meanwhile may be asked twice: harmless).
     private let drainRequested = Atomic<Bool>(false)
@@ -46,7 +48,7 @@ final class ConnectionRegistry: Sendable {
     func remove(_ connection: any DrainableConnection) {
         let waiters: [CheckedContinuation<Void, Never>] = entries.withLock { e in
             guard e.removeValue(forKey: ObjectIdentifier(connection)) != nil else { return [] }
-            return e.isEmpty ? emptied.withLock { w in defer { w = [] }; return w } : []
+            return e.isEmpty ? emptied.withLock { w in defer { w = [:] }; return Array(w.values) } : []
         }
         for w in waiters { w.resume() }
     }
@@ -55,12 +57,12 @@ final class ConnectionRegistry: Sendable {
     /// Set once every connection has been asked to drain (tests watch it).
     let draining = Atomic<Bool>(false)
 
-    /// Asks every connection to drain, each on its own loop; returns once all were asked.
+    /// Asks every connection to drain, each on its own loop (all at once); returns once all were
+    /// asked.
     func beginDraining() async {
         drainRequested.store(true, ordering: .sequentiallyConsistent)
-        for (_, (loop, bound)) in entries.withLock({ $0 }) {
-            try? await loop.submit { bound.value.beginGracefulShutdown() }.get()
-        }
+        let asked = entries.withLock { $0 }.values.map { loop, bound in loop.submit { bound.value.beginGracefulShutdown() } }
+        for f in asked { try? await f.get() }
         draining.store(true, ordering: .releasing)
     }
 
@@ -69,15 +71,26 @@ final class ConnectionRegistry: Sendable {
             loop.execute { body(bound.value) }
         }
     }
-    /// Returns once no connection is left.
+    /// Returns once no connection is left, or when the waiting task is cancelled (the grace
+    /// period ran out).
     func waitUntilEmpty() async {
-        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-            let done = entries.withLock { e in
-                if e.isEmpty { return true }
-                emptied.withLock { $0.append(c) }
-                return false
+        let id = nextWaiter.wrappingAdd(1, ordering: .relaxed).oldValue
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+                let done = entries.withLock { e in
+                    if e.isEmpty { return true }
+                    // Checked under the waiters' lock, which the cancellation handler takes too:
+                    // a cancellation either finds this waiter or is seen here.
+                    return emptied.withLock { w in
+                        if Task.isCancelled { return true }
+                        w[id] = c
+                        return false
+                    }
+                }
+                if done { c.resume() }
             }
-            if done { c.resume() }
+        } onCancel: {
+            emptied.withLock { $0.removeValue(forKey: id) }?.resume()
         }
     }
 }

@@ -208,12 +208,6 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             return 0
         }
         if stream.headersTooLarge { return 0 }
-        // Plain HTTP requests (the configured HTTPHandler) get every header; which kind a request
-        // is shows only once its headers are complete, so they are kept as bytes until then.
-        // (Not once the content-type says gRPC: then they are dropped, and so are later ones.)
-        if keepsRawHeaders && !stream.isGRPCContentType && (nameLen == 0 || name[0] != UInt8(ascii: ":")) {
-            stream.rawHeaders.add(name, nameLen, value, valueLen)
-        }
         let nameBytes = UnsafeRawBufferPointer(start: name, count: nameLen)
         let valueBytes = UnsafeRawBufferPointer(start: value, count: valueLen)
         switch HeaderName.classify(nameBytes) {
@@ -245,6 +239,13 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         case .scheme, .status, .otherPseudo, .te, .userAgent, .grpcStatus, .grpcMessage, .grpcStatusDetailsBin,
              .otherGRPC, .otherReserved:
             break
+        }
+        // Plain HTTP requests (the configured HTTPHandler) get every header; which kind a request
+        // is shows only once its headers are complete, so they are kept as bytes until then. Not
+        // once the content-type says gRPC (classified above): those kept before it are dropped
+        // then, and it and later ones are never copied (gRPC clients send it first).
+        if keepsRawHeaders && !stream.isGRPCContentType && (nameLen == 0 || name[0] != UInt8(ascii: ":")) {
+            stream.rawHeaders.add(name, nameLen, value, valueLen)
         }
         return 0
     }

@@ -11,6 +11,15 @@ public enum Base64 {
     }()
 
     public static func encode(_ bytes: [UInt8], padded: Bool = false) -> String {
+        bytes.withUnsafeBufferPointer { encode($0, padded) }
+    }
+
+    /// A slice (a JSON `bytes` field) without copying it first.
+    public static func encode(_ bytes: ArraySlice<UInt8>, padded: Bool = false) -> String {
+        bytes.withUnsafeBufferPointer { encode($0, padded) }
+    }
+
+    private static func encode(_ bytes: UnsafeBufferPointer<UInt8>, _ padded: Bool) -> String {
         var out: [UInt8] = []
         out.reserveCapacity((bytes.count + 2) / 3 * 4)
         var i = 0
@@ -32,10 +41,6 @@ public enum Base64 {
             if padded { out.append(61) }
         }
         return String(decoding: out, as: UTF8.self)
-    }
-
-    public static func encode(_ bytes: ArraySlice<UInt8>, padded: Bool = false) -> String {
-        encode(Array(bytes), padded: padded)
     }
 
     /// Nil when the text is not base64.
