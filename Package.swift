@@ -22,6 +22,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-configuration.git", from: "1.4.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
     ],
     targets: [
         // System libraries: [system] modulemap + shim.h, apt providers named.
@@ -86,13 +88,21 @@ let package = Package(
             swiftSettings: strict
         ),
 
-        // What every service process shares: settings, the access policy, token keys, startup.
+        // The service kit: what every service process shares (docs/architecture.md, "A new
+        // service"): settings, lifecycle, the access policy and token keys, ids and clock, field
+        // rules, page tokens, throttles, the blocking pool, storage-error mapping, idempotency,
+        // the outbox's peer senders and the EraseUser receiver.
         .target(
             name: "ServiceKit",
             dependencies: [
                 "RPCCore", "RPCTransport", "RPCTLS", "RPCServices", "RPCProtobuf", "Contracts", "GRPCContracts", "Security",
+                "Storage",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Configuration", package: "swift-configuration"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: strict
         ),
@@ -187,6 +197,13 @@ let package = Package(
             exclude: ["Fixtures", "LeakCheck", "Proto"]),
         .testTarget(name: "StorageTests", dependencies: ["Storage", "RPCCore", "storage-crash-helper"]),
         .testTarget(name: "SecurityTests", dependencies: ["Security"]),
+        .testTarget(
+            name: "ServiceKitTests",
+            dependencies: [
+                "ServiceKit", "Storage", "Security", "Contracts", "GRPCContracts", "RPCCore", "RPCTransport", "RPCServices",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         .testTarget(
             name: "TLSTests",
             dependencies: [

@@ -8,26 +8,14 @@ enum AccountRules {
     static let usernameLength = 3...32
     static let passwordLength = 8...128
     static let displayNameMax = 64
-    static let emailMax = 254
     static let phoneMax = 32
     static let guestPrefix = "guest-"
 
-    /// Leading and trailing white space removed (lengths are counted after trimming).
-    static func trimmed(_ s: String) -> String {
-        var sub = Substring(s)
-        while let f = sub.unicodeScalars.first, f.properties.isWhitespace { sub = Substring(sub.unicodeScalars.dropFirst()) }
-        while let l = sub.unicodeScalars.last, l.properties.isWhitespace { sub = Substring(sub.unicodeScalars.dropLast()) }
-        return String(sub)
-    }
-
-    static func length(_ s: String) -> Int { s.unicodeScalars.count }
-
-    /// Case-insensitive comparison key of usernames and emails.
-    static func key(_ s: String) -> String { s.lowercased() }
-
-    static func hasControlCharacters(_ s: String) -> Bool {
-        s.unicodeScalars.contains { $0.properties.generalCategory == .control || $0.properties.generalCategory == .format && $0.value != 0x200D }
-    }
+    // The generic rules (trimming, lengths, control characters, emails, page sizes) are the kit's.
+    static func trimmed(_ s: String) -> String { FieldRules.trimmed(s) }
+    static func length(_ s: String) -> Int { FieldRules.length(s) }
+    static func key(_ s: String) -> String { FieldRules.key(s) }
+    static func hasControlCharacters(_ s: String) -> Bool { FieldRules.hasControlCharacters(s) }
 
     // MARK: Fields
 
@@ -53,33 +41,7 @@ enum AccountRules {
     }
 
     static func email(_ raw: String, field: String = "email", required: Bool = true, into errors: inout FieldErrors) -> String {
-        let v = trimmed(raw)
-        if v.isEmpty {
-            if required { errors.add(field, "required") }
-        } else if length(v) > emailMax {
-            errors.add(field, "must be at most 254 characters")
-        } else if !isWellFormedEmail(v) {
-            errors.add(field, "is not a well-formed email address (name@example.com)")
-        }
-        return v
-    }
-
-    /// One "@", a non-empty local part, a dotted domain of non-empty labels; no spaces or control
-    /// characters. Deliberately loose otherwise: the only real check of an address is a mail.
-    static func isWellFormedEmail(_ v: String) -> Bool {
-        let parts = v.split(separator: "@", omittingEmptySubsequences: false)
-        guard parts.count == 2, !parts[0].isEmpty, parts[0].utf8.count <= 64 else { return false }
-        guard !v.unicodeScalars.contains(where: { $0.properties.isWhitespace }), !hasControlCharacters(v) else { return false }
-        let labels = parts[1].split(separator: ".", omittingEmptySubsequences: false)
-        guard labels.count >= 2, labels.allSatisfy({ !$0.isEmpty && !$0.hasPrefix("-") && !$0.hasSuffix("-") }) else { return false }
-        return parts[1].unicodeScalars.allSatisfy { $0.value > 0x7F || isDomainScalar($0) }
-    }
-
-    static func isDomainScalar(_ c: Unicode.Scalar) -> Bool {
-        switch c {
-        case "a"..."z", "A"..."Z", "0"..."9", "-", ".": true
-        default: false
-        }
+        FieldRules.email(raw, field: field, required: required, into: &errors)
     }
 
     /// Passwords are not trimmed: every character is part of the secret.
@@ -123,10 +85,6 @@ enum AccountRules {
 
     /// Page size rule of every list: negative rejected, 0 = default, clamped to 100.
     static func pageSize(_ requested: Int32, field: String = "page_size", defaultSize: Int = 20, into errors: inout FieldErrors) -> Int {
-        if requested < 0 {
-            errors.add(field, "must not be negative")
-            return defaultSize
-        }
-        return requested == 0 ? defaultSize : min(Int(requested), 100)
+        FieldRules.pageSize(requested, field: field, defaultSize: defaultSize, into: &errors)
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import Security
+import ServiceKit
 
 /// Everything about the accounts service that is a choice rather than a rule of the contract: token
 /// lifetimes, throttling windows, the password cost, the mail sink. The executable fills it from
@@ -34,6 +35,20 @@ public struct AccountsConfiguration: Sendable {
     public var maxResetRequestsPerEmail = 3
     public var resetRequestWindow: Duration = .seconds(15 * 60)
 
+    /// Sign-ups per client address within `signUpWindow` (a flood from one address would fill the
+    /// hashing queue; a household or an office signs up far fewer).
+    public var maxSignUpsPerAddress = 100
+    /// Guest accounts made per client address within `signUpWindow`.
+    public var maxGuestsPerAddress = 100
+    public var signUpWindow: Duration = .seconds(3600)
+
+    /// Password hashing threads (scrypt: CPU and 128·r·N bytes of memory each).
+    public var hashingThreads = max(1, min(2, ProcessInfo.processInfo.activeProcessorCount))
+    /// Password checks that may wait for a hashing thread; past it a call is refused at once
+    /// (UNAVAILABLE, retry in a second) instead of waiting behind a burst: with 2 threads at
+    /// ~50 ms per hash, 32 waiting is under a second of wait.
+    public var maxQueuedHashes = 32
+
     /// Largest accepted avatar image (1 MiB).
     public var maxAvatarBytes = 1 << 20
 
@@ -57,35 +72,42 @@ public struct AccountsConfiguration: Sendable {
         self.mail = .maildir(path: dataDirectory + "/mail")
     }
 
-    /// Reads the optional environment variables (names in Sources/Accounts/README.md):
-    /// `ACCOUNTS_SCRYPT_N`, `ACCOUNTS_SCRYPT_R`, `ACCOUNTS_SCRYPT_P`, `ACCOUNTS_SIGNING_KEY_MAX_AGE_DAYS`,
-    /// `SMTP_HOST`, `SMTP_PORT`, `SMTP_HELO`, `MAIL_FROM`, `ACCOUNTS_MAILDIR`.
+    /// Reads the optional settings (names in Sources/Accounts/README.md): `ACCOUNTS_SCRYPT_N`,
+    /// `_R`, `_P`, `ACCOUNTS_SIGNING_KEY_MAX_AGE_DAYS`, `ACCOUNTS_SIGNUPS_PER_ADDRESS`,
+    /// `ACCOUNTS_GUESTS_PER_ADDRESS`, `ACCOUNTS_HASHING_QUEUE`, `SMTP_HOST`, `SMTP_PORT`,
+    /// `SMTP_HELO`, `MAIL_FROM`, `ACCOUNTS_MAILDIR`. A malformed value refuses the start.
     public static func fromEnvironment(dataDirectory: String, _ env: [String: String] = ProcessInfo.processInfo.environment) throws -> AccountsConfiguration {
+        try from(Settings(environment: env), dataDirectory: dataDirectory)
+    }
+
+    public static func from(_ settings: Settings, dataDirectory: String) throws -> AccountsConfiguration {
         var c = AccountsConfiguration(dataDirectory: dataDirectory)
-        func int(_ name: String) throws -> Int? {
-            guard let v = env[name], !v.isEmpty else { return nil }
-            guard let n = Int(v) else { throw ConfigurationError("\(name) must be an integer, got \(v)") }
-            return n
-        }
         var p = c.passwordParameters
-        if let n = try int("ACCOUNTS_SCRYPT_N") { p.n = UInt64(max(0, n)) }
-        if let r = try int("ACCOUNTS_SCRYPT_R") { p.r = UInt32(clamping: max(0, r)) }
-        if let pp = try int("ACCOUNTS_SCRYPT_P") { p.p = UInt32(clamping: max(0, pp)) }
+        if let n = try settings.int("accounts.scrypt.n", range: 0...Int(Int32.max)) { p.n = UInt64(n) }
+        if let r = try settings.int("accounts.scrypt.r", range: 0...Int(Int32.max)) { p.r = UInt32(r) }
+        if let pp = try settings.int("accounts.scrypt.p", range: 0...Int(Int32.max)) { p.p = UInt32(pp) }
         do { c.passwordParameters = try PasswordHasher(parameters: p).parameters } catch {
             throw ConfigurationError("scrypt parameters: \(error)")
         }
-        if let days = try int("ACCOUNTS_SIGNING_KEY_MAX_AGE_DAYS") {
+        if let days = try settings.int("accounts.signing.key.max.age.days", range: 0...36500) {
             c.signingKeyMaxAge = days > 0 ? .seconds(Int64(days) * 24 * 3600) : nil
         }
-        if let from = env["MAIL_FROM"], !from.isEmpty { c.mailFrom = from }
-        if let dir = env["ACCOUNTS_MAILDIR"], !dir.isEmpty { c.mail = .maildir(path: dir) }
-        if let host = env["SMTP_HOST"], !host.isEmpty {
-            let port = try int("SMTP_PORT") ?? 25
-            guard (1...65535).contains(port) else { throw ConfigurationError("SMTP_PORT \(port) is out of range") }
-            c.mail = .smtp(host: host, port: port, helo: env["SMTP_HELO"] ?? "accounts.local")
+        c.maxSignUpsPerAddress = try settings.int("accounts.signups.per.address", default: c.maxSignUpsPerAddress, range: 1...1_000_000)
+        c.maxGuestsPerAddress = try settings.int("accounts.guests.per.address", default: c.maxGuestsPerAddress, range: 1...1_000_000)
+        c.maxQueuedHashes = try settings.int("accounts.hashing.queue", default: c.maxQueuedHashes, range: 0...100_000)
+        if let from = settings.string("mail.from") { c.mailFrom = from }
+        if let dir = settings.string("accounts.maildir") { c.mail = .maildir(path: dir) }
+        if let host = settings.string("smtp.host") {
+            let port = try settings.int("smtp.port", default: 25, range: 1...65535)
+            c.mail = .smtp(host: host, port: port, helo: settings.string("smtp.helo", default: "accounts.local"))
         }
         return c
     }
+}
+
+public struct ConfigurationError: Error, CustomStringConvertible {
+    public let description: String
+    init(_ d: String) { description = d }
 }
 
 /// Where mails are delivered.
@@ -96,7 +118,3 @@ public enum MailConfiguration: Sendable, Equatable {
     case smtp(host: String, port: Int, helo: String)
 }
 
-public struct ConfigurationError: Error, CustomStringConvertible {
-    public let description: String
-    init(_ d: String) { description = d }
-}

@@ -9,12 +9,17 @@ import Synchronization
 
 /// The state both accounts services share: the database, the token keys, the password hasher, the
 /// throttles, the mail sink. `AccountsService` and `AccountsInternalService` are thin wrappers that
-/// route each RPC here.
+/// route each RPC here. Generic parts (storage-error mapping, throttles, the blocking pool, page
+/// tokens, ids) come from the service kit.
 public final class AccountsCore: Sendable {
     public let configuration: AccountsConfiguration
     public let database: Database
+    /// `database` with the kit's error mapping (which unique index is which field).
+    let store: ServiceStore
     public let keys: SigningKeyRing
     let hasher: PasswordHasher
+    /// Password hashing: 2 threads, a short queue (scrypt is ~50 ms and 32 MiB each).
+    let hashing: BlockingPool
     let mail: any MailSink
     let logger: Logger
     let revoked: RevokedSessions
@@ -25,7 +30,15 @@ public final class AccountsCore: Sendable {
     let addressFailures: SlidingWindowThrottle
     let resetsByAddress: SlidingWindowThrottle
     let resetsByEmail: SlidingWindowThrottle
+    let signUpsByAddress: SlidingWindowThrottle
+    let guestsByAddress: SlidingWindowThrottle
     let sendMailInFlight = InFlightKeys()
+
+    /// Which unique index protects which request field (a race lost to a concurrent request).
+    static let uniqueFields: [String: ServiceStore.UniqueField] = [
+        "users.username_key": .init(field: "username", message: "already taken"),
+        "users.email_key": .init(field: "email", message: "already taken"),
+    ]
 
     /// Opens the database (migrating it), loads or creates the signing key, prepares the mail sink.
     /// Blocking: call at startup.
@@ -34,6 +47,7 @@ public final class AccountsCore: Sendable {
         self.logger = logger
         database = try Database.open(directory: configuration.dataDirectory, fileName: AccountsSchema.fileName,
                                      migrations: AccountsSchema.migrations, logger: logger)
+        store = ServiceStore(database: database, uniqueFields: Self.uniqueFields, logger: logger)
         do {
             keys = try SigningKeyRing(database: database, dataDirectory: configuration.dataDirectory,
                                       tokenLifetime: configuration.accessTokenLifetime, logger: logger)
@@ -44,16 +58,18 @@ public final class AccountsCore: Sendable {
             }
             revoked = RevokedSessions(accessTokenLifetime: configuration.accessTokenLifetime)
             try revoked.load(from: database)
-            let secret = try database.readSync { c in try c.queryOne("SELECT value FROM secrets WHERE name = 'page-token'")?.get(0, as: [UInt8].self) }
-            pageTokens = PageTokens(key: secret ?? SecureRandom.bytes(32))
+            pageTokens = try PageTokens.load(from: database)
         } catch {
             database.close()
             throw error
         }
+        hashing = BlockingPool(name: "password hashing", threads: configuration.hashingThreads, maxQueued: configuration.maxQueuedHashes)
         accountFailures = SlidingWindowThrottle(limit: configuration.maxFailuresPerAccount, window: configuration.failureWindow)
         addressFailures = SlidingWindowThrottle(limit: configuration.maxFailuresPerAddress, window: configuration.failureWindow)
         resetsByAddress = SlidingWindowThrottle(limit: configuration.maxResetRequestsPerAddress, window: configuration.resetRequestWindow)
         resetsByEmail = SlidingWindowThrottle(limit: configuration.maxResetRequestsPerEmail, window: configuration.resetRequestWindow)
+        signUpsByAddress = SlidingWindowThrottle(limit: configuration.maxSignUpsPerAddress, window: configuration.signUpWindow)
+        guestsByAddress = SlidingWindowThrottle(limit: configuration.maxGuestsPerAddress, window: configuration.signUpWindow)
         resetMailer = ResetMailer()
     }
 
@@ -70,13 +86,22 @@ public final class AccountsCore: Sendable {
         return StaticSigningKeys { keys.verificationKeys }
     }
 
-    /// Loops the process runs next to the server: reset mails, account-deletion delivery, upkeep.
+    /// Loops the process runs next to the server: reset mails and upkeep. (The outbox is
+    /// delivered by the host: `ServiceHost.run(outbox:)`.)
+    public var backgroundJobs: [@Sendable () async -> Void] {
+        [{ await self.runResetMails() }, { await self.maintenance() }]
+    }
+
+    /// The same, plus a deliverer of the account-deletion events (tests and tools that run their
+    /// own outbox delivery).
     public func backgroundJobs(deliverer: UserDeletionDeliverer) -> [@Sendable () async -> Void] {
-        [
-            { await self.runResetMails() },
-            { await deliverer.run() },
-            { await self.maintenance() },
-        ]
+        backgroundJobs + [{ await deliverer.run() }]
+    }
+
+    /// How accounts' outbox reaches the other services: account-deletion events become each
+    /// service's `EraseUser`.
+    public func outboxSenders(peers: PeerClients) -> OutboxSenders {
+        .rpc(peers: peers, routes: [AccountDeletion.userDeletedKind: AccountDeletion.eraseRoute])
     }
 
     /// Sends the queued password reset mails until cancelled.
@@ -107,55 +132,80 @@ public final class AccountsCore: Sendable {
     }
 
     /// The client's address for throttling: the gateway's `x-forwarded-for` (last hop, the one the
-    /// gateway itself saw) when the call carries the service credential, else the TCP peer.
-    func clientAddress(_ context: ServerContext) -> String {
-        if context.isServiceCall, let forwarded = context.requestMetadata["x-forwarded-for"],
-           let last = forwarded.split(separator: ",").last {
-            let a = last.trimmingCharacters(in: .whitespaces)
-            if !a.isEmpty { return a }
-        }
-        return context.peerHost
+    /// gateway itself saw) when the gateway relayed the call, else the TCP peer.
+    func clientAddress(_ context: ServerContext) -> String { context.clientAddress }
+
+    /// Runs a database write, mapping storage failures to the wire's vocabulary (the kit's store).
+    func write<T: Sendable>(_ body: @escaping @Sendable (Transaction) throws -> T) async throws -> T { try await store.write(body) }
+
+    func read<T: Sendable>(_ body: @escaping @Sendable (Connection) throws -> T) async throws -> T { try await store.read(body) }
+
+    // MARK: Passwords (on the bounded hashing pool)
+
+    /// A new hash of `password`; UNAVAILABLE at once when the hashing queue is full.
+    func hashPassword(_ password: String) async throws -> String {
+        let hasher = self.hasher
+        return try await hashing.run { try hasher.hash(password) }
     }
 
-    /// Runs a database write, mapping storage failures to the wire's vocabulary.
-    func write<T: Sendable>(_ body: @escaping @Sendable (Transaction) throws -> T) async throws -> T {
-        do { return try await database.write(body) } catch let e as StorageError { throw mapped(e) }
+    /// Whether `password` matches `stored`; UNAVAILABLE at once when the hashing queue is full
+    /// (never "wrong password": a shed attempt did not happen).
+    func verifyPassword(_ password: String, against stored: String) async throws -> Bool {
+        let hasher = self.hasher
+        return try await hashing.run { hasher.verify(password, against: stored) }
     }
 
-    func read<T: Sendable>(_ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
-        do { return try await database.read(body) } catch let e as StorageError { throw mapped(e) }
+    /// The time of a `verifyPassword`, for unknown accounts (same answer, same timing).
+    func simulateVerify(_ password: String) async throws {
+        let hasher = self.hasher
+        try await hashing.run { hasher.simulateVerify(password) }
     }
 
-    private func mapped(_ e: StorageError) -> RPCError {
-        if case .uniqueViolation(let columns, _) = e {
-            // A race lost to a concurrent request with the same username or email.
-            let field = columns.contains { $0.contains("email") } ? "email" : "username"
-            return FieldErrors.single(.alreadyExists, field: field, "already taken")
-        }
-        if case .busy = e {} else if case .diskFull = e {} else if case .closed = e {} else {
-            logger.error("storage failure", metadata: ["error": "\(e)"])
-        }
-        return e.rpcError
-    }
+    // MARK: Throttles
 
     /// RESOURCE_EXHAUSTED with RetryInfo.
     static func throttled(_ what: String, waitMilliseconds: Int64) -> RPCError {
-        let seconds = max(1, (waitMilliseconds + 999) / 1000)
-        return RPCError.retryLater("\(what): try again in \(seconds) s", after: .seconds(seconds))
+        RPCError.throttled(what, wait: SlidingWindowThrottle.Wait(milliseconds: waitMilliseconds))
     }
 
-    /// Counts a wrong password for the account and the address.
-    func recordFailure(account: String, address: String) {
-        accountFailures.record(account)
-        addressFailures.record(address)
+    /// A password attempt reserved against the account's and the address's failure limits before
+    /// the password is checked (atomically: concurrent guesses cannot all pass a check made
+    /// before any of them failed). `release` when the password was right (or never checked),
+    /// `keep` when it was wrong.
+    struct PasswordAttempt: Sendable {
+        let reservations: [SlidingWindowThrottle.Reservation]
+        func release() { for r in reservations { r.release() } }
+        func keep() {}
     }
 
-    /// Refuses when the account or the address had too many failures recently.
-    func checkThrottle(account: String?, address: String) throws {
-        var wait: Int64 = 0
-        if let account, let w = accountFailures.retryAfter(account) { wait = max(wait, w) }
-        if let w = addressFailures.retryAfter(address) { wait = max(wait, w) }
-        if wait > 0 { throw Self.throttled("too many failed attempts", waitMilliseconds: wait) }
+    /// Reserves a password attempt, or throws RESOURCE_EXHAUSTED (with RetryInfo) when the account
+    /// or the address is at its limit, counting the attempts still being checked.
+    func reservePasswordAttempt(account: String?, address: String) throws -> PasswordAttempt {
+        var pairs = [(addressFailures, address)]
+        if let account { pairs.insert((accountFailures, account), at: 0) }
+        switch SlidingWindowThrottle.reserveAll(pairs) {
+        case .success(let r): return PasswordAttempt(reservations: r)
+        case .failure(let wait): throw RPCError.throttled("too many failed attempts", wait: wait)
+        }
+    }
+
+    /// Checks `password` against `stored` inside a reserved attempt: a wrong password keeps the
+    /// attempt counted, a right one releases it (and clears the account's failures), a check that
+    /// could not run (hashing queue full, caller gone) releases it and throws.
+    func checkPassword(_ password: String, against stored: String, account: String, address: String) async throws -> Bool {
+        let attempt = try reservePasswordAttempt(account: account, address: address)
+        let ok: Bool
+        do { ok = try await verifyPassword(password, against: stored) } catch {
+            attempt.release()
+            throw error
+        }
+        if ok {
+            attempt.release()
+            accountFailures.reset(account)
+        } else {
+            attempt.keep()
+        }
+        return ok
     }
 
     // MARK: Upkeep
@@ -167,7 +217,7 @@ public final class AccountsCore: Sendable {
             do {
                 let keys = self.keys, maxAge = configuration.signingKeyMaxAge
                 try await MailIO.run { try keys.maintain(maxAge: maxAge) }
-                let now = Clock.nowMilliseconds()
+                let now = SystemClock.nowMilliseconds()
                 let idle = configuration.refreshTokenLifetime.milliseconds
                 try await database.write { tx in
                     // A session whose latest refresh token expired is over; its rows go a month later.
@@ -178,8 +228,10 @@ public final class AccountsCore: Sendable {
                         "DELETE FROM sessions WHERE revoked_at < ? AND NOT EXISTS (SELECT 1 FROM refresh_tokens r WHERE r.session_id = sessions.id)",
                         now - 31 * 24 * 3600 * 1000)
                     try tx.execute("DELETE FROM password_resets WHERE expires_at < ?", now - 24 * 3600 * 1000)
-                    try tx.purgeDeliveredOutbox(deliveredBefore: Date(timeIntervalSinceNow: -7 * 24 * 3600))
                 }
+                try await store.purgeKitTables(now: now)
+                let expired = try await expireUnusedGuests(now: now)
+                if expired > 0 { logger.notice("unused guest accounts deleted", metadata: ["count": "\(expired)"]) }
                 let pending = try await database.pendingOutbox(limit: 1000)
                 if let oldest = pending.first {
                     logger.warning("account-deletion events waiting for their services (sqlite3 <data-dir>/accounts.sqlite 'select * from outbox where delivered_at is null')",
@@ -194,10 +246,3 @@ public final class AccountsCore: Sendable {
     }
 }
 
-/// Keys with a request in flight (SendMail by event id), so two concurrent deliveries of one event
-/// do not both send the mail.
-final class InFlightKeys: Sendable {
-    private let keys = Mutex<Set<String>>([])
-    func claim(_ key: String) -> Bool { keys.withLock { $0.insert(key).inserted } }
-    func release(_ key: String) { _ = keys.withLock { $0.remove(key) } }
-}

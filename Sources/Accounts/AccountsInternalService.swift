@@ -90,7 +90,7 @@ public struct AccountsInternalService: Accounts_V1_AccountsInternalService {
         let candidate = ULID.make()
         let (mailID, state) = try await core.write { tx -> (String, String) in
             try tx.execute("INSERT OR IGNORE INTO mail_events (event_id, mail_id, state, created_at) VALUES (?, ?, 'pending', ?)",
-                           eventID, candidate, Clock.nowMilliseconds())
+                           eventID, candidate, SystemClock.nowMilliseconds())
             let row = try tx.queryOne("SELECT mail_id, state FROM mail_events WHERE event_id = ?", eventID)!
             return (try row.get("mail_id"), try row.get("state"))
         }
@@ -105,7 +105,7 @@ public struct AccountsInternalService: Accounts_V1_AccountsInternalService {
         let delivered = mailID != candidate ? await core.mail.contains(mailID: mailID) : false
         if !delivered {
             let mail = MailMessage(mailID: mailID, kind: request.kind, from: core.configuration.mailFrom, to: to, subject: subject,
-                                   body: request.bodyText, data: request.data, createdAt: Clock.nowMilliseconds())
+                                   body: request.bodyText, data: request.data, createdAt: SystemClock.nowMilliseconds())
             do { try await core.mail.deliver(mail) } catch {
                 core.logger.error("mail not delivered", metadata: ["event": "\(eventID)", "error": "\(error)"])
                 throw RPCError(.unavailable, "the mail could not be delivered now: retry later")

@@ -1,4 +1,5 @@
 import Security
+import ServiceKit
 import Storage
 
 /// The accounts database (`<data-dir>/accounts.sqlite`). Times are Unix milliseconds; secrets
@@ -101,5 +102,8 @@ enum AccountsSchema {
             try tx.execute("INSERT INTO secrets (name, value) VALUES ('page-token', ?)", SecureRandom.bytes(32))
         },
         .outbox,
+        .outboxByDestination,
+        .inbox,
+        .idempotency,
     ]
 }

@@ -45,7 +45,7 @@ extension AccountsService {
         }
         let user = try await core.write { tx -> UserRecord in
             _ = try core.callerRecord(tx, caller)
-            let now = Clock.nowMilliseconds()
+            let now = SystemClock.nowMilliseconds()
             try tx.execute("INSERT INTO avatar_images (user_id, data) VALUES (?, ?) ON CONFLICT(user_id) DO UPDATE SET data = excluded.data",
                            caller.userID, image)
             try tx.execute(
@@ -67,7 +67,7 @@ extension AccountsService {
         }
         let user = try await core.write { tx -> UserRecord in
             _ = try core.callerRecord(tx, caller)
-            let now = Clock.nowMilliseconds()
+            let now = SystemClock.nowMilliseconds()
             try tx.execute("DELETE FROM avatar_images WHERE user_id = ?", caller.userID)
             try tx.execute(
                 "UPDATE users SET avatar_builtin = ?, avatar_format = NULL, avatar_size = NULL, avatar_uploaded_at = NULL, updated_at = ? WHERE id = ?",
@@ -112,55 +112,103 @@ extension AccountsService {
 
     // MARK: Deletion
 
-    /// The services that hold data about users and must erase it (A UC16).
-    static let erasingServices = ["social", "finance", "tasks", "matchmaking"]
-    static let userDeletedKind = "accounts.v1.UserDeleted"
-
     public func deleteAccount(request: Accounts_V1_DeleteAccountRequest, context: ServerContext) async throws -> Accounts_V1_DeleteAccountResponse {
         let caller = try core.caller(context)
         let user = try await core.read { c in try core.callerRecord(c, caller) }
         if let stored = user.passwordHash {
             guard !request.password.isEmpty else { throw FieldErrors.single(.invalidArgument, field: "password", "required") }
-            let accountKey = "user:\(user.id)", address = core.clientAddress(context)
-            try core.checkThrottle(account: accountKey, address: address)
-            guard await core.hasher.verify(request.password, against: stored) else {
-                core.recordFailure(account: accountKey, address: address)
+            guard try await core.checkPassword(request.password, against: stored, account: "user:\(user.id)",
+                                               address: core.clientAddress(context)) else {
                 throw FieldErrors.single(.invalidArgument, field: "password", "is not the password of this account")
             }
         } else if !request.password.isEmpty {
             throw FieldErrors.single(.invalidArgument, field: "password", "must be empty: a guest account has no password")
         }
 
-        let eventID = ULID.make()
         let (deletedAt, revokedIDs) = try await core.write { tx -> (Int64, [String]) in
             _ = try core.callerRecord(tx, caller)
-            let now = Clock.nowMilliseconds()
-            // A tombstone keeps the id (never reused); everything personal goes, and the username
-            // and email are free again.
-            try tx.execute(
-                """
-                UPDATE users SET deleted_at = ?, updated_at = ?, username = NULL, username_key = NULL, email = NULL,
-                    email_key = NULL, password_hash = NULL, display_name = '', phone_number = '', public_email = '',
-                    has_contact = 0, avatar_builtin = NULL, avatar_format = NULL, avatar_size = NULL, avatar_uploaded_at = NULL
-                WHERE id = ?
-                """, now, now, caller.userID)
-            try tx.execute("DELETE FROM avatar_images WHERE user_id = ?", caller.userID)
-            try tx.execute("DELETE FROM password_resets WHERE user_id = ?", caller.userID)
-            let revoked = try SessionQueries.revokeAll(tx, userID: caller.userID, reason: "account deleted", now: now)
-            var event = Accounts_V1_UserDeleted()
-            event.eventId = eventID
-            event.userId = caller.userID
-            event.deletedAt = Google_Protobuf_Timestamp(milliseconds: now)
-            let payload = event.serializedBytes()
-            for service in Self.erasingServices {
-                try tx.enqueueOutbox(eventID: "\(eventID):\(service)", destination: service, kind: Self.userDeletedKind, payload: payload)
-            }
-            return (now, revoked)
+            return try AccountDeletion.erase(tx, userID: caller.userID, reason: "account deleted")
         }
         core.revoked.add(revokedIDs + [caller.sessionID])
-        core.logger.notice("account deleted; erase events queued", metadata: ["user": "\(caller.userID)", "event": "\(eventID)"])
+        core.logger.notice("account deleted; erase events queued", metadata: ["user": "\(caller.userID)"])
         var response = Accounts_V1_DeleteAccountResponse()
         response.deletedAt = Google_Protobuf_Timestamp(milliseconds: deletedAt)
         return response
+    }
+}
+
+/// Deleting an account (DeleteAccount, and unused guests expiring): one transaction that turns
+/// the user into a tombstone and queues its erasure in every other service.
+enum AccountDeletion {
+    /// The outbox kind of the deletion events (one per erasing service, one event id).
+    static let userDeletedKind = "accounts.v1.UserDeleted"
+
+    /// How a `UserDeleted` event reaches its service: `<Service>Internal/EraseUser` with
+    /// `EraseUserRequest{event_id, user_id}` (the same two fields, numbered alike, in every
+    /// service's contract).
+    static let eraseRoute: OutboxSenders.Route = { event in
+        guard let path = OutboxCall.eraseUserPath(of: event.destination) else {
+            throw RPCError(.internal, "no EraseUser in the contracts for destination \(event.destination)")
+        }
+        let deleted = try Accounts_V1_UserDeleted(serializedBytes: event.payload)
+        var request = Accounts_V1_UserDeleted()
+        (request.eventId, request.userId) = (deleted.eventId, deleted.userId)
+        return (path, request.serializedBytes())
+    }
+
+    /// In `tx`: the user row becomes a tombstone (id and timestamps kept, `deleted_at` set;
+    /// username, email, password hash, display name, contact and avatar cleared, the image
+    /// deleted), every session revoked, reset tokens deleted, and one `UserDeleted` event queued
+    /// per service that has an EraseUser in the contracts (`OutboxCall.eraseUserPaths`), all with
+    /// one event id (outbox ids `<event id>:<service>`).
+    /// Returns the deletion time and the revoked session ids.
+    static func erase(_ tx: Transaction, userID: String, reason: String) throws -> (deletedAt: Int64, revoked: [String]) {
+        let now = SystemClock.nowMilliseconds()
+        try tx.execute(
+            """
+            UPDATE users SET deleted_at = ?, updated_at = ?, username = NULL, username_key = NULL, email = NULL,
+                email_key = NULL, password_hash = NULL, display_name = '', phone_number = '', public_email = '',
+                has_contact = 0, avatar_builtin = NULL, avatar_format = NULL, avatar_size = NULL, avatar_uploaded_at = NULL
+            WHERE id = ?
+            """, now, now, userID)
+        try tx.execute("DELETE FROM avatar_images WHERE user_id = ?", userID)
+        try tx.execute("DELETE FROM password_resets WHERE user_id = ?", userID)
+        let revoked = try SessionQueries.revokeAll(tx, userID: userID, reason: reason, now: now)
+        let eventID = ULID.make()
+        var event = Accounts_V1_UserDeleted()
+        event.eventId = eventID
+        event.userId = userID
+        event.deletedAt = Google_Protobuf_Timestamp(milliseconds: now)
+        let payload = event.serializedBytes()
+        for (destination, _) in OutboxCall.eraseUserPaths where destination != "accounts" {
+            try tx.enqueueOutbox(eventID: "\(eventID):\(destination)", destination: destination, kind: AccountDeletion.userDeletedKind,
+                                 payload: payload)
+        }
+        return (now, revoked)
+    }
+}
+
+extension AccountsCore {
+    /// Deletes guest accounts nobody can use any more: a guest has no password, so once its last
+    /// refresh token expired (`refreshTokenLifetime`, 30 days without use) no one can ever sign
+    /// in to it again. Deleted like DeleteAccount (the other services erase it too).
+    func expireUnusedGuests(now: Int64, limit: Int = 500) async throws -> Int {
+        let cutoff = now - configuration.refreshTokenLifetime.milliseconds
+        let (count, revoked) = try await write { tx -> (Int, [String]) in
+            let ids = try tx.query(
+                """
+                SELECT u.id FROM users u
+                WHERE u.guest = 1 AND u.deleted_at IS NULL AND u.created_at < ?
+                  AND NOT EXISTS (SELECT 1 FROM sessions s JOIN refresh_tokens r ON r.session_id = s.id
+                                  WHERE s.user_id = u.id AND s.revoked_at IS NULL AND r.rotated_at IS NULL AND r.expires_at > ?)
+                LIMIT ?
+                """, cutoff, now, limit
+            ).map { try $0.get(0, as: String.self) }
+            var revoked: [String] = []
+            for id in ids { revoked += try AccountDeletion.erase(tx, userID: id, reason: "unused guest expired").revoked }
+            return (ids.count, revoked)
+        }
+        self.revoked.add(revoked)
+        return count
     }
 }

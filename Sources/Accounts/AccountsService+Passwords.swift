@@ -20,15 +20,13 @@ extension AccountsService {
             throw RPCError(.failedPrecondition, "a guest account has no password: use UpgradeGuest to set one")
         }
         // The current password is a guessable secret too: same throttle as logins.
-        let accountKey = "user:\(user.id)", address = core.clientAddress(context)
-        try core.checkThrottle(account: accountKey, address: address)
-        guard await core.hasher.verify(request.currentPassword, against: stored) else {
-            core.recordFailure(account: accountKey, address: address)
+        guard try await core.checkPassword(request.currentPassword, against: stored, account: "user:\(user.id)",
+                                           address: core.clientAddress(context)) else {
             throw FieldErrors.single(.invalidArgument, field: "current_password", "is not the current password")
         }
-        let hash = try await core.hasher.hash(request.newPassword)
+        let hash = try await core.hashPassword(request.newPassword)
         let revokedIDs = try await core.write { tx -> [String] in
-            let now = Clock.nowMilliseconds()
+            let now = SystemClock.nowMilliseconds()
             try tx.execute("UPDATE users SET password_hash = ?, updated_at = ? WHERE id = ? AND password_hash = ? AND deleted_at IS NULL",
                            hash, now, caller.userID, stored)
             guard tx.changes == 1 else { throw RPCError(.aborted, "the password changed meanwhile: try again") }
@@ -81,12 +79,12 @@ extension AccountsService {
                 """
                 SELECT 1 FROM password_resets p JOIN users u ON u.id = p.user_id
                 WHERE p.token_hash = ? AND p.used_at IS NULL AND p.expires_at > ? AND u.deleted_at IS NULL
-                """, tokenHash, Clock.nowMilliseconds()) != nil
+                """, tokenHash, SystemClock.nowMilliseconds()) != nil
         }
         guard valid else { throw invalid }
-        let hash = try await core.hasher.hash(request.newPassword)
+        let hash = try await core.hashPassword(request.newPassword)
         let outcome = try await core.write { tx -> ResetOutcome in
-            let now = Clock.nowMilliseconds()
+            let now = SystemClock.nowMilliseconds()
             guard let row = try tx.queryOne(
                 "SELECT user_id FROM password_resets WHERE token_hash = ? AND used_at IS NULL AND expires_at > ?", tokenHash, now)
             else { return .invalid }

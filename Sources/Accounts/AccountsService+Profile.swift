@@ -60,7 +60,7 @@ extension AccountsService {
                 sets.append("email = ?, email_key = ?")
                 args += [.text(email), .text(AccountRules.key(email))]
                 // Reset mails went to the old address: they stop working.
-                try tx.execute("UPDATE password_resets SET used_at = ? WHERE user_id = ? AND used_at IS NULL", Clock.nowMilliseconds(), current.id)
+                try tx.execute("UPDATE password_resets SET used_at = ? WHERE user_id = ? AND used_at IS NULL", SystemClock.nowMilliseconds(), current.id)
             }
             if let contact, contact != current.contact {
                 sets.append("phone_number = ?, public_email = ?, has_contact = 1")
@@ -68,7 +68,7 @@ extension AccountsService {
             }
             guard !sets.isEmpty else { return current }
             sets.append("updated_at = ?")
-            args += [.integer(Clock.nowMilliseconds()), .text(current.id)]
+            args += [.integer(SystemClock.nowMilliseconds()), .text(current.id)]
             try tx.execute("UPDATE users SET \(sets.joined(separator: ", ")) WHERE id = ?", arguments: args)
             return try UserQueries.byID(tx, current.id)!
         }

@@ -30,11 +30,24 @@ public struct AccountsService: Accounts_V1_AccountsService {
         // Taken names fail before the (deliberately slow) hash; the write checks again.
         let taken = try await core.read { c in try UserQueries.taken(c, username: username, email: email) }
         if !taken.isEmpty { throw Self.alreadyTaken(taken) }
-        let hash = try await core.hasher.hash(request.password)
+        // Sign-ups per client address, counted before the hash (a flood from one address must
+        // not fill the hashing queue); one that fails for another reason is not counted.
+        let signUp: SlidingWindowThrottle.Reservation
+        switch core.signUpsByAddress.reserve(core.clientAddress(context)) {
+        case .success(let r): signUp = r
+        case .failure(let wait): throw RPCError.throttled("too many sign-ups from this address", wait: wait)
+        }
+        let hash: String
+        do { hash = try await core.hashPassword(request.password) } catch {
+            signUp.release()
+            throw error
+        }
 
         let userID = ULID.make()
         let session = NewSession(userID: userID, guest: false, refreshLifetime: core.sessionLifetime)
-        let user = try await core.write { tx in
+        let user: UserRecord
+        do {
+            user = try await core.write { tx in
             let taken = try UserQueries.taken(tx, username: username, email: email)
             if !taken.isEmpty { throw Self.alreadyTaken(taken) }
             try tx.execute(
@@ -48,7 +61,12 @@ public struct AccountsService: Accounts_V1_AccountsService {
             )
             try session.insert(tx)
             return try UserQueries.byID(tx, userID)!
+            }
+        } catch {
+            signUp.release()  // not an account made: it does not count against the address
+            throw error
         }
+        signUp.keep()
         core.logger.info("signed up", metadata: ["user": "\(userID)"])
         var response = Accounts_V1_SignUpResponse()
         response.user = user.proto
@@ -89,21 +107,23 @@ public struct AccountsService: Accounts_V1_AccountsService {
         let found = try await core.read { c in email ? try UserQueries.byEmail(c, id) : try UserQueries.byUsername(c, id) }
         // Unknown identifiers are throttled by name, so they behave exactly like real accounts.
         let accountKey = found.map { "user:\($0.id)" } ?? "name:\(AccountRules.key(identifier))"
-        try core.checkThrottle(account: accountKey, address: address)
 
         guard let user = found, let stored = user.passwordHash else {
-            await core.hasher.simulateVerify(request.password)
-            core.recordFailure(account: accountKey, address: address)
+            // The attempt is reserved before the (simulated) check, as for a real account.
+            let attempt = try core.reservePasswordAttempt(account: accountKey, address: address)
+            do { try await core.simulateVerify(request.password) } catch {
+                attempt.release()
+                throw error
+            }
+            attempt.keep()
             throw Self.wrongCredentials
         }
-        guard await core.hasher.verify(request.password, against: stored) else {
-            core.recordFailure(account: accountKey, address: address)
+        guard try await core.checkPassword(request.password, against: stored, account: accountKey, address: address) else {
             core.logger.info("failed login", metadata: ["user": "\(user.id)", "address": "\(address)"])
             throw Self.wrongCredentials
         }
-        core.accountFailures.reset(accountKey)
         // A hash made with older (cheaper) parameters is replaced while we know the password.
-        let rehash = core.hasher.needsRehash(stored) ? try? await core.hasher.hash(request.password) : nil
+        let rehash = core.hasher.needsRehash(stored) ? try? await core.hashPassword(request.password) : nil
 
         let session = NewSession(userID: user.id, guest: false, refreshLifetime: core.sessionLifetime)
         let current = try await core.write { tx -> UserRecord? in
@@ -144,7 +164,7 @@ public struct AccountsService: Accounts_V1_AccountsService {
                 """, hash)
             else { return .unknown }
             let sessionID: String = try row.get("session_id")
-            let now = Clock.nowMilliseconds()
+            let now = SystemClock.nowMilliseconds()
             guard try row.get("revoked_at", as: Int64?.self) == nil, try row.get("deleted_at", as: Int64?.self) == nil else { return .unknown }
             if try row.get("rotated_at", as: Int64?.self) != nil {
                 // Someone kept a token its owner already exchanged: the family is compromised.
@@ -178,7 +198,7 @@ public struct AccountsService: Accounts_V1_AccountsService {
         let caller = try core.caller(context)
         let all = request.allSessions
         let ids = try await core.write { tx -> [String] in
-            let now = Clock.nowMilliseconds()
+            let now = SystemClock.nowMilliseconds()
             if all { return try SessionQueries.revokeAll(tx, userID: caller.userID, reason: "log out everywhere", now: now) }
             try SessionQueries.revoke(tx, sessionID: caller.sessionID, reason: "log out", now: now)
             return [caller.sessionID]
@@ -196,6 +216,9 @@ public struct AccountsService: Accounts_V1_AccountsService {
         var displayName = AccountRules.displayName(request.displayName, into: &errors)
         try errors.throwIfAny()
         if displayName.isEmpty { displayName = "Guest" }
+        if let wait = core.guestsByAddress.attempt(core.clientAddress(context)) {
+            throw AccountsCore.throttled("too many guest accounts from this address", waitMilliseconds: wait)
+        }
 
         let userID = ULID.make()
         let session = NewSession(userID: userID, guest: true, refreshLifetime: core.sessionLifetime)
@@ -234,7 +257,7 @@ public struct AccountsService: Accounts_V1_AccountsService {
         }
         guard user.guest else { throw RPCError(.failedPrecondition, "this account is already a full account: UpgradeGuest is for guest accounts") }
         if !taken.isEmpty { throw Self.alreadyTaken(taken) }
-        let hash = try await core.hasher.hash(request.password)
+        let hash = try await core.hashPassword(request.password)
 
         let session = NewSession(userID: caller.userID, guest: false, refreshLifetime: core.sessionLifetime)
         let (upgraded, revokedIDs) = try await core.write { tx -> (UserRecord, [String]) in

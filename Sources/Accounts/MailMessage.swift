@@ -1,4 +1,5 @@
 import Contracts
+import ServiceKit
 import Foundation
 import Security
 

@@ -1,4 +1,5 @@
 import Contracts
+import ServiceKit
 import Logging
 import Security
 import Storage
@@ -42,7 +43,7 @@ final class ResetMailer: Sendable {
             }) else { return }
             user = try await core.database.write { tx -> UserRecord? in
                 guard let user = try UserQueries.byEmail(tx, email), !user.guest, user.passwordHash != nil else { return nil }
-                let now = Clock.nowMilliseconds()
+                let now = SystemClock.nowMilliseconds()
                 try tx.execute("INSERT INTO password_resets (token_hash, user_id, created_at, expires_at) VALUES (?, ?, ?, ?)",
                                SHA256.hash(token), user.id, now, now + lifetime.milliseconds)
                 return user
@@ -61,7 +62,7 @@ final class ResetMailer: Sendable {
                 Your reset code: \(token)
                 It works once, for \(minutes) minutes. If it was not you, ignore this mail.
                 """,
-            data: ["reset_token": token], createdAt: Clock.nowMilliseconds())
+            data: ["reset_token": token], createdAt: SystemClock.nowMilliseconds())
         for attempt in 1...3 {
             do {
                 try await core.mail.deliver(mail)

@@ -1,4 +1,5 @@
 import Contracts
+import ServiceKit
 import RPCCore
 import Security
 import Storage
@@ -21,7 +22,7 @@ struct NewSession: Sendable {
         self.guest = guest
         refreshToken = SecureRandom.token(bytes: 32)
         refreshHash = SHA256.hash(refreshToken)
-        now = Clock.nowMilliseconds()
+        now = SystemClock.nowMilliseconds()
         refreshExpiresAt = now + refreshLifetime.milliseconds
     }
 
@@ -88,7 +89,7 @@ final class RevokedSessions: Sendable {
     }
 
     func load(from database: Database) throws {
-        let since = Clock.nowMilliseconds() - retention
+        let since = SystemClock.nowMilliseconds() - retention
         let rows = try database.readSync { c in
             try c.query("SELECT id, revoked_at FROM sessions WHERE revoked_at IS NOT NULL AND revoked_at > ?", since)
         }
@@ -96,7 +97,7 @@ final class RevokedSessions: Sendable {
         state.withLock { s in for (id, at) in entries { s[id] = at } }
     }
 
-    func add(_ ids: [String], at now: Int64 = Clock.nowMilliseconds()) {
+    func add(_ ids: [String], at now: Int64 = SystemClock.nowMilliseconds()) {
         guard !ids.isEmpty else { return }
         state.withLock { s in
             for id in ids { s[id] = now }

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import Security
+import ServiceKit
 import Storage
 import Synchronization
 
@@ -50,7 +51,7 @@ public final class SigningKeyRing: Sendable {
     private static func record(_ pair: Ed25519KeyPair, in database: Database, tokenLifetime: Duration) throws -> [PublishedKey] {
         let id = pair.publicKey.keyID
         let raw = pair.publicKey.rawRepresentation
-        let now = Clock.nowMilliseconds()
+        let now = SystemClock.nowMilliseconds()
         // A retired key verifies tokens it signed until they expire (plus the verifiers' leeway).
         let retireAt = now + tokenLifetime.milliseconds + 60_000
         try database.writeSync { tx in
@@ -68,7 +69,7 @@ public final class SigningKeyRing: Sendable {
     }
 
     private static func load(_ database: Database) throws -> [PublishedKey] {
-        let now = Clock.nowMilliseconds()
+        let now = SystemClock.nowMilliseconds()
         return try database.readSync { c in
             try c.query(
                 "SELECT key_id, public_key, created_at, retired_at FROM signing_keys WHERE retired_at IS NULL OR retired_at > ? ORDER BY retired_at IS NOT NULL, created_at DESC",
@@ -91,7 +92,7 @@ public final class SigningKeyRing: Sendable {
 
     /// What GetSigningKeys publishes: the current key first, then retired keys still in use.
     public var published: [PublishedKey] {
-        let now = Clock.nowMilliseconds()
+        let now = SystemClock.nowMilliseconds()
         return state.withLock { s in s.published.filter { $0.retiredAt.map { $0 > now } ?? true } }
     }
 
@@ -124,7 +125,7 @@ public final class SigningKeyRing: Sendable {
 
     /// Rotates when the current key is older than `maxAge`; also drops expired retired keys.
     func maintain(maxAge: Duration?) throws {
-        if let maxAge, Clock.nowMilliseconds() - currentCreatedAt > maxAge.milliseconds {
+        if let maxAge, SystemClock.nowMilliseconds() - currentCreatedAt > maxAge.milliseconds {
             try rotate()
         }
     }

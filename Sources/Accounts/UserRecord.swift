@@ -1,15 +1,6 @@
 import Contracts
+import ServiceKit
 import Storage
-
-/// What both reads (`Connection`) and writes (`Transaction`) can query, so the store's lookups are
-/// written once and used inside either.
-protocol SQLReader {
-    func query(_ sql: String, arguments: [DatabaseValue]) throws -> [Row]
-    func queryOne(_ sql: String, arguments: [DatabaseValue]) throws -> Row?
-}
-
-extension Connection: SQLReader {}
-extension Transaction: SQLReader {}
 
 /// One row of `users`, as the handlers use it.
 struct UserRecord: Sendable {

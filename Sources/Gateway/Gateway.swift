@@ -77,7 +77,7 @@ public final class Gateway: Sendable {
             let methods = route.methods
             let upstream = route.upstream.isEmpty ? Self.upstreamName(ofService: service) : route.upstream
             guard let pool = pools[upstream] else { continue }
-            let proxy = Proxy(pool: pool, serviceToken: configuration.serviceToken, maxDeadline: configuration.maxDeadline,
+            let proxy = Proxy(pool: pool, gatewayToken: configuration.gatewayToken, maxDeadline: configuration.maxDeadline,
                               maxStreamDeadline: configuration.maxStreamDeadline, sweeper: sweeper)
             services.append(ProxyService(serviceName: service, methods: methods.map { ServerMethod($0, proxy.handler(for: $0)) }))
             healthUpstreams[upstream, default: []].append(service)
@@ -86,7 +86,8 @@ public final class Gateway: Sendable {
         let keys: any SigningKeySource = pools["accounts"].map {
             RemoteSigningKeys(client: RPCClient(transport: $0), minRefreshInterval: configuration.keyRefreshInterval, logger: logger)
         } ?? StaticSigningKeys { [:] }
-        // The gateway never accepts a service credential from outside, so it holds none to check.
+        // The gateway never accepts a credential from outside (it strips them), so it holds none
+        // to check: it only verifies users' tokens.
         let verifier = AuthInterceptor(keys: keys, serviceToken: "")
         let policy = GatewayPolicy(
             verifier: verifier,

@@ -21,8 +21,10 @@ public struct GatewayConfiguration: Sendable {
     public var upstreams: [Upstream]
     /// Upstreams the gateway's overall health ("") requires (`GATEWAY_UPSTREAMS`).
     public var requiredUpstreams: Set<String>
-    /// The cluster's service credential, added to every upstream call.
-    public var serviceToken: String
+    /// The gateway's own credential (`GATEWAY_TOKEN`), added to every relayed call: services
+    /// take such calls as a user's, reaching public and authenticated methods only. The gateway
+    /// never holds the service credential.
+    public var gatewayToken: String
 
     /// Largest request message (gRPC) or body (Connect): RESOURCE_EXHAUSTED / 413 past it.
     public var maxRequestBytes = 4 * 1024 * 1024
@@ -57,11 +59,11 @@ public struct GatewayConfiguration: Sendable {
     public static let allUpstreams = ["accounts", "social", "tasks", "finance", "matchmaking"]
 
     public init(host: String = "127.0.0.1", port: Int = 0, upstreams: [Upstream], requiredUpstreams: Set<String>? = nil,
-                serviceToken: String) {
+                gatewayToken: String) {
         self.host = host
         self.port = port
         self.upstreams = upstreams
         self.requiredUpstreams = requiredUpstreams ?? Set(upstreams.map(\.name))
-        self.serviceToken = serviceToken
+        self.gatewayToken = gatewayToken
     }
 }

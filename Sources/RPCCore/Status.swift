@@ -67,15 +67,40 @@ public struct RPCError: Error, Sendable, Hashable, CustomStringConvertible {
     public var trailers: Metadata
     /// Serialized `google.rpc.Status`, sent as `grpc-status-details-bin` when present.
     public var details: [UInt8]?
+    /// What caused it (a storage failure, a peer's error): logged by the server, never sent.
+    /// Not part of equality: two errors with the same status are the same answer.
+    public var cause: (any Error & Sendable)?
 
-    public init(_ code: StatusCode, _ message: String, trailers: Metadata = Metadata(), details: [UInt8]? = nil) {
+    public init(_ code: StatusCode, _ message: String, trailers: Metadata = Metadata(), details: [UInt8]? = nil,
+                cause: (any Error & Sendable)? = nil) {
         self.code = code
         self.message = message
         self.trailers = trailers
         self.details = details
+        self.cause = cause
     }
 
-    public var description: String { "\(code.name): \(message)" }
+    public var description: String {
+        guard let cause else { return "\(code.name): \(message)" }
+        return "\(code.name): \(message) (cause: \(cause))"
+    }
+
+    /// The same error with `cause` attached.
+    public func causedBy(_ cause: any Error & Sendable) -> RPCError {
+        var e = self
+        e.cause = cause
+        return e
+    }
+
+    public static func == (a: RPCError, b: RPCError) -> Bool {
+        a.code == b.code && a.message == b.message && a.trailers == b.trailers && a.details == b.details
+    }
+
+    public func hash(into h: inout Hasher) {
+        h.combine(code)
+        h.combine(message)
+        h.combine(details)
+    }
 
     public static func invalidArgument(_ m: String) -> RPCError { .init(.invalidArgument, m) }
     public static func notFound(_ m: String) -> RPCError { .init(.notFound, m) }

@@ -1,4 +1,5 @@
 import Logging
+import Synchronization
 import RPCCore
 import RPCServices
 import Security
@@ -7,21 +8,45 @@ import Security
 /// access marking in the contracts:
 /// - public: no credential needed; a valid token, if sent, still identifies the caller;
 /// - authenticated: `authorization: Bearer <access token>` verified with accounts' keys;
-/// - internal: the cluster's service credential (`x-service-token`), which clients never have.
+/// - internal: the cluster's service credential (`x-service-token`), which only services have.
+///
+/// Two credentials, two principals. The service credential marks a call from another service
+/// (`isServiceCall`): internal methods open. The gateway's credential (`x-gateway-token`) marks a
+/// user's call relayed by the gateway (`isGatewayCall`): only public and authenticated methods
+/// open (internal ones are PERMISSION_DENIED, as for any client), and the call's
+/// `x-forwarded-for` is the address the gateway saw. Neither header: a client calling directly.
 /// Health and reflection are infrastructure and need nothing.
+///
+/// Token keys: verified with the keys `keys` supplies, refetched when a token names an unknown
+/// key id (rotation) and, so that a key accounts removed stops verifying, at least every
+/// `keyRefreshInterval` (the keys' own cache time when shorter).
 public final class AuthInterceptor: ServerInterceptor {
     public static let serviceTokenHeader = "x-service-token"
+    public static let gatewayTokenHeader = "x-gateway-token"
     /// Infrastructure services: no credential needed (load balancers poll health). The gateway's
     /// policy uses the same list.
     public static let open = Set(StandardServices.standardNames)
+    /// The longest a removed token key keeps verifying here (plus one fetch).
+    public static let defaultKeyRefreshInterval: Duration = .seconds(300)
 
     let keys: any SigningKeySource
     let serviceToken: [UInt8]
+    let gatewayToken: [UInt8]
     let verifier = AccessTokenVerifier(keys: [:])
+    let keyRefreshSeconds: Int64
+    /// Unix seconds after which the next verification refreshes the keys (in the background).
+    private let refreshAt = Atomic<Int64>(0)
+    private let refreshing = Atomic<Bool>(false)
 
-    public init(keys: any SigningKeySource, serviceToken: String) {
+    /// - Parameters:
+    ///   - serviceToken: the credential that opens internal methods ("" → none does).
+    ///   - gatewayToken: the gateway's credential ("" → no call is taken as relayed).
+    public init(keys: any SigningKeySource, serviceToken: String, gatewayToken: String = "",
+                keyRefreshInterval: Duration = AuthInterceptor.defaultKeyRefreshInterval) {
         self.keys = keys
         self.serviceToken = Array(serviceToken.utf8)
+        self.gatewayToken = Array(gatewayToken.utf8)
+        self.keyRefreshSeconds = max(1, keyRefreshInterval.components.seconds)
     }
 
     public func intercept(_ context: ServerContext) async throws {
@@ -34,6 +59,12 @@ public final class AuthInterceptor: ServerInterceptor {
             // A service may act for a user by forwarding the user's token too.
             if let token = Self.bearer(context) { try await attachIdentity(token, context) }
             return
+        }
+        if let presented = context.requestMetadata[Self.gatewayTokenHeader] {
+            guard !gatewayToken.isEmpty, ConstantTime.equals(presented, gatewayToken) else {
+                throw RPCError(.permissionDenied, "invalid gateway credential")
+            }
+            context[key: ServerContext.gatewayCallerKey] = true
         }
         switch context.method.visibility {
         case .internal:
@@ -65,19 +96,47 @@ public final class AuthInterceptor: ServerInterceptor {
         if let identity = try verifyImmediately(token) { return identity }
         // First use, or accounts rotated its key: (re)load the keys once, then retry.
         await keys.refresh()
-        verifier.setKeys(try await keys.keys())
+        try await loadKeys()
         do { return try CallerIdentity(verifier.verify(token)) } catch { throw Self.describe(error) }
     }
 
     /// `verify` without suspending: nil when the token names a key not loaded yet (only `verify`
-    /// can fetch it).
+    /// can fetch it). Starts a background refresh of the keys when the refresh interval passed.
     public func verifyImmediately(_ token: String) throws -> CallerIdentity? {
+        let now = AccessToken.currentTime()
+        if now >= refreshAt.load(ordering: .relaxed) { refreshInBackground(now: now) }
         do {
-            return try CallerIdentity(verifier.verify(token))
+            return try CallerIdentity(verifier.verify(token, now: now))
         } catch .unknownKeyID {
             return nil
         } catch {
             throw Self.describe(error)
+        }
+    }
+
+    /// Loads the current keys into the verifier (which forgets cached verifications when they
+    /// changed) and schedules the next periodic refresh.
+    private func loadKeys() async throws {
+        let current = try await keys.keys()
+        verifier.setKeys(current)
+        refreshAt.store(AccessToken.currentTime() + keyRefreshSeconds, ordering: .relaxed)
+    }
+
+    /// One refresh at a time, off the caller's path: until it lands, the keys in use stay (a
+    /// removed key verifies at most `keyRefreshInterval` plus one fetch longer). When accounts
+    /// is unreachable the keys in use are kept and the next try is a minute later.
+    private func refreshInBackground(now: Int64) {
+        guard refreshing.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else { return }
+        // Nothing loaded yet: the first `verify` loads (no background fetch at startup).
+        guard refreshAt.load(ordering: .relaxed) != 0 else {
+            refreshing.store(false, ordering: .releasing)
+            return
+        }
+        refreshAt.store(now + min(60, keyRefreshSeconds), ordering: .relaxed)
+        Task {
+            defer { self.refreshing.store(false, ordering: .releasing) }
+            await self.keys.refresh()
+            try? await self.loadKeys()
         }
     }
 

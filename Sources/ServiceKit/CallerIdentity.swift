@@ -1,3 +1,4 @@
+import Foundation
 import RPCCore
 import Security
 
@@ -24,6 +25,7 @@ public struct CallerIdentity: Sendable, Hashable {
 extension ServerContext {
     static let identityKey = "servicekit.identity"
     static let serviceCallerKey = "servicekit.service-caller"
+    static let gatewayCallerKey = "servicekit.gateway-caller"
 
     /// The verified caller, when the call carried a valid access token.
     public var identity: CallerIdentity? { self[key: Self.identityKey, as: CallerIdentity.self] }
@@ -36,4 +38,20 @@ extension ServerContext {
 
     /// True when the call carried the cluster's service credential.
     public var isServiceCall: Bool { self[key: Self.serviceCallerKey, as: Bool.self] ?? false }
+
+    /// True when the call is a user's call relayed by the gateway (it carried the gateway's
+    /// credential).
+    public var isGatewayCall: Bool { self[key: Self.gatewayCallerKey, as: Bool.self] ?? false }
+
+    /// The client's address for throttling and logs: the last `x-forwarded-for` entry (the
+    /// address the gateway itself saw) when the gateway relayed the call, else the TCP peer. A
+    /// client's own `x-forwarded-for` is never believed (the gateway strips it, and a direct
+    /// caller has no gateway credential).
+    public var clientAddress: String {
+        if isGatewayCall, let forwarded = requestMetadata["x-forwarded-for"], let last = forwarded.split(separator: ",").last {
+            let a = last.trimmingCharacters(in: .whitespaces)
+            if !a.isEmpty { return a }
+        }
+        return peerHost
+    }
 }

@@ -52,13 +52,14 @@ extension RPCError {
         return RPCError(code, message, details: status.serializedBytes())
     }
 
-    /// RESOURCE_EXHAUSTED with `google.rpc.RetryInfo` saying when to try again.
-    public static func retryLater(_ message: String, after delay: Duration) -> RPCError {
+    /// RESOURCE_EXHAUSTED (or `code`: UNAVAILABLE for load shedding) with `google.rpc.RetryInfo`
+    /// saying when to try again, and a `retry-after` trailer.
+    public static func retryLater(_ message: String, after delay: Duration, code: StatusCode = .resourceExhausted) -> RPCError {
         var info = Google_Rpc_RetryInfo()
         var d = Google_Protobuf_Duration()
         d.seconds = max(1, delay.components.seconds)
         info.retryDelay = d
-        var error = withDetails(.resourceExhausted, message, details: [("type.googleapis.com/google.rpc.RetryInfo", info.serializedBytes())])
+        var error = withDetails(code, message, details: [("type.googleapis.com/google.rpc.RetryInfo", info.serializedBytes())])
         error.trailers.add("retry-after", String(d.seconds))
         return error
     }

@@ -4,10 +4,15 @@ import RPCProtobuf
 import RPCServices
 import RPCTLS
 import RPCTransport
+import ServiceLifecycle
+import Storage
 
-/// Starts one service process the way every service starts: the gRPC server with the access
-/// policy interceptor, health and reflection, background loops (outbox delivery), then waits for
-/// SIGTERM/SIGINT and shuts down gracefully. Executables are config plus one call to `run`.
+/// Starts one service process the way every service starts, on swift-service-lifecycle: a
+/// `ServiceGroup` of the gRPC server (the access policy interceptor, health and reflection) and
+/// the background jobs (outbox delivery, upkeep). SIGTERM/SIGINT start a graceful shutdown in
+/// reverse order: health turns NOT_SERVING and the server drains (GOAWAY, in-flight calls finish
+/// within the grace period), then the background jobs are cancelled, then `run` returns and the
+/// process exits 0. Executables are settings plus one call to `run`.
 public enum ServiceHost {
     public static func bootstrapLogging(level: String) {
         LoggingSystem.bootstrap { label in
@@ -17,47 +22,97 @@ public enum ServiceHost {
         }
     }
 
+    /// The outbox a service delivers: its database and who sends to each destination (by
+    /// default every destination is a peer reached by RPC with the service credential).
+    public struct Outbox: Sendable {
+        public var database: Database
+        public var senders: OutboxSenders?
+        public var retry: OutboxRetryPolicy
+        public init(database: Database, senders: OutboxSenders? = nil, retry: OutboxRetryPolicy = OutboxRetryPolicy()) {
+            self.database = database
+            self.senders = senders
+            self.retry = retry
+        }
+    }
+
+    /// Serves `services` until SIGTERM/SIGINT, with `background` jobs (each runs until cancelled)
+    /// and the `outbox` delivered, then shuts down gracefully and returns.
     public static func run(settings: ServiceSettings, services: [any RPCService], descriptors: ProtoDescriptorSet,
                            keys: any SigningKeySource, logger: Logger,
                            background: [@Sendable () async -> Void] = [],
+                           outbox: Outbox? = nil, peers: PeerClients? = nil,
                            configure: (inout ServerConfiguration) -> Void = { _ in }) async throws {
+        var config = try serverConfiguration(settings: settings)
+        config.interceptors = [AuthInterceptor(keys: keys, serviceToken: settings.serviceToken, gatewayToken: settings.gatewayToken)]
+        configure(&config)
+        let (health, all) = StandardServices.make(for: services, descriptors: descriptors)
+        let server = RPCServer(configuration: config, services: all, logger: logger)
+        let peers = peers ?? PeerClients(settings: settings)
+
+        var jobs = background
+        if let outbox {
+            let delivery = OutboxDelivery(database: outbox.database, retry: outbox.retry, logger: logger,
+                                          deliver: (outbox.senders ?? .rpc(peers: peers)).deliver)
+            jobs.append { await delivery.run() }
+        }
+        ShutdownSignals.install()  // SIGTERM ignored (kept for the group) before we say we listen
+        // Reverse order on shutdown: the server drains first, then the jobs stop.
+        let group = ServiceGroup(configuration: ServiceGroupConfiguration(
+            services: jobs.map {
+                // A job ends only when cancelled: one that returns by itself is a bug, and the
+                // process shuts down gracefully rather than serve without it.
+                .init(service: BackgroundJob(job: $0), successTerminationBehavior: .gracefullyShutdownGroup,
+                      failureTerminationBehavior: .gracefullyShutdownGroup)
+            } + [.init(service: ServerService(server: server, health: health, settings: settings, logger: logger))],
+            gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        try await group.run()
+        await peers.close()
+        logger.info("stopped")
+    }
+
+    /// The server settings every process shares: address, TLS, connection limits from the
+    /// environment (`docs/architecture.md`, "Settings").
+    public static func serverConfiguration(settings: ServiceSettings) throws -> ServerConfiguration {
         var config = ServerConfiguration(host: settings.host, port: settings.port)
         if let cert = settings.tlsCert, let key = settings.tlsKey {
             config.tls = try TLSConfiguration.server(certificateChainPEMFile: cert, privateKeyPEMFile: key, alpn: ["h2"])
         }
-        config.interceptors = [AuthInterceptor(keys: keys, serviceToken: settings.serviceToken)]
-        configure(&config)
-        let (health, all) = StandardServices.make(for: services, descriptors: descriptors)
-        let server = RPCServer(configuration: config, services: all, logger: logger)
-        ShutdownSignals.install()  // before "listening": a SIGTERM from then on exits gracefully
-        let port = try await server.start()
-        logger.info("\(settings.name) listening on \(settings.host):\(port) (data: \(settings.dataDir))")
-        await withTaskGroup(of: Void.self) { group in
-            for job in background { group.addTask { await job() } }
-            await server.runUntilSignalled(logger: logger) { health.markAllNotServing() }
-            group.cancelAll()
-        }
+        return config
     }
 
     /// A client for another service of the cluster, carrying the service credential.
     public static func peerClient(_ peer: String, settings: ServiceSettings) -> RPCClient {
         let (host, port) = settings.peerAddress(peer)
-        let channel = RPCChannel(configuration: ChannelConfiguration(host: host, port: port))
+        let channel = RPCChannel(configuration: settings.peerChannelConfiguration(host: host, port: port))
         return RPCClient(transport: CredentialedTransport(base: channel, serviceToken: settings.serviceToken))
     }
 }
 
-/// Adds the service credential to every call.
-public struct CredentialedTransport: ClientTransport {
-    let base: any ClientTransport
-    let serviceToken: String
-    public init(base: any ClientTransport, serviceToken: String) {
-        self.base = base
-        self.serviceToken = serviceToken
+/// The gRPC server as a lifecycle service: listens when run, drains on graceful shutdown.
+struct ServerService: Service, CustomStringConvertible {
+    let server: RPCServer
+    let health: HealthService
+    let settings: ServiceSettings
+    let logger: Logger
+
+    var description: String { "\(settings.name) gRPC server" }
+
+    func run() async throws {
+        let port = try await server.start()
+        logger.info("\(settings.name) listening on \(settings.host):\(port) (data: \(settings.dataDir))")
+        // Until SIGTERM/SIGINT (or the group is cancelled: a background job failed).
+        try? await gracefulShutdown()
+        logger.info("shutting down gracefully")
+        health.markAllNotServing()
+        await server.shutdownGracefully()
     }
-    public func startCall(_ method: MethodDescriptor, options: CallOptions) async throws -> any RawClientCall {
-        var options = options
-        options.metadata.set(AuthInterceptor.serviceTokenHeader, serviceToken)
-        return try await base.startCall(method, options: options)
+}
+
+/// A loop that runs until cancelled (outbox delivery, upkeep), cancelled on graceful shutdown.
+struct BackgroundJob: Service, CustomStringConvertible {
+    let job: @Sendable () async -> Void
+    var description: String { "background job" }
+    func run() async throws {
+        await cancelWhenGracefulShutdown(job)
     }
 }

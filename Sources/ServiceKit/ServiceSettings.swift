@@ -13,10 +13,27 @@ public struct ServiceOptions: ParsableArguments {
     @Option(name: .customLong("tls-cert"), help: "PEM certificate chain: serve TLS (ALPN h2).") public var tlsCert: String?
     @Option(name: .customLong("tls-key"), help: "PEM private key for --tls-cert.") public var tlsKey: String?
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error (env LOG_LEVEL).") public var logLevel: String?
+    @Flag(name: .customLong("dev-credentials"),
+          help: "Development only (env ALLOW_DEV_CREDENTIALS=1): make missing credentials under $DATA_DIR and accept weak ones.")
+    public var devCredentials = false
     public init() {}
+
+    /// The flags given, by settings key (`<service>.port`, ...): they win over the environment.
+    func flags(for name: String) -> [String: String] {
+        var f: [String: String] = [:]
+        f["\(name).host"] = host
+        f["\(name).port"] = port.map(String.init)
+        f["\(name).data.dir"] = dataDir
+        f["\(name).tls.cert"] = tlsCert
+        f["\(name).tls.key"] = tlsKey
+        f["log.level"] = logLevel
+        if devCredentials { f["allow.dev.credentials"] = "1" }
+        return f
+    }
 }
 
-/// Resolved settings for one service process.
+/// Resolved settings for one service process (and the gateway): where it listens, its data, its
+/// credentials, where its peers are, and the raw `Settings` for what the service reads itself.
 public struct ServiceSettings: Sendable {
     public var name: String
     public var host: String
@@ -25,61 +42,156 @@ public struct ServiceSettings: Sendable {
     public var tlsCert: String?
     public var tlsKey: String?
     public var logLevel: String
-    /// The cluster's shared service credential (env SERVICE_TOKEN, else `<DATA_DIR>/service-token`,
-    /// created on first use with 0600 permissions, so every service started from one data root
-    /// shares it and no client ever sees it).
+    /// The cluster's service credential (`SERVICE_TOKEN`): what services present to each other
+    /// and what opens internal RPCs. The gateway never has it.
     public var serviceToken: String
+    /// The gateway's credential (`GATEWAY_TOKEN`): what the gateway presents on relayed user
+    /// calls. It opens public and authenticated methods only, and tells a service that the call's
+    /// `x-forwarded-for` was written by the gateway.
+    public var gatewayToken: String
+    /// `ALLOW_DEV_CREDENTIALS=1` / `--dev-credentials`: generated and weak credentials accepted.
+    public var devCredentials: Bool
+    /// Everything else, for the service's own settings.
+    public let settings: Settings
     let environment: [String: String]
 
     /// Default ports of the whole system (DESIGN.md).
     public static let defaultPorts = ["gateway": 8080, "accounts": 9101, "tasks": 9102, "finance": 9103,
                                       "social": 9104, "matchmaking": 9105]
 
-    public init(name: String, options: ServiceOptions, environment: [String: String] = ProcessInfo.processInfo.environment) throws {
-        let prefix = name.uppercased()
+    /// Reads the settings of process `name`. `credentials` says which the process needs: a
+    /// service needs both (it presents the service credential and recognises the gateway's),
+    /// the gateway only its own.
+    public init(name: String, options: ServiceOptions, environment: [String: String] = ProcessInfo.processInfo.environment,
+                credentials: Credentials.Needs = .service) throws {
+        let settings = Settings(environment: environment, flags: options.flags(for: name))
+        self.settings = settings
         self.name = name
         self.environment = environment
-        host = options.host ?? environment["\(prefix)_HOST"] ?? "127.0.0.1"
-        guard let port = options.port ?? environment["\(prefix)_PORT"].flatMap(Int.init) ?? Self.defaultPorts[name] else {
-            throw ValidationError("no port for \(name): pass --port or set \(prefix)_PORT")
+        host = settings.string("\(name).host", default: "127.0.0.1")
+        guard let port = try settings.int("\(name).port", range: 0...65535) ?? Self.defaultPorts[name] else {
+            throw ValidationError("no port for \(name): pass --port or set \(Settings.variable("\(name).port"))")
         }
-        guard (0...65535).contains(port) else { throw ValidationError("port \(port) is out of range") }
         self.port = port
-        let root = environment["DATA_DIR"] ?? "./data"
-        dataDir = options.dataDir ?? environment["\(prefix)_DATA_DIR"] ?? "\(root)/\(name)"
-        tlsCert = options.tlsCert ?? environment["\(prefix)_TLS_CERT"]
-        tlsKey = options.tlsKey ?? environment["\(prefix)_TLS_KEY"]
+        let root = settings.string("data.dir", default: "./data")
+        dataDir = settings.string("\(name).data.dir") ?? "\(root)/\(name)"
+        tlsCert = settings.string("\(name).tls.cert")
+        tlsKey = settings.string("\(name).tls.key")
         if (tlsCert == nil) != (tlsKey == nil) { throw ValidationError("--tls-cert and --tls-key go together") }
-        logLevel = options.logLevel ?? environment["LOG_LEVEL"] ?? "info"
-        serviceToken = try environment["SERVICE_TOKEN"] ?? Self.sharedToken(root: root)
+        logLevel = settings.string("log.level", default: "info")
+        devCredentials = try settings.bool("allow.dev.credentials")
+        let resolver = Credentials(settings: settings, root: root, development: devCredentials)
+        serviceToken = credentials == .service ? try resolver.resolve(.service) : ""
+        gatewayToken = try resolver.resolve(.gateway)
         // A peer address that does not parse would silently fall back to the default: refuse it.
         for peer in Self.defaultPorts.keys.sorted() {
-            let variable = "\(peer.uppercased())_ADDR"
-            if let addr = environment[variable], ChannelConfiguration.address(addr) == nil {
-                throw ValidationError("\(variable)='\(addr)' is not host:port")
+            if let addr = settings.string("\(peer).addr"), ChannelConfiguration.address(addr) == nil {
+                throw ValidationError("\(Settings.variable("\(peer).addr"))='\(addr)' is not host:port")
             }
         }
     }
 
     /// Address of another service: `<PEER>_ADDR` (host:port), else 127.0.0.1 and its port.
     public func peerAddress(_ peer: String) -> (host: String, port: Int) {
-        let prefix = peer.uppercased()
-        if let addr = environment["\(prefix)_ADDR"].flatMap(ChannelConfiguration.address) { return addr }
-        let port = environment["\(prefix)_PORT"].flatMap(Int.init) ?? Self.defaultPorts[peer] ?? 0
-        return (environment["\(prefix)_HOST"] ?? "127.0.0.1", port)
+        if let addr = settings.string("\(peer).addr").flatMap(ChannelConfiguration.address) { return addr }
+        let port = (try? settings.int("\(peer).port")) ?? nil
+        return (settings.string("\(peer).host", default: "127.0.0.1"), port ?? Self.defaultPorts[peer] ?? 0)
     }
 
-    static func sharedToken(root: String) throws -> String {
-        let path = "\(root)/service-token"
+    /// How this process connects to a peer: fail fast while it is down (a short connect timeout
+    /// and backoff), so a synchronous read of a peer answers its degraded form quickly.
+    public func peerChannelConfiguration(host: String, port: Int) -> ChannelConfiguration {
+        var c = ChannelConfiguration(host: host, port: port)
+        c.connectTimeout = .seconds(1)
+        c.maxBackoff = .seconds(2)
+        return c
+    }
+}
+
+/// The two credentials of the cluster and where they come from.
+///
+/// Each is read from its variable (`SERVICE_TOKEN`, `GATEWAY_TOKEN`), else from the file its
+/// `_FILE` variable names (a mounted secret), else — only with `ALLOW_DEV_CREDENTIALS=1` — from
+/// `$DATA_DIR/<service-token|gateway-token>`, made on first use with 0600 permissions so every
+/// process started from one data root shares it. Without the development flag a process refuses
+/// to start when a credential is missing, shorter than 32 characters, or a well-known placeholder
+/// (`change-me-in-production`, …): a guessable credential is an open door to internal RPCs.
+public struct Credentials: Sendable {
+    public enum Kind: String, Sendable {
+        case service
+        case gateway
+        var key: String { self == .service ? "service.token" : "gateway.token" }
+        var fileName: String { self == .service ? "service-token" : "gateway-token" }
+    }
+
+    /// Which credentials a process needs.
+    public enum Needs: Sendable {
+        /// A service: both (its own to call peers, the gateway's to recognise relayed calls).
+        case service
+        /// The gateway: its own only.
+        case gateway
+    }
+
+    public static let minimumLength = 32
+    /// Values that are never a real secret (compared lower-cased).
+    public static let placeholders: Set<String> = [
+        "change-me-in-production", "change-me", "changeme", "change_me", "secret", "password", "token", "service-token",
+        "gateway-token", "test", "dev", "development", "example", "default", "insecure", "please-change-me",
+    ]
+
+    let settings: Settings
+    let root: String
+    let development: Bool
+
+    public init(settings: Settings, root: String, development: Bool) {
+        self.settings = settings
+        self.root = root
+        self.development = development
+    }
+
+    /// The credential, or the reason the process cannot start.
+    public func resolve(_ kind: Kind) throws -> String {
+        let variable = Settings.variable(kind.key)
+        var value = settings.string(kind.key, secret: true)
+        if value == nil, let file = settings.string("\(kind.key).file") {
+            guard let text = try? String(contentsOfFile: file, encoding: .utf8) else {
+                throw ValidationError("\(variable)_FILE='\(file)' cannot be read")
+            }
+            value = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        if let value {
+            if let problem = Self.weakness(value), !development {
+                throw ValidationError("\(variable) \(problem): use at least \(Self.minimumLength) random characters "
+                                      + "(e.g. `openssl rand -base64 33`), or set ALLOW_DEV_CREDENTIALS=1 on a development machine")
+            }
+            return value
+        }
+        guard development else {
+            throw ValidationError("\(variable) is not set (nor \(variable)_FILE): set it to at least \(Self.minimumLength) random "
+                                  + "characters shared by the cluster, or set ALLOW_DEV_CREDENTIALS=1 on a development machine "
+                                  + "to use one generated under $DATA_DIR")
+        }
+        return try Self.shared(root: root, fileName: kind.fileName)
+    }
+
+    /// Why `value` is not acceptable as a production credential, or nil.
+    public static func weakness(_ value: String) -> String? {
+        if placeholders.contains(value.lowercased()) { return "is a well-known placeholder ('\(value)')" }
+        if value.count < minimumLength { return "is too short (\(value.count) characters)" }
+        return nil
+    }
+
+    /// `<root>/<fileName>`, made with a new random credential on first use (0600, written whole
+    /// then linked into place: the link fails if another process got there first, whose value
+    /// wins, and a crash never leaves an empty or partial credential behind).
+    static func shared(root: String, fileName: String) throws -> String {
+        let path = "\(root)/\(fileName)"
         let fm = FileManager.default
         try fm.createDirectory(atPath: root, withIntermediateDirectories: true)
         if let existing = try? String(contentsOfFile: path, encoding: .utf8), !existing.isEmpty {
             return existing.trimmingCharacters(in: .whitespacesAndNewlines)
         }
         let token = SecureRandom.token(bytes: 32)
-        // Written whole to a private file, then linked into place: the link fails if another
-        // service got there first (its token wins), and a crash never leaves an empty or partial
-        // credential behind.
         let temporary = "\(path).tmp-\(getpid())"
         unlink(temporary)
         let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
@@ -90,7 +202,7 @@ public struct ServiceSettings: Sendable {
         close(fd)
         defer { unlink(temporary) }
         guard written == bytes.count, synced == 0 else {
-            throw ValidationError("cannot write the service credential \(temporary): \(String(cString: strerror(errno)))")
+            throw ValidationError("cannot write the credential \(temporary): \(String(cString: strerror(errno)))")
         }
         if link(temporary, path) == 0 {
             let dir = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
@@ -99,7 +211,7 @@ public struct ServiceSettings: Sendable {
         }
         // Only "already there" means another process made it first; anything else is the error.
         guard errno == EEXIST else {
-            throw ValidationError("cannot put the service credential at \(path): \(String(cString: strerror(errno)))")
+            throw ValidationError("cannot put the credential at \(path): \(String(cString: strerror(errno)))")
         }
         for _ in 0..<50 {
             if let existing = try? String(contentsOfFile: path, encoding: .utf8), !existing.isEmpty {
@@ -107,6 +219,6 @@ public struct ServiceSettings: Sendable {
             }
             usleep(20_000)
         }
-        throw ValidationError("the service credential at \(path) is empty or unreadable: remove it (a new one is made) or set SERVICE_TOKEN")
+        throw ValidationError("the credential at \(path) is empty or unreadable: remove it (a new one is made)")
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// Moves a value to another thread when the code guarantees a single owner at a time.
 struct UncheckedTransfer<Value>: @unchecked Sendable {
@@ -33,6 +34,9 @@ final class ConnectionWorkers: @unchecked Sendable {
 
     private let condition = NSCondition()
     private let groupCommit: Bool
+    /// Jobs that may wait at once; past it `submit` sheds load (`overloaded`) instead of letting
+    /// every caller wait longer.
+    let maxQueued: Int
     // Guarded by `condition`.
     private var jobs: [Queued?] = []
     private var head = 0
@@ -42,8 +46,9 @@ final class ConnectionWorkers: @unchecked Sendable {
 
     /// - Parameter groupCommit: finish jobs only after an fsync of the WAL that covers their
     ///   commits, one fsync per batch of queued jobs (the writer in `.full` mode).
-    init(name: String, connections: [Connection], groupCommit: Bool = false) {
+    init(name: String, connections: [Connection], groupCommit: Bool = false, maxQueued: Int = 2048) {
         self.groupCommit = groupCommit
+        self.maxQueued = max(1, maxQueued)
         running = connections.count
         for (i, connection) in connections.enumerated() {
             let owned = UncheckedTransfer(value: connection)
@@ -105,11 +110,13 @@ final class ConnectionWorkers: @unchecked Sendable {
         }
     }
 
-    /// Queues a job; throws `closed` once shutdown began.
-    func submit(durableBarrier: Bool = false, _ job: @escaping Job) throws {
+    /// Queues a job; throws `closed` once shutdown began, `overloaded` when `maxQueued` jobs wait
+    /// already (unless `bypassLimit`: the outbox's own reads, which must not starve).
+    func submit(durableBarrier: Bool = false, bypassLimit: Bool = false, _ job: @escaping Job) throws {
         condition.lock()
         defer { condition.unlock() }
         guard !shuttingDown else { throw StorageError.closed }
+        if !bypassLimit && jobs.count - head >= maxQueued { throw StorageError.overloaded(queued: jobs.count - head) }
         jobs.append(Queued(job: job, durableBarrier: durableBarrier))
         condition.signal()
     }
@@ -124,29 +131,43 @@ final class ConnectionWorkers: @unchecked Sendable {
 
     /// Runs `body` on a worker and resumes the caller with its result (after the batch's WAL sync
     /// in group-commit mode). `afterSync` runs on success once the result is durable.
+    ///
+    /// A job whose caller was cancelled before it started (the client went away, its deadline
+    /// passed) is skipped: the body never runs and the caller gets `CancellationError`. A job
+    /// that started runs to its end (a write commits or rolls back as a whole).
     func run<T: Sendable>(
         durableBarrier: Bool = false,
         commits: Bool = true,
+        bypassLimit: Bool = false,
         afterSync: (@Sendable (T) -> Void)? = nil,
         _ body: @escaping @Sendable (Connection) throws -> T
     ) async throws -> T {
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, Error>) in
-            do {
-                try submit(durableBarrier: durableBarrier) { connection in
-                    let result = Result { try body(connection) }
-                    let committed = commits && result.isSuccess
-                    return Outcome(committed: committed) { syncError in
-                        if let syncError, committed {
-                            continuation.resume(throwing: syncError)
-                            return
+        if Task.isCancelled { throw CancellationError() }
+        let ticket = JobTicket()
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, Error>) in
+                do {
+                    try submit(durableBarrier: durableBarrier, bypassLimit: bypassLimit) { connection in
+                        guard !ticket.isCancelled else {
+                            return Outcome(committed: false) { _ in continuation.resume(throwing: CancellationError()) }
                         }
-                        if case .success(let value) = result { afterSync?(value) }
-                        continuation.resume(with: result)
+                        let result = Result { try body(connection) }
+                        let committed = commits && result.isSuccess
+                        return Outcome(committed: committed) { syncError in
+                            if let syncError, committed {
+                                continuation.resume(throwing: syncError)
+                                return
+                            }
+                            if case .success(let value) = result { afterSync?(value) }
+                            continuation.resume(with: result)
+                        }
                     }
+                } catch {
+                    continuation.resume(throwing: error)
                 }
-            } catch {
-                continuation.resume(throwing: error)
             }
+        } onCancel: {
+            ticket.cancel()
         }
     }
 
@@ -185,6 +206,13 @@ final class ConnectionWorkers: @unchecked Sendable {
         }
         condition.unlock()
     }
+}
+
+/// Set when a queued job's caller is cancelled: the worker skips the job.
+final class JobTicket: Sendable {
+    private let cancelled = Atomic<Bool>(false)
+    var isCancelled: Bool { cancelled.load(ordering: .acquiring) }
+    func cancel() { cancelled.store(true, ordering: .releasing) }
 }
 
 private final class SyncState<T> {

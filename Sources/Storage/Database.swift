@@ -38,11 +38,17 @@ public final class Database: Sendable {
         public var busyTimeout: Duration
         /// Reader connections (and threads). Reads are short, so a few suffice.
         public var readerCount: Int
+        /// Jobs that may wait for the writer thread, and for the reader threads: past it a call
+        /// fails at once with `overloaded` (UNAVAILABLE, retry shortly) instead of queueing
+        /// without bound. A few thousand is tens of milliseconds of work at this store's speed.
+        public var maxQueuedJobs: Int
 
-        public init(synchronous: Synchronous = .full, busyTimeout: Duration = .seconds(5), readerCount: Int = 3) {
+        public init(synchronous: Synchronous = .full, busyTimeout: Duration = .seconds(5), readerCount: Int = 3,
+                    maxQueuedJobs: Int = 2048) {
             self.synchronous = synchronous
             self.busyTimeout = busyTimeout
             self.readerCount = readerCount
+            self.maxQueuedJobs = maxQueuedJobs
         }
     }
 
@@ -62,8 +68,9 @@ public final class Database: Sendable {
         self.logger = logger
         self.lock = lock
         let name = URL(fileURLWithPath: path).deletingPathExtension().lastPathComponent
-        self.writer = ConnectionWorkers(name: "db-\(name)-writer", connections: [writer], groupCommit: options.synchronous == .full)
-        self.readers = ConnectionWorkers(name: "db-\(name)-reader", connections: readers)
+        self.writer = ConnectionWorkers(name: "db-\(name)-writer", connections: [writer], groupCommit: options.synchronous == .full,
+                                        maxQueued: options.maxQueuedJobs)
+        self.readers = ConnectionWorkers(name: "db-\(name)-reader", connections: readers, maxQueued: options.maxQueuedJobs)
     }
 
     deinit { close() }
@@ -196,7 +203,7 @@ public final class Database: Sendable {
     /// group-commit fsync): what the outbox delivers from, so no peer ever acts on a commit that
     /// a power cut could still take back.
     func readDurable<T: Sendable>(_ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
-        try await writer.run(durableBarrier: true, commits: false) { connection in try Self.runRead(connection, body) }
+        try await writer.run(durableBarrier: true, commits: false, bypassLimit: true) { connection in try Self.runRead(connection, body) }
     }
 
     static func runRead<T>(_ connection: Connection, _ body: (Connection) throws -> T) throws -> T {

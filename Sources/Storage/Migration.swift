@@ -54,4 +54,11 @@ extension Migration {
             ) WITHOUT ROWID;
             """
     )
+
+    /// Pending events by destination in id order: each destination's queue is read on its own
+    /// (`OutboxDelivery` delivers every destination in order, with its own backoff).
+    public static let outboxByDestination = Migration(
+        name: "storage.outbox.v2-by-destination",
+        sql: "CREATE INDEX outbox_pending_by_destination ON outbox(destination, id) WHERE delivered_at IS NULL"
+    )
 }

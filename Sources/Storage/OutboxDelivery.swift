@@ -28,15 +28,16 @@ public struct OutboxRetryPolicy: Sendable {
     }
 }
 
-/// Delivers the outbox: picks due events, hands each to `deliver`, marks it delivered on success,
-/// and on failure records the error and schedules a retry with backoff. Delivery is at least once
-/// (a crash between the peer's acknowledgement and our mark redelivers), so receivers deduplicate
-/// by event id (`Transaction.markProcessedOnce`).
+/// Delivers the outbox: each destination's events strictly in id order, each destination with its
+/// own backoff, destinations independently of each other. An event handed to `deliver` is marked
+/// delivered when it returns; when it throws, the error is recorded on the event, the event waits
+/// `OutboxRetryPolicy.delay`, and every later event of that destination waits behind it (a later
+/// event never overtakes an earlier failed one, and a dead peer costs one attempt per backoff
+/// step, however many events wait for it). Other destinations are not slowed.
 ///
-/// Destinations are delivered concurrently, each in id order. When an event fails, the rest of
-/// its destination's due events wait with it (the peer is likely down), so a dead peer costs one
-/// attempt per backoff step, not one per event. Run exactly one per database: the process lock
-/// makes that one per process.
+/// Delivery is at least once (a crash between the peer's acknowledgement and our mark redelivers,
+/// in order), so receivers deduplicate by event id (`Transaction.markProcessedOnce`). Run exactly
+/// one per database: the process lock makes that one per process.
 public final class OutboxDelivery: Sendable {
     public typealias Deliver = @Sendable (OutboxEvent) async throws -> Void
 
@@ -46,7 +47,10 @@ public final class OutboxDelivery: Sendable {
     private let batchSize: Int
     private let logger: Logger
     private let deliver: Deliver
-    private let wakeup = WakeSignal()
+    /// Wakes the loop that starts a destination's loop when its first event appears.
+    private let supervisorWake = WakeSignal()
+    /// One wake-up per destination loop (a commit wakes them all; each then reads its own queue).
+    private let destinationWakes = Mutex<[String: WakeSignal]>([:])
 
     public init(
         database: Database,
@@ -64,115 +68,163 @@ public final class OutboxDelivery: Sendable {
         self.deliver = deliver
     }
 
-    /// Delivers until the task is cancelled, then returns. Commits that enqueue events wake it at
-    /// once; otherwise it looks again at the next due time or after `pollInterval`. Storage errors
-    /// are logged and retried, never thrown.
+    /// Delivers until the task is cancelled, then returns: one loop per destination with pending
+    /// events (started as destinations appear). Commits that enqueue events wake the loops at
+    /// once; a loop in backoff goes back to sleep until its head event is due. Storage errors are
+    /// logged and retried, never thrown.
     public func run() async {
-        let wakeup = self.wakeup
-        let observer = database.outboxSignal.add { wakeup.signal() }
+        let observer = database.outboxSignal.add { [self] in wakeAll() }
         defer { database.outboxSignal.remove(observer) }
+        await withTaskGroup(of: Void.self) { group in
+            var running = Set<String>()
+            while !Task.isCancelled {
+                do {
+                    for destination in try await pendingDestinations() where running.insert(destination).inserted {
+                        group.addTask { await self.runDestination(destination) }
+                    }
+                } catch {
+                    if Task.isCancelled { break }
+                    logger.error("outbox: cannot list destinations", metadata: ["error": "\(error)", "database": "\(database.path)"])
+                }
+                await supervisorWake.wait(upTo: pollInterval)
+            }
+            group.cancelAll()
+        }
+    }
+
+    private func wakeAll() {
+        supervisorWake.signal()
+        for w in destinationWakes.withLock({ Array($0.values) }) { w.signal() }
+    }
+
+    private func wake(for destination: String) -> WakeSignal {
+        destinationWakes.withLock { w in
+            if let existing = w[destination] { return existing }
+            let new = WakeSignal()
+            w[destination] = new
+            return new
+        }
+    }
+
+    /// One destination's loop: deliver what is due in order, then sleep until the head event is
+    /// due, a commit wakes it, or `pollInterval`.
+    private func runDestination(_ destination: String) async {
+        let wake = wake(for: destination)
         while !Task.isCancelled {
             var wait = pollInterval
             do {
-                let pass = try await deliverDue()
-                if pass.attempted >= batchSize { continue }  // more may be due right now
+                let pass = try await deliverDue(destination: destination)
+                if pass.moreDue { continue }
                 if let next = pass.nextDue {
-                    let untilNext = Duration.milliseconds(max(0, next.unixMilliseconds - Date().unixMilliseconds))
-                    wait = min(wait, untilNext)
+                    wait = min(wait, .milliseconds(max(0, next.unixMilliseconds - Date().unixMilliseconds)))
                 }
             } catch {
                 if Task.isCancelled { break }
-                logger.error("outbox pass failed", metadata: ["error": "\(error)", "database": "\(database.path)"])
+                logger.error("outbox pass failed", metadata: ["error": "\(error)", "destination": "\(destination)", "database": "\(database.path)"])
             }
-            await wakeup.wait(upTo: wait)
+            await wake.wait(upTo: wait)
         }
     }
 
     /// What one pass did.
     public struct Pass: Sendable {
+        /// Events handed to `deliver`.
         public var attempted: Int
         public var delivered: Int
-        /// When the earliest pending event becomes due, or nil when nothing is pending.
+        /// When the earliest waiting event (a destination's head in backoff) becomes due, or nil
+        /// when nothing waits.
         public var nextDue: Date?
+        /// A full batch went out: more may be due right now.
+        var moreDue = false
     }
 
-    /// One pass over the events due now.
+    /// One pass now over every destination (concurrently), each in order up to its first failure
+    /// or waiting event (tests and tools; `run` loops per destination).
     @discardableResult
     public func deliverDue() async throws -> Pass {
-        let now = Date().unixMilliseconds
-        let limit = batchSize
-        let due = try await database.readDurable { c in
-            try c.query(
-                "SELECT \(OutboxEvent.columns) FROM outbox WHERE delivered_at IS NULL AND next_attempt_at <= ? ORDER BY id LIMIT ?",
-                now, limit
-            ).map(OutboxEvent.init(row:))
-        }
-        var byDestination: [String: [OutboxEvent]] = [:]
-        var order: [String] = []
-        for event in due {
-            if byDestination[event.destination] == nil { order.append(event.destination) }
-            byDestination[event.destination, default: []].append(event)
-        }
-        let delivered = await withTaskGroup(of: Int.self) { group in
-            for destination in order {
-                let events = byDestination[destination]!
-                group.addTask { await self.deliverInOrder(events) }
+        let destinations = try await pendingDestinations()
+        return try await withThrowingTaskGroup(of: Pass.self) { group in
+            for d in destinations { group.addTask { try await self.deliverDue(destination: d) } }
+            var total = Pass(attempted: 0, delivered: 0, nextDue: nil)
+            for try await p in group {
+                total.attempted += p.attempted
+                total.delivered += p.delivered
+                if let n = p.nextDue { total.nextDue = min(total.nextDue ?? n, n) }
             }
-            return await group.reduce(0, +)
+            return total
         }
-        let nextDue = try await database.read { c in
-            try c.queryOne("SELECT min(next_attempt_at) FROM outbox WHERE delivered_at IS NULL")?.get(0, as: Int64?.self)
-        }
-        return Pass(attempted: due.count, delivered: delivered, nextDue: nextDue.map(Date.init(unixMilliseconds:)))
     }
 
-    /// Delivers one destination's events in order; stops at the first failure and defers the rest.
-    private func deliverInOrder(_ events: [OutboxEvent]) async -> Int {
-        var delivered = 0
-        for (i, event) in events.enumerated() {
+    private func pendingDestinations() async throws -> [String] {
+        try await database.read { c in
+            try c.query("SELECT DISTINCT destination FROM outbox WHERE delivered_at IS NULL").map { try $0.get(0, as: String.self) }
+        }
+    }
+
+    /// Delivers `destination`'s due events in id order, up to `batchSize`: stops at the first
+    /// failure (recorded, with its backoff) or at the first event not due yet. Delivered events
+    /// are marked in one write after the run (a crash before it redelivers them, in order).
+    func deliverDue(destination: String) async throws -> Pass {
+        let limit = batchSize
+        // Read on the writer behind the pending group-commit fsync: never deliver a commit a
+        // power cut could still take back.
+        let head = try await database.readDurable { c in
+            try c.query(
+                "SELECT \(OutboxEvent.columns) FROM outbox WHERE delivered_at IS NULL AND destination = ? ORDER BY id LIMIT ?",
+                destination, limit
+            ).map(OutboxEvent.init(row:))
+        }
+        var pass = Pass(attempted: 0, delivered: 0, nextDue: nil)
+        var delivered: [Int64] = []
+        var failure: (event: OutboxEvent, attempts: Int, next: Int64, message: String)?
+        for event in head {
+            let now = Date().unixMilliseconds
+            if event.nextAttemptAt.unixMilliseconds > now {
+                pass.nextDue = event.nextAttemptAt
+                break
+            }
+            pass.attempted += 1
             do {
-                try await self.deliver(event)
+                try await deliver(event)
+                delivered.append(event.id)
             } catch {
-                if Task.isCancelled { return delivered }  // shutting down: not the peer's fault
+                if Task.isCancelled { break }  // shutting down: not the peer's fault
                 let attempts = event.attempts + 1
                 let next = Date().unixMilliseconds + retry.delay(afterAttempt: attempts).milliseconds
                 let message = String(String(describing: error).prefix(1000))
-                let rest = events[(i + 1)...].map(\.id)
                 logger.warning(
                     "outbox delivery failed",
                     metadata: [
-                        "event": "\(event.eventID)", "destination": "\(event.destination)", "kind": "\(event.kind)",
-                        "attempts": "\(attempts)", "error": "\(message)",
+                        "event": "\(event.eventID)", "destination": "\(destination)", "kind": "\(event.kind)",
+                        "attempts": "\(attempts)", "error": "\(message)", "retry_in_ms": "\(next - Date().unixMilliseconds)",
                     ]
                 )
-                do {
-                    try await database.write { tx in
-                        try tx.execute(
-                            "UPDATE outbox SET attempts = ?, next_attempt_at = ?, last_error = ? WHERE id = ?",
-                            attempts, next, message, event.id
-                        )
-                        for id in rest {
-                            try tx.execute("UPDATE outbox SET next_attempt_at = max(next_attempt_at, ?) WHERE id = ?", next, id)
-                        }
-                    }
-                } catch {
-                    logger.error("cannot record outbox failure", metadata: ["event": "\(event.eventID)", "error": "\(error)"])
-                }
-                return delivered
-            }
-            do {
-                let now = Date().unixMilliseconds
-                try await database.write { tx in
-                    try tx.execute("UPDATE outbox SET delivered_at = ?, attempts = attempts + 1, last_error = NULL WHERE id = ?", now, event.id)
-                }
-                delivered += 1
-            } catch {
-                // It was delivered but not marked: it will be redelivered, which receivers absorb.
-                logger.error("cannot mark outbox event delivered", metadata: ["event": "\(event.eventID)", "error": "\(error)"])
-                return delivered
+                failure = (event, attempts, next, message)
+                pass.nextDue = Date(unixMilliseconds: next)
+                break
             }
         }
-        return delivered
+        pass.delivered = delivered.count
+        pass.moreDue = head.count == limit && delivered.count == limit
+        guard !delivered.isEmpty || failure != nil else { return pass }
+        let deliveredIDs = delivered, failed = failure.map { ($0.event.id, $0.attempts, $0.next, $0.message) }
+        do {
+            let now = Date().unixMilliseconds
+            try await database.write { tx in
+                for id in deliveredIDs {
+                    try tx.execute("UPDATE outbox SET delivered_at = ?, attempts = attempts + 1, last_error = NULL WHERE id = ?", now, id)
+                }
+                if let (id, attempts, next, message) = failed {
+                    try tx.execute("UPDATE outbox SET attempts = ?, next_attempt_at = ?, last_error = ? WHERE id = ?",
+                                   attempts, next, message, id)
+                }
+            }
+        } catch {
+            // Delivered but not marked: they will be redelivered in order, which receivers absorb.
+            logger.error("cannot record outbox delivery", metadata: ["destination": "\(destination)", "error": "\(error)"])
+            throw error
+        }
+        return pass
     }
 }
 

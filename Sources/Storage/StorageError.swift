@@ -37,6 +37,9 @@ public enum StorageError: Error, Sendable, Hashable, CustomStringConvertible {
     case misuse(String)
     /// The database was closed.
     case closed
+    /// Too many jobs wait for the database threads already: the request is shed at once rather
+    /// than queued behind them (the caller retries shortly).
+    case overloaded(queued: Int)
 
     public var description: String {
         switch self {
@@ -72,6 +75,8 @@ public enum StorageError: Error, Sendable, Hashable, CustomStringConvertible {
             return "storage misuse: \(message)"
         case .closed:
             return "the database is closed"
+        case .overloaded(let queued):
+            return "storage overloaded: \(queued) jobs already wait for the database threads"
         }
     }
 
@@ -93,6 +98,10 @@ public enum StorageError: Error, Sendable, Hashable, CustomStringConvertible {
             return RPCError(.unavailable, "storage is full; retry later")
         case .closed:
             return RPCError(.unavailable, "the service is shutting down; retry")
+        case .overloaded:
+            var trailers = Metadata()
+            trailers.add("retry-after", "1")
+            return RPCError(.unavailable, "the service is overloaded; retry in a second", trailers: trailers)
         case .corrupt, .constraintViolation, .typeMismatch, .noSuchColumn, .sqlite, .misuse:
             return RPCError(.internal, "internal storage error")
         }

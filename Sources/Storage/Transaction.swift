@@ -57,3 +57,23 @@ public final class Transaction {
     /// Rows changed by the last INSERT, UPDATE or DELETE.
     public var changes: Int { connection.changes }
 }
+
+/// What both reads (`Connection`) and writes (`Transaction`) can query, so a store's lookups are
+/// written once and used inside either.
+public protocol SQLReader {
+    func query(_ sql: String, arguments: [DatabaseValue]) throws -> [Row]
+    func queryOne(_ sql: String, arguments: [DatabaseValue]) throws -> Row?
+}
+
+extension SQLReader {
+    public func query(_ sql: String, _ arguments: (any DatabaseValueConvertible)?...) throws -> [Row] {
+        try query(sql, arguments: Connection.values(arguments))
+    }
+
+    public func queryOne(_ sql: String, _ arguments: (any DatabaseValueConvertible)?...) throws -> Row? {
+        try queryOne(sql, arguments: Connection.values(arguments))
+    }
+}
+
+extension Connection: SQLReader {}
+extension Transaction: SQLReader {}

@@ -22,15 +22,16 @@ struct AccountsServiceCommand: AsyncParsableCommand {
         let settings = try ServiceSettings(name: "accounts", options: options)
         ServiceHost.bootstrapLogging(level: settings.logLevel)
         let logger = Logger(label: "accounts")
-        let configuration = try AccountsConfiguration.fromEnvironment(dataDirectory: settings.dataDir)
+        let configuration = try AccountsConfiguration.from(settings.settings, dataDirectory: settings.dataDir)
         let core = try AccountsCore(configuration: configuration, logger: logger)
         defer { core.close() }
         if rotateSigningKey { try core.keys.rotate() }
         logger.info("password hashing: \(configuration.passwordParameters); mail: \(configuration.mail)")
-        let deliverer = UserDeletionDeliverer(core: core) { peer in ServiceHost.peerClient(peer, settings: settings) }
+        let peers = PeerClients(settings: settings)
         try await ServiceHost.run(
             settings: settings, services: core.services, descriptors: ContractsDescriptors.descriptorSet,
-            keys: core.signingKeySource, logger: logger, background: core.backgroundJobs(deliverer: deliverer)
+            keys: core.signingKeySource, logger: logger, background: core.backgroundJobs,
+            outbox: .init(database: core.database, senders: core.outboxSenders(peers: peers)), peers: peers
         ) { server in
             server.maxReceiveMessageSize = configuration.maxRequestBytes
             server.initialWindowSize = configuration.streamWindowBytes

@@ -16,7 +16,7 @@ struct GatewayCommand: AsyncParsableCommand {
 
     func run() async throws {
         let environment = ProcessInfo.processInfo.environment
-        let settings = try ServiceSettings(name: "gateway", options: options, environment: environment)
+        let settings = try ServiceSettings(name: "gateway", options: options, environment: environment, credentials: .gateway)
         ServiceHost.bootstrapLogging(level: settings.logLevel)
         let logger = Logger(label: "gateway")
         let config = try GatewayConfiguration.from(settings: settings, environment: environment)

@@ -23,6 +23,8 @@ final class ServiceProcess: @unchecked Sendable {
                              "--data-dir", dataDir] + extraArguments
         var env = ProcessInfo.processInfo.environment
         env["SERVICE_TOKEN"] = testServiceToken
+        env["ALLOW_DEV_CREDENTIALS"] = "1"  // the test credentials are short; the gateway's is generated
+        env["DATA_DIR"] = dataDir
         env["ACCOUNTS_SCRYPT_N"] = "1024"
         env["LOG_LEVEL"] = "info"
         for (k, v) in environment { env[k] = v }
@@ -150,7 +152,9 @@ struct ProcessTests {
     @Test func killedDuringSignUpsLosesNothingAcknowledged() async throws {
         let dir = Self.tempDir()
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        let service = try ServiceProcess(dataDir: dir)
+        // Every sign-up comes from this one address: lift the per-address limit for the burst.
+        let burstEnvironment = ["ACCOUNTS_SIGNUPS_PER_ADDRESS": "100000"]
+        let service = try ServiceProcess(dataDir: dir, environment: burstEnvironment)
         defer { service.forceStop() }
         let port = try await service.waitUntilListening()
         let channel = RPCChannel(host: "127.0.0.1", port: port)

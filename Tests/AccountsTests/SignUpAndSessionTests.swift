@@ -155,13 +155,18 @@ struct SignUpAndSessionTests {
             let f = await expectFailure(.resourceExhausted) { try await env.logIn(name) }
             #expect((f?.retryDelaySeconds ?? 0) > 0)
 
-            // Through the gateway (service credential), the client address is x-forwarded-for.
-            let viaGateway = Accounts_V1_AccountsClient(RPCClient(transport: CredentialedTransport(base: env.channel, serviceToken: testServiceToken)))
+            // Through the gateway (its credential), the client address is x-forwarded-for.
+            let viaGateway = Accounts_V1_AccountsClient(RPCClient(transport: CredentialedTransport(base: env.channel, gatewayToken: testGatewayToken)))
             let forwarded = CallOptions(metadata: Metadata([("x-forwarded-for", "203.0.113.7")]))
             _ = try await viaGateway.logIn(logInRequest(username: name, password: "correct horse battery staple"), options: forwarded)
             // A client cannot pick its address without the credential: the header is ignored.
             await expectFailure(.resourceExhausted) {
                 try await env.accounts.logIn(logInRequest(username: name, password: "correct horse battery staple"), options: forwarded)
+            }
+            // Nor can another service: only the gateway's credential vouches for x-forwarded-for.
+            let viaService = Accounts_V1_AccountsClient(RPCClient(transport: CredentialedTransport(base: env.channel, serviceToken: testServiceToken)))
+            await expectFailure(.resourceExhausted) {
+                try await viaService.logIn(logInRequest(username: name, password: "correct horse battery staple"), options: forwarded)
             }
         }
     }

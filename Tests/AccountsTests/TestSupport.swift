@@ -13,6 +13,8 @@ import Testing
 
 /// The service credential of the in-process test servers.
 let testServiceToken = "test-service-token-0123456789"
+/// The gateway's credential the in-process test servers recognise (relayed user calls).
+let testGatewayToken = "test-gateway-token-0123456789"
 
 /// Every log line of a test server, so tests can check that no secret is ever logged.
 final class CapturedLogs: Sendable {
@@ -87,7 +89,7 @@ final class TestAccounts: Sendable {
         config.threads = 1
         config.maxReceiveMessageSize = configuration.maxRequestBytes
         config.initialWindowSize = configuration.streamWindowBytes
-        config.interceptors = [AuthInterceptor(keys: core.signingKeySource, serviceToken: testServiceToken)]
+        config.interceptors = [AuthInterceptor(keys: core.signingKeySource, serviceToken: testServiceToken, gatewayToken: testGatewayToken)]
         let (_, services) = StandardServices.make(for: core.services, descriptors: ContractsDescriptors.descriptorSet)
         let server = RPCServer(configuration: config, services: services, logger: logger)
         let port = try await server.start()

@@ -27,7 +27,8 @@ import Testing
         #expect(r.body == #"{"user":{"userId":"u-ada","username":"ada","displayName":"Ada \"L\" Ω","createdAt":"2023-11-14T22:13:20.120Z"},"session":{"sessionId":"s-1","accessToken":"token-for-ada"}}"#)
         let seen = try #require(h.recorder.last(Accounts_V1_AccountsMethods.logIn.path))
         #expect(seen["x-forwarded-for"] == "127.0.0.1")
-        #expect(seen["x-service-token"] == Fake.serviceToken)
+        #expect(seen["x-gateway-token"] == Fake.gatewayToken)
+        #expect(seen["x-service-token"] == nil, "the gateway never holds the service credential")
     }
 
     @Test func protoNamesNestedMessagesAndWrappers() async throws {

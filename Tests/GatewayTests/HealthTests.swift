@@ -82,9 +82,9 @@ import Testing
 
     @Test func configurationFromTheEnvironment() throws {
         let options = try ServiceOptions.parse([])
-        let env = ["GATEWAY_PORT": "18080", "ACCOUNTS_ADDR": "10.0.0.5:7000", "TASKS_PORT": "7002", "SERVICE_TOKEN": "t",
+        let env = ["GATEWAY_PORT": "18080", "ACCOUNTS_ADDR": "10.0.0.5:7000", "TASKS_PORT": "7002", "GATEWAY_TOKEN": "t", "ALLOW_DEV_CREDENTIALS": "1",
                    "GATEWAY_UPSTREAMS": "accounts, tasks", "GATEWAY_USER_RATE": "5", "GATEWAY_MAX_DEADLINE_MS": "1500"]
-        let settings = try ServiceSettings(name: "gateway", options: options, environment: env)
+        let settings = try ServiceSettings(name: "gateway", options: options, environment: env, credentials: .gateway)
         let c = try GatewayConfiguration.from(settings: settings, environment: env)
         #expect(c.port == 18080)
         #expect(c.upstreams.first { $0.name == "accounts" } == .init(name: "accounts", host: "10.0.0.5", port: 7000))
@@ -93,7 +93,7 @@ import Testing
         #expect(c.requiredUpstreams == ["accounts", "tasks"])
         #expect(c.userRate == 5)
         #expect(c.maxDeadline == .milliseconds(1500))
-        #expect(c.serviceToken == "t")
+        #expect(c.gatewayToken == "t")
         #expect(throws: (any Error).self) {
             try GatewayConfiguration.from(settings: settings, environment: ["GATEWAY_UPSTREAMS": "bogus"])
         }

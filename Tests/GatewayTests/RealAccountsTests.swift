@@ -27,13 +27,14 @@ import Testing
         serverConfig.threads = 1
         serverConfig.maxReceiveMessageSize = configuration.maxRequestBytes
         serverConfig.initialWindowSize = configuration.streamWindowBytes
-        serverConfig.interceptors = [AuthInterceptor(keys: core.signingKeySource, serviceToken: Fake.serviceToken)]
+        serverConfig.interceptors = [AuthInterceptor(keys: core.signingKeySource, serviceToken: Fake.serviceToken,
+                                                     gatewayToken: Fake.gatewayToken)]
         let (_, services) = StandardServices.make(for: core.services, descriptors: ContractsDescriptors.descriptorSet)
         let server = RPCServer(configuration: serverConfig, services: services, logger: logger)
         let accountsPort = try await server.start()
 
         var config = GatewayConfiguration(upstreams: [.init(name: "accounts", host: "127.0.0.1", port: accountsPort)],
-                                          serviceToken: Fake.serviceToken)
+                                          gatewayToken: Fake.gatewayToken)
         config.threads = 1
         let gateway = try Gateway(configuration: config, logger: logger)
         let port = try await gateway.start()

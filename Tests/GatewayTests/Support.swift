@@ -59,6 +59,7 @@ final class Recorder: Sendable {
 
 enum Fake {
     static let serviceToken = "test-service-token"
+    static let gatewayToken = "test-gateway-token"
 
     /// A public fake of accounts.v1.Accounts: keys, LogIn, GetMyProfile (who the token says),
     /// SignUp (errors with details), UpdateProfile (echo), and one internal method.
@@ -274,7 +275,7 @@ final class FakeUpstream: Sendable {
         config.threads = 1
         config.initialWindowSize = 8 << 20
         config.interceptors = [AuthInterceptor(keys: StaticSigningKeys { Dictionary(keys.all, uniquingKeysWith: { a, _ in a }) },
-                                               serviceToken: Fake.serviceToken)]
+                                               serviceToken: Fake.serviceToken, gatewayToken: Fake.gatewayToken)]
         let (_, all) = StandardServices.make(for: services, descriptors: ContractsDescriptors.descriptorSet)
         let server = RPCServer(configuration: config, services: all)
         self.server = server
@@ -303,7 +304,7 @@ final class Harness: Sendable {
         var config = GatewayConfiguration(
             upstreams: [.init(name: "accounts", host: "127.0.0.1", port: accounts.port),
                         .init(name: "social", host: "127.0.0.1", port: social.port)],
-            serviceToken: Fake.serviceToken)
+            gatewayToken: Fake.gatewayToken)
         config.threads = 2
         config.userRate = 1000
         config.userBurst = 1000

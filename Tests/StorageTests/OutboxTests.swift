@@ -91,13 +91,13 @@ import Testing
             for i in 1...2 { try tx.enqueueOutbox(eventID: "f\(i)", destination: "finance", kind: "settle", payload: [UInt8(i)]) }
         }
         let pass = try await delivery.deliverDue()
-        #expect(pass.attempted == 5)
+        #expect(pass.attempted == 3)  // s1 (failed), f1, f2; s2 and s3 are not even tried
         #expect(pass.delivered == 2)
         #expect(Set(calls.withLock { $0 }) == ["s1", "f1", "f2"])  // s2, s3 wait behind s1
         let pending = try await db.pendingOutbox()
         #expect(pending.map(\.eventID) == ["s1", "s2", "s3"])
         #expect(pending.map(\.attempts) == [1, 0, 0])
-        #expect(pending.allSatisfy { $0.nextAttemptAt > Date().addingTimeInterval(30) })
+        #expect(pending[0].nextAttemptAt > Date().addingTimeInterval(30))  // the head's backoff holds the rest
         // Nothing is due now: a second pass attempts nothing.
         let again = try await delivery.deliverDue()
         #expect(again.attempted == 0)

@@ -2,15 +2,16 @@ import RPCCore
 
 /// Which request headers reach the services and which the gateway sets itself.
 ///
-/// Services trust a few headers only when the call carries the cluster's service credential
-/// (`x-service-token`), which the gateway adds: the client's address (`x-forwarded-for`) and,
+/// Services trust a few headers only when the call carries the gateway's credential
+/// (`x-gateway-token`), which the gateway adds: the client's address (`x-forwarded-for`) and,
 /// in general, anything naming an identity. A client must never be able to set those, so every
-/// reserved name is removed from what the client sent before the gateway adds its own values.
-/// The caller's `authorization` passes unchanged: each service verifies the token again.
+/// reserved name (credentials included) is removed from what the client sent before the gateway
+/// adds its own values. The caller's `authorization` passes unchanged: each service verifies
+/// the token again.
 public enum HeaderPolicy {
     /// Names removed from client requests.
     public static let strippedNames: Set<String> = [
-        "x-service-token", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-real-ip",
+        "x-service-token", "x-gateway-token", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-real-ip",
         "forwarded", "x-user-id", "x-session-id", "x-caller", "x-caller-id", "x-client-address",
     ]
     /// Prefixes removed from client requests (`x-identity-user`, `x-internal-debug`, ...).
@@ -25,11 +26,11 @@ public enum HeaderPolicy {
     }
 
     /// The metadata an upstream call carries: the client's, minus reserved names, plus the
-    /// client's address and the service credential.
-    public static func upstreamMetadata(_ client: Metadata, clientAddress: String, serviceToken: String) -> Metadata {
+    /// client's address and the gateway's credential.
+    public static func upstreamMetadata(_ client: Metadata, clientAddress: String, gatewayToken: String) -> Metadata {
         var out = client.filter(reservingExtra: 2) { !isStripped($0) }
         out.add("x-forwarded-for", clientAddress)
-        if !serviceToken.isEmpty { out.add("x-service-token", serviceToken) }
+        if !gatewayToken.isEmpty { out.add("x-gateway-token", gatewayToken) }
         return out
     }
 }

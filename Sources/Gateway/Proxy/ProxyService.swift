@@ -15,7 +15,7 @@ struct ProxyService: RPCService {
 /// cancellation on either side cancels the other.
 struct Proxy: Sendable {
     let pool: UpstreamPool
-    let serviceToken: String
+    let gatewayToken: String
     /// Cap on the deadline of unary and client-streaming calls (also their deadline when the
     /// client sets none).
     let maxDeadline: Duration
@@ -51,7 +51,7 @@ struct Proxy: Sendable {
             timeout = min(remaining, cap(for: kind))
         }
         let metadata = HeaderPolicy.upstreamMetadata(context.requestMetadata, clientAddress: context.peerHost,
-                                                     serviceToken: serviceToken)
+                                                     gatewayToken: gatewayToken)
         return CallOptions(timeout: timeout, metadata: metadata)
     }
 

@@ -545,6 +545,9 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             finish(stream, RPCError(.ok, ""))
         case .failure(let error):
             if let rpc = error as? RPCError {
+                if let cause = rpc.cause, rpc.code == .internal || rpc.code == .unknown || rpc.code == .dataLoss {
+                    shared.logger.error("handler \(stream.path) failed: \(rpc.message): \(cause)")
+                }
                 finish(stream, rpc)
             } else if error is CancellationError {
                 finish(stream, RPCError.cancelled("the call was cancelled"))

@@ -1,20 +1,21 @@
 import Contracts
 import Foundation
+import RPCCore
 import Security
 import Synchronization
 
 /// ULIDs (https://github.com/ulid/spec): 48 bits of Unix milliseconds then 80 random bits, as 26
-/// Crockford base32 characters. They sort by creation time as plain strings, which is what the
-/// store relies on for "newest first" (mail) and for stable tie-breaks.
+/// Crockford base32 characters. They sort by creation time as plain strings, which stores rely on
+/// for "newest first" and for stable tie-breaks.
 ///
 /// Monotonic within one process: two ids made in the same millisecond increment the random part,
 /// so ids from one process never sort out of creation order.
-enum ULID {
+public enum ULID {
     private static let alphabet = Array("0123456789ABCDEFGHJKMNPQRSTVWXYZ".utf8)
     private static let last = Mutex<(ms: Int64, random: [UInt8])>((0, []))
 
-    /// A new id at the current time.
-    static func make(now: Int64 = Clock.nowMilliseconds()) -> String {
+    /// A new id at `now` (Unix milliseconds; the system clock by default).
+    public static func make(now: Int64 = SystemClock.nowMilliseconds()) -> String {
         let (ms, random) = last.withLock { state -> (Int64, [UInt8]) in
             if now <= state.ms, state.random.count == 10 {
                 var r = state.random
@@ -35,6 +36,11 @@ enum ULID {
             return state
         }
         return encode(ms: ms, random: random)
+    }
+
+    /// True for 26 characters of the Crockford alphabet (what `make` produces).
+    public static func isValid(_ s: String) -> Bool {
+        s.utf8.count == 26 && s.utf8.allSatisfy { alphabet.contains($0) }
     }
 
     static func encode(ms: Int64, random: [UInt8]) -> String {
@@ -60,20 +66,47 @@ enum ULID {
     }
 }
 
-/// Time as the store keeps it: Unix milliseconds.
-enum Clock {
-    static func nowMilliseconds() -> Int64 { Int64((Date().timeIntervalSince1970 * 1000).rounded(.down)) }
+/// Wall-clock time as stores keep it: Unix milliseconds. Services hold one (`SystemClock` in
+/// production) so tests can move time (invite expiry, snoozes, streaks) with `ManualClock`
+/// instead of sleeping.
+public protocol WallClock: Sendable {
+    func nowMilliseconds() -> Int64
+}
+
+extension WallClock {
+    /// The current time as a protobuf timestamp.
+    public func nowTimestamp() -> Google_Protobuf_Timestamp { Google_Protobuf_Timestamp(milliseconds: nowMilliseconds()) }
+}
+
+/// The system clock.
+public struct SystemClock: WallClock {
+    public init() {}
+    public func nowMilliseconds() -> Int64 { Self.nowMilliseconds() }
+    public static func nowMilliseconds() -> Int64 { Int64((Date().timeIntervalSince1970 * 1000).rounded(.down)) }
+}
+
+/// A clock tests set and advance.
+public final class ManualClock: WallClock {
+    private let now: Mutex<Int64>
+    public init(milliseconds: Int64 = SystemClock.nowMilliseconds()) { now = Mutex(milliseconds) }
+    public func nowMilliseconds() -> Int64 { now.withLock { $0 } }
+    public func advance(by d: Duration) { now.withLock { $0 += d.milliseconds } }
+    public func set(milliseconds: Int64) { now.withLock { $0 = milliseconds } }
 }
 
 extension Google_Protobuf_Timestamp {
-    init(milliseconds ms: Int64) {
+    /// The timestamp of Unix milliseconds (negative ones floor to the second before).
+    public init(milliseconds ms: Int64) {
         self.init()
         seconds = ms >= 0 ? ms / 1000 : (ms - 999) / 1000
         nanos = Int32((ms - seconds * 1000) * 1_000_000)
     }
 
-    init(unixSeconds s: Int64) {
+    public init(unixSeconds s: Int64) {
         self.init()
         seconds = s
     }
+
+    /// Unix milliseconds (nanoseconds below a millisecond are dropped).
+    public var milliseconds: Int64 { seconds * 1000 + Int64(nanos) / 1_000_000 }
 }

@@ -1,0 +1,148 @@
+/// The field rules every contract shares (Proto/README.md, "Field rules"): text is trimmed and
+/// counted in Unicode scalars, control characters are refused, ids are at most 64 characters,
+/// page sizes and idempotency keys follow one rule everywhere. Each check adds to a `FieldErrors`
+/// and returns the normalised value, so a handler validates the whole request and rejects it once,
+/// naming every bad field.
+public enum FieldRules {
+    /// Ids (ULIDs today) are opaque strings of at most this many characters.
+    public static let maxIDLength = 64
+    /// Page sizes: 0 means the method's default; larger than this is clamped.
+    public static let maxPageSize = 100
+
+    /// Leading and trailing white space removed (lengths are counted after trimming).
+    public static func trimmed(_ s: String) -> String {
+        var sub = Substring(s)
+        while let f = sub.unicodeScalars.first, f.properties.isWhitespace { sub = Substring(sub.unicodeScalars.dropFirst()) }
+        while let l = sub.unicodeScalars.last, l.properties.isWhitespace { sub = Substring(sub.unicodeScalars.dropLast()) }
+        return String(sub)
+    }
+
+    /// Length in Unicode scalars, the unit every contract counts in.
+    public static func length(_ s: String) -> Int { s.unicodeScalars.count }
+
+    /// Control or format characters (zero-width joiner allowed: emoji sequences need it).
+    public static func hasControlCharacters(_ s: String) -> Bool {
+        s.unicodeScalars.contains { $0.properties.generalCategory == .control || $0.properties.generalCategory == .format && $0.value != 0x200D }
+    }
+
+    /// Like `hasControlCharacters`, but line breaks and tabs are allowed (descriptions, comments).
+    public static func hasControlCharactersExceptLineBreaks(_ s: String) -> Bool {
+        s.unicodeScalars.contains { c in
+            c != "\n" && c != "\r" && c != "\t"
+                && (c.properties.generalCategory == .control || c.properties.generalCategory == .format && c.value != 0x200D)
+        }
+    }
+
+    /// A trimmed text field of `range` scalars (an empty range start of 0 makes it optional);
+    /// `multiline` allows line breaks and tabs.
+    @discardableResult
+    public static func text(_ raw: String, field: String, _ range: ClosedRange<Int>, multiline: Bool = false,
+                            into errors: inout FieldErrors) -> String {
+        let v = trimmed(raw)
+        let n = length(v)
+        if n == 0 && range.lowerBound > 0 {
+            errors.add(field, "required")
+        } else if !range.contains(n) {
+            errors.add(field, range.lowerBound <= 1 ? "must be at most \(range.upperBound) characters"
+                                                     : "must be \(range.lowerBound) to \(range.upperBound) characters")
+        } else if multiline ? hasControlCharactersExceptLineBreaks(v) : hasControlCharacters(v) {
+            errors.add(field, "must not contain control characters")
+        }
+        return v
+    }
+
+    /// An id naming something (never parsed: only presence and length are checked).
+    @discardableResult
+    public static func id(_ raw: String, field: String, required: Bool = true, into errors: inout FieldErrors) -> String {
+        let v = trimmed(raw)
+        if v.isEmpty {
+            if required { errors.add(field, "required") }
+        } else if length(v) > maxIDLength || hasControlCharacters(v) {
+            errors.add(field, "is not an id (at most \(maxIDLength) characters)")
+        }
+        return v
+    }
+
+    /// A list of ids: at least `minimum`, at most `maximum`, each an id; exact duplicates removed
+    /// (request order kept).
+    public static func ids(_ raw: [String], field: String, minimum: Int = 1, maximum: Int = 200,
+                           into errors: inout FieldErrors) -> [String] {
+        if raw.count < minimum { errors.add(field, minimum == 1 ? "at least one is required" : "at least \(minimum) are required") }
+        if raw.count > maximum { errors.add(field, "at most \(maximum) are allowed") }
+        var seen = Set<String>()
+        var out: [String] = []
+        for (i, value) in raw.prefix(maximum).enumerated() {
+            let v = id(value, field: "\(field)[\(i)]", into: &errors)
+            if !v.isEmpty, seen.insert(v).inserted { out.append(v) }
+        }
+        return out
+    }
+
+    /// Page size rule of every list: negative rejected, 0 = `defaultSize`, clamped to 100.
+    public static func pageSize(_ requested: Int32, field: String = "page_size", defaultSize: Int = 20,
+                                into errors: inout FieldErrors) -> Int {
+        if requested < 0 {
+            errors.add(field, "must not be negative")
+            return defaultSize
+        }
+        return requested == 0 ? defaultSize : min(Int(requested), maxPageSize)
+    }
+
+    /// `idempotency_key`: 1..64 printable ASCII characters, chosen by the client per logical
+    /// operation (Proto/README.md, "Idempotency"). Not trimmed: the client's bytes are the key.
+    @discardableResult
+    public static func idempotencyKey(_ v: String, field: String = "idempotency_key", required: Bool = true,
+                                      into errors: inout FieldErrors) -> String {
+        if v.isEmpty {
+            if required { errors.add(field, "required (1 to 64 printable ASCII characters, one per logical operation)") }
+        } else if v.utf8.count > 64 || !v.utf8.allSatisfy({ (0x21...0x7E).contains($0) }) {
+            errors.add(field, "must be 1 to 64 printable ASCII characters without spaces")
+        }
+        return v
+    }
+
+    /// `event_id` of an outbox-driven internal call: 1..64 characters, no control characters.
+    @discardableResult
+    public static func eventID(_ v: String, field: String = "event_id", into errors: inout FieldErrors) -> String {
+        if v.isEmpty || length(v) > 64 || hasControlCharacters(v) { errors.add(field, "must be 1 to 64 characters") }
+        return v
+    }
+
+    // MARK: Email
+
+    public static let emailMax = 254
+
+    /// An email address, trimmed: one "@", a non-empty local part (≤ 64 bytes), a dotted domain of
+    /// non-empty labels, no white space or control characters, ≤ 254 characters.
+    public static func email(_ raw: String, field: String = "email", required: Bool = true, into errors: inout FieldErrors) -> String {
+        let v = trimmed(raw)
+        if v.isEmpty {
+            if required { errors.add(field, "required") }
+        } else if length(v) > emailMax {
+            errors.add(field, "must be at most 254 characters")
+        } else if !isWellFormedEmail(v) {
+            errors.add(field, "is not a well-formed email address (name@example.com)")
+        }
+        return v
+    }
+
+    /// Deliberately loose beyond the shape: the only real check of an address is a mail.
+    public static func isWellFormedEmail(_ v: String) -> Bool {
+        let parts = v.split(separator: "@", omittingEmptySubsequences: false)
+        guard parts.count == 2, !parts[0].isEmpty, parts[0].utf8.count <= 64 else { return false }
+        guard !v.unicodeScalars.contains(where: { $0.properties.isWhitespace }), !hasControlCharacters(v) else { return false }
+        let labels = parts[1].split(separator: ".", omittingEmptySubsequences: false)
+        guard labels.count >= 2, labels.allSatisfy({ !$0.isEmpty && !$0.hasPrefix("-") && !$0.hasSuffix("-") }) else { return false }
+        return parts[1].unicodeScalars.allSatisfy { $0.value > 0x7F || isDomainScalar($0) }
+    }
+
+    static func isDomainScalar(_ c: Unicode.Scalar) -> Bool {
+        switch c {
+        case "a"..."z", "A"..."Z", "0"..."9", "-", ".": true
+        default: false
+        }
+    }
+
+    /// The case-insensitive comparison key of usernames and emails.
+    public static func key(_ s: String) -> String { s.lowercased() }
+}
