@@ -197,11 +197,19 @@ let package = Package(
             exclude: ["Fixtures", "LeakCheck", "Proto"]),
         .testTarget(name: "StorageTests", dependencies: ["Storage", "RPCCore", "storage-crash-helper"]),
         .testTarget(name: "SecurityTests", dependencies: ["Security"]),
+        // Test support every service's tests share (token keys, an in-process server behind the
+        // kit's policy, failure details). For test targets only.
+        .target(
+            name: "ServiceKitTesting",
+            dependencies: ["ServiceKit", "Security", "Contracts", "RPCCore", "RPCTransport", "RPCServices",
+                           .product(name: "Logging", package: "swift-log")],
+            swiftSettings: strict
+        ),
         .testTarget(
             name: "ServiceKitTests",
             dependencies: [
-                "ServiceKit", "Storage", "Security", "Contracts", "GRPCContracts", "RPCCore", "RPCTransport", "RPCServices",
-                .product(name: "Logging", package: "swift-log"),
+                "ServiceKit", "ServiceKitTesting", "Storage", "Security", "Contracts", "GRPCContracts", "RPCCore", "RPCTransport",
+                "RPCServices", .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .testTarget(

@@ -192,7 +192,7 @@ extension AccountsCore {
     /// Deletes guest accounts nobody can use any more: a guest has no password, so once its last
     /// refresh token expired (`refreshTokenLifetime`, 30 days without use) no one can ever sign
     /// in to it again. Deleted like DeleteAccount (the other services erase it too).
-    func expireUnusedGuests(now: Int64, limit: Int = 500) async throws -> Int {
+    public func expireUnusedGuests(now: Int64 = SystemClock.nowMilliseconds(), limit: Int = 500) async throws -> Int {
         let cutoff = now - configuration.refreshTokenLifetime.milliseconds
         let (count, revoked) = try await write { tx -> (Int, [String]) in
             let ids = try tx.query(

@@ -1,0 +1,87 @@
+import ArgumentParser
+import Foundation
+import Testing
+
+@testable import ServiceKit
+
+@Suite struct SettingsTests {
+    @Test func keysReadTheirEnvironmentVariablesStrictly() throws {
+        let s = Settings(environment: ["ACCOUNTS_SCRYPT_N": "2048", "GATEWAY_MAX_DEADLINE_MS": "1500", "FLAG": "yes",
+                                       "EMPTY": "", "BAD_INT": "32k", "LIST": " a, b ,,c "])
+        #expect(try s.int("accounts.scrypt.n") == 2048)
+        #expect(try s.milliseconds("gateway.max.deadline.ms") == .milliseconds(1500))
+        #expect(try s.bool("flag"))
+        #expect(s.string("empty") == nil, "an empty variable is unset")
+        #expect(try s.int("missing", default: 7) == 7)
+        #expect(s.list("list") == ["a", "b", "c"])
+        // A value that does not parse refuses the start, naming the variable.
+        #expect { try s.int("bad.int") } throws: { "\($0)".contains("BAD_INT must be an integer") }
+        #expect { try s.int("accounts.scrypt.n", range: 1...1000) } throws: { "\($0)".contains("ACCOUNTS_SCRYPT_N must be in 1...1000") }
+        #expect { try s.bool("bad.int") } throws: { "\($0)".contains("BAD_INT") }
+    }
+
+    @Test func flagsWinOverTheEnvironment() throws {
+        let options = try ServiceOptions.parse(["--port", "7001", "--data-dir", "/tmp/x", "--dev-credentials"])
+        let settings = try ServiceSettings(name: "social", options: options,
+                                           environment: ["SOCIAL_PORT": "9999", "SOCIAL_HOST": "0.0.0.0", "DATA_DIR": "/tmp/root",
+                                                         "TASKS_ADDR": "10.1.2.3:7002"])
+        #expect(settings.port == 7001)
+        #expect(settings.host == "0.0.0.0")
+        #expect(settings.dataDir == "/tmp/x")
+        #expect(settings.peerAddress("tasks") == ("10.1.2.3", 7002))
+        #expect(settings.peerAddress("finance") == ("127.0.0.1", 9103))
+        #expect(settings.devCredentials)
+        #expect(settings.serviceToken.count >= 32 && settings.gatewayToken.count >= 32)
+        #expect(settings.serviceToken != settings.gatewayToken)
+        #expect(throws: (any Error).self) {
+            try ServiceSettings(name: "social", options: try ServiceOptions.parse([]), environment: ["TASKS_ADDR": "nope", "ALLOW_DEV_CREDENTIALS": "1"])
+        }
+    }
+}
+
+/// Defect 5 of issue 11: no process starts with a missing or well-known credential unless the
+/// development flag says so.
+@Suite struct CredentialTests {
+    static let strongService = "s3rv1ce-" + String(repeating: "x", count: 40)
+    static let strongGateway = "g4tew4y-" + String(repeating: "y", count: 40)
+
+    func settings(_ env: [String: String], as needs: Credentials.Needs = .service) throws -> ServiceSettings {
+        try ServiceSettings(name: "social", options: try ServiceOptions.parse([]), environment: env, credentials: needs)
+    }
+
+    @Test func missingCredentialsRefuseToStart() {
+        #expect { try settings([:]) } throws: { "\($0)".contains("SERVICE_TOKEN is not set") }
+        #expect { try settings(["SERVICE_TOKEN": Self.strongService]) } throws: { "\($0)".contains("GATEWAY_TOKEN is not set") }
+        // The gateway needs only its own.
+        #expect(throws: Never.self) { try settings(["GATEWAY_TOKEN": Self.strongGateway], as: .gateway) }
+    }
+
+    @Test func placeholdersAndShortCredentialsRefuseToStart() {
+        #expect {
+            try settings(["SERVICE_TOKEN": "change-me-in-production", "GATEWAY_TOKEN": Self.strongGateway])
+        } throws: { "\($0)".contains("well-known placeholder") }
+        #expect {
+            try settings(["SERVICE_TOKEN": Self.strongService, "GATEWAY_TOKEN": "short-secret"])
+        } throws: { "\($0)".contains("too short") }
+        // The development flag accepts them (compose's default, local runs).
+        #expect(throws: Never.self) {
+            try settings(["SERVICE_TOKEN": "change-me-in-production", "GATEWAY_TOKEN": "dev", "ALLOW_DEV_CREDENTIALS": "1"])
+        }
+    }
+
+    @Test func credentialsComeFromMountedFilesOrAreGeneratedForDevelopment() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("creds-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        try (Self.strongService + "\n").write(toFile: "\(dir)/svc", atomically: true, encoding: .utf8)
+        let fromFile = try settings(["SERVICE_TOKEN_FILE": "\(dir)/svc", "GATEWAY_TOKEN": Self.strongGateway])
+        #expect(fromFile.serviceToken == Self.strongService)
+
+        let dev1 = try settings(["DATA_DIR": dir, "ALLOW_DEV_CREDENTIALS": "1"])
+        let dev2 = try settings(["DATA_DIR": dir, "ALLOW_DEV_CREDENTIALS": "1"])
+        #expect(dev1.serviceToken == dev2.serviceToken, "one data root, one shared credential")
+        #expect(dev1.gatewayToken == dev2.gatewayToken)
+        let attributes = try FileManager.default.attributesOfItem(atPath: "\(dir)/service-token")
+        #expect((attributes[.posixPermissions] as? Int) == 0o600)
+    }
+}
