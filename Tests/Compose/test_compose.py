@@ -1,4 +1,5 @@
 """compose/: the file is valid for docker-compose, and it runs every executable of the system."""
+import os
 import re
 import shutil
 import subprocess
@@ -17,10 +18,25 @@ def test_docker_compose_config_accepts_the_file():
     exe = shutil.which("docker-compose")
     if exe is None:
         pytest.skip("docker-compose is not installed (scripts/setup installs it)")
-    out = subprocess.run([exe, "-f", str(COMPOSE), "config"], capture_output=True, text=True, timeout=60)
+    env = dict(os.environ, SERVICE_TOKEN="s" * 40, GATEWAY_TOKEN="g" * 40)
+    out = subprocess.run([exe, "-f", str(COMPOSE), "config"], capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode == 0, out.stderr
     resolved = yaml.safe_load(out.stdout)
     assert set(resolved["services"]) == set(SERVICES) | {"gateway"}
+    # Both credentials are required: no well-known default to run with by mistake.
+    bare = {k: v for k, v in os.environ.items() if k not in ("SERVICE_TOKEN", "GATEWAY_TOKEN")}
+    missing = subprocess.run([exe, "-f", str(COMPOSE), "config"], capture_output=True, text=True, timeout=60, env=bare)
+    assert missing.returncode != 0 and "SERVICE_TOKEN" in missing.stderr + missing.stdout
+
+
+def test_the_gateway_never_gets_the_service_credential():
+    doc = yaml.safe_load(COMPOSE.read_text())
+    gateway_env = doc["services"]["gateway"]["environment"]
+    assert "SERVICE_TOKEN" not in gateway_env and "GATEWAY_TOKEN" in gateway_env
+    for name in SERVICES:
+        env = doc["services"][name].get("environment") or doc["x-service"]["environment"]
+        assert "SERVICE_TOKEN" in env and "GATEWAY_TOKEN" in env
+        assert "change-me" not in str(env)
 
 
 def test_every_executable_runs_in_a_container_with_its_volume_and_health_check():

@@ -86,7 +86,8 @@ def system(tmp_path):
     env = dict(os.environ)
     env.update({
         "DATA_DIR": str(tmp_path),
-        "SERVICE_TOKEN": "e2e-service-token",
+        "SERVICE_TOKEN": "e2e-service-credential-0123456789abcdef",
+        "GATEWAY_TOKEN": "e2e-gateway-credential-0123456789abcdef",
         "ACCOUNTS_ADDR": f"127.0.0.1:{accounts_port}",
         "GATEWAY_UPSTREAMS": "accounts",
         "ACCOUNTS_SCRYPT_N": "1024",

@@ -28,7 +28,7 @@ if [ ! -x "$GW_BIN" ] || [ -z "${ACC_PORT:-}" ]; then
 else
   GATEWAY_PORT_B=$(free_port)
   mkdir -p "$WORK/gateway-data"
-  DATA_DIR=$WORK/gateway-data SERVICE_TOKEN=bench-token LOG_LEVEL=warning ACCOUNTS_ADDR=127.0.0.1:$ACC_PORT \
+  DATA_DIR=$WORK/gateway-data GATEWAY_TOKEN=$BENCH_GATEWAY_TOKEN LOG_LEVEL=warning ACCOUNTS_ADDR=127.0.0.1:$ACC_PORT \
     GATEWAY_UPSTREAMS=accounts GATEWAY_ADDRESS_RATE=0 GATEWAY_USER_RATE=0 \
     start_bg gateway "$GW_BIN" --host 127.0.0.1 --port "$GATEWAY_PORT_B"
   GATEWAY_PID=$BG_PID
