@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import ServiceKit
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -18,12 +19,12 @@ protocol MailSink: Sendable {
 /// Runs blocking file and socket work on one thread of its own, never on an event loop or the
 /// cooperative pool. Mail is rare: one serial queue is plenty.
 enum MailIO {
-    static let queue = DispatchQueue(label: "accounts.mail-io")
+    /// Mail files and SMTP sockets block: one thread of the kit's bounded pool, so a stuck relay
+    /// or a slow disk sheds calls (UNAVAILABLE) instead of queueing them without bound.
+    static let pool = BlockingPool(name: "mail I/O", threads: 1, maxQueued: 256)
 
     static func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { c in
-            queue.async { c.resume(with: Result { try body() }) }
-        }
+        try await pool.run(body)
     }
 }
 

@@ -1,6 +1,6 @@
 import RPCTLS
 
-/// Everything the gateway needs to start. `GatewayConfiguration.from(settings:environment:)`
+/// Everything the gateway needs to start. `GatewayConfiguration.from(settings:)`
 /// reads the environment variables `docs/gateway.md` lists; tests build one directly.
 public struct GatewayConfiguration: Sendable {
     public struct Upstream: Sendable, Hashable {

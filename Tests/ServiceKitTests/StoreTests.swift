@@ -101,3 +101,20 @@ import Testing
         try await store.purgeKitTables()
     }
 }
+
+@Suite struct EraseUserTests {
+    @Test func erasesOncePerEventAndValidatesBothFields() async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try StoreTests.open(dir)
+        defer { store.database.close() }
+        try await store.write { tx in try tx.execute("INSERT INTO members VALUES ('u1', 'a@x.io', 'ada')") }
+        let erase: @Sendable (Transaction, String) throws -> Void = { tx, user in try tx.execute("DELETE FROM members WHERE id = ?", user) }
+        #expect(try await EraseUser.receive(eventID: "ev-1", userID: "u1", store: store, erase) == false)
+        #expect(try await EraseUser.receive(eventID: "ev-1", userID: "u1", store: store, erase) == true)
+        #expect(try await store.read { c in try c.queryOne("SELECT count(*) FROM members")!.get(0, as: Int.self) } == 0)
+        await expectFailure(.invalidArgument, fields: ["event_id", "user_id"]) {
+            try await EraseUser.receive(eventID: "", userID: "", store: store, erase)
+        }
+    }
+}
