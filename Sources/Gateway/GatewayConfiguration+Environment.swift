@@ -36,6 +36,8 @@ extension GatewayConfiguration {
         }
         if let n = try int("GATEWAY_MAX_REQUEST_BYTES") { c.maxRequestBytes = max(1024, n) }
         if let n = try int("GATEWAY_MAX_RESPONSE_BYTES") { c.maxResponseBytes = max(1024, n) }
+        if let n = try int("GATEWAY_MAX_BUFFERED_REQUEST_BYTES") { c.maxBufferedRequestBytes = max(64 * 1024, n) }
+        if let n = try int("GATEWAY_MAX_CONNECTIONS") { c.maxConnections = max(1, n) }
         if let n = try int("GATEWAY_MAX_CONCURRENT_STREAMS") { c.maxConcurrentStreams = max(1, n) }
         if let n = try int("GATEWAY_MAX_DEADLINE_MS") { c.maxDeadline = .milliseconds(max(1, n)) }
         if let n = try int("GATEWAY_MAX_STREAM_DEADLINE_MS") { c.maxStreamDeadline = .milliseconds(max(1, n)) }
