@@ -33,7 +33,6 @@ struct AccountsServiceCommand: AsyncParsableCommand {
             keys: core.signingKeySource, logger: logger, background: core.backgroundJobs(deliverer: deliverer)
         ) { server in
             server.maxReceiveMessageSize = configuration.maxRequestBytes
-            server.initialWindowSize = configuration.streamWindowBytes
         }
     }
 }

@@ -430,7 +430,14 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     private func admit(_ stream: ServerStream, _ bytes: Int) -> MessageDeframer.Admission {
         switch budget.request(stream: stream.id, bytes: bytes) {
         case .wait:
+            // What it may hold while it waits (its window) counts for the process too, so waiting
+            // streams of many connections cannot add up past the budget.
+            guard processBudget.tryCharge(smallLimit, limit: processLimit) else {
+                budget.cancelWait(stream: stream.id)
+                return .refused
+            }
             stream.awaitingAdmission = true
+            stream.waitCharged = smallLimit
             return .wait
         case .admitted:
             guard processBudget.tryCharge(bytes, limit: processLimit) else {
@@ -459,7 +466,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
                 budget.release(bytes)
                 continue
             }
-            s.awaitingAdmission = false
+            endWait(s)
             guard processBudget.tryCharge(bytes, limit: processLimit) else {
                 budget.release(bytes)
                 fail(s, Self.overBudget(bytes))
@@ -484,10 +491,19 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         releaseCharges(stream)
     }
 
+    /// The stream's message no longer waits (admitted, completed within its window, or gone).
+    private func endWait(_ stream: ServerStream) {
+        stream.awaitingAdmission = false
+        if stream.waitCharged > 0 {
+            processBudget.release(stream.waitCharged)
+            stream.waitCharged = 0
+        }
+    }
+
     /// Budgets only (the stream is gone from nghttp2, or the connection is).
     private func releaseCharges(_ stream: ServerStream) {
         if stream.awaitingAdmission {
-            stream.awaitingAdmission = false
+            endWait(stream)
             budget.cancelWait(stream: stream.id)
         }
         if stream.httpCharged > 0 {
@@ -629,7 +645,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     private func receivedMessage(_ stream: ServerStream, _ frame: MessageDeframer.Frame, held: Int, charged: Int, limit: Int) {
         if stream.awaitingAdmission {
             // It fitted in its window after all: nothing to admit any more.
-            stream.awaitingAdmission = false
+            endWait(stream)
             budget.cancelWait(stream: stream.id)
         }
         stream.heldBytes += held
@@ -710,7 +726,9 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             }
         }
         /// The single request of a unary or server-streaming call, handed over once: its bytes
-        /// leave flow control and the budgets here.
+        /// leave flow control here; a large one's charge stays until the call ends (`finish`),
+        /// since the handler holds the bytes until then (the gateway's relay until the upstream
+        /// took them).
         func takeSingle() -> [UInt8] {
             defer {
                 stream.single = nil
@@ -718,7 +736,6 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
                     nghttp2_session_consume(session, stream.id, stream.heldBytes)
                     stream.heldBytes = 0
                 }
-                if stream.charged > 0 { releaseCharge(stream, stream.charged) }
             }
             return stream.single!.bytes
         }
@@ -824,6 +841,9 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     private func finish(_ stream: ServerStream, _ status: RPCError) {
         guard let session, stream.phase != .done else { return }
         stream.phase = .done
+        // The call is over: its large messages leave the budgets (their window bytes are given
+        // back when the stream stops reading: after the current feed, or when it closes).
+        if stream.charged > 0 || stream.awaitingAdmission { releaseCharges(stream) }
         stream.deadlineTimer?.cancel()
         stream.deadlineTimer = nil
         var trailers = stream.headersSent ? HeaderBlock(capacity: 128) : responseHeaderBlock(stream)

@@ -47,8 +47,10 @@ final class ServerStream {
     /// arriving, once admitted, and completed ones not handed over yet. Released on hand-over or
     /// when the stream ends.
     var charged = 0
-    /// Its large message waits for room in the connection's budget (`ConnectionRequestBudget`).
+    /// Its large message waits for room in the connection's budget (`ConnectionRequestBudget`);
+    /// meanwhile its window (what it may hold unconsumed) is charged to the process budget.
     var awaitingAdmission = false
+    var waitCharged = 0
     /// Streaming calls: charges of queued messages by their position (only charged ones), and
     /// how many were yielded and read, so each read releases its own message's charge.
     var unreadCharges: [Int: Int] = [:]
