@@ -46,6 +46,8 @@ struct MessageDeframer {
     var hasPartialMessage: Bool { prefixCount > 0 }
     /// Bytes of the unfinished message received so far (prefix included).
     var partialCount: Int { prefixCount + payload.count }
+    /// Memory its buffer holds now (tests: a declared length is not reserved).
+    var bufferedCapacity: Int { payload.capacity }
 
     /// Feeds a DATA chunk and splits its bytes for flow control: each completed frame comes with the
     /// part of its bytes that arrived in *this* chunk (`deferred`); the chunk's other bytes belong to
