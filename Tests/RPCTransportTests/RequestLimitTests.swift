@@ -140,6 +140,21 @@ func withHoldServer(_ configure: (inout ServerConfiguration) -> Void = { _ in },
         }
     }
 
+    /// Messages just under and over half the window, as the interop client_streaming case sends
+    /// them: the window reopens only once half of it is consumed, so a "small" message must fit
+    /// in the other half (a 45 KiB one used to wait forever behind 29 KiB read but not reopened).
+    @Test func messagesAroundHalfTheWindowFlow() async throws {
+        try await withEchoServer({ $0.requestBudget = RequestBudget() }) { _, client in
+            let sizes = [27182, 8, 1828, 45904, 32760, 32763, 40000, 65531, 65536, 1]
+            var options = CallOptions()
+            options.timeout = .seconds(30)
+            let total = try await client.clientStreaming(EchoService.clientStreamMethod, as: Bytes.self, options: options) { (writer: RequestWriter<Bytes>) in
+                for n in sizes { try await writer.write(Bytes([UInt8](repeating: 5, count: n))) }
+            }
+            #expect(total.message.text == "\(sizes.reduce(0, +))")
+        }
+    }
+
     /// A client-streaming call of many large messages through small windows: each is admitted,
     /// read, and released in turn.
     @Test func largeStreamingMessagesFlowThroughTheBudgets() async throws {

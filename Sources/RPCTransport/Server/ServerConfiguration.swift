@@ -17,11 +17,12 @@ public struct ServerConfiguration: Sendable {
     /// the limit is `min(this, the method's)`, applied from the request headers on.
     public var maxReceiveMessageSize: Int = 4 * 1024 * 1024
     /// Initial flow-control window per stream (SETTINGS_INITIAL_WINDOW_SIZE): what a client may
-    /// send on a stream before the server reads it. It is also the line between small and large
-    /// messages: a message that fits (wire size ≤ this) always arrives whole without a window
-    /// update and is simply held; a larger one must be admitted against the budgets below. Its
-    /// bytes are released as they arrive, so 64 KiB lets a 5 MiB upload flow at full speed on a
-    /// LAN (a window update every 32 KiB) while each waiting stream holds at most 64 KiB.
+    /// send on a stream before the server reads it. Half of it is the line between small and
+    /// large messages: a message within half the window (nghttp2 reopens a window once half of it
+    /// is consumed) always arrives whole and is simply held; a larger one must be admitted
+    /// against the budgets below, and its bytes are released as they arrive. 64 KiB lets a 5 MiB
+    /// upload flow at full speed on a LAN (a window update every 32 KiB) while each stream holds
+    /// at most 64 KiB unread.
     public var initialWindowSize: Int = 64 * 1024
     /// The connection's flow-control window. nil: 2 × `maxConcurrentStreams` × `initialWindowSize`
     /// (12.5 MiB at the defaults), the least that lets an admitted message always progress while
@@ -30,9 +31,10 @@ public struct ServerConfiguration: Sendable {
     /// not yet consumed) and the budgets (bytes consumed but not handed over).
     public var connectionWindowSize: Int?
     /// Bytes of large request messages one connection may hold at once, counted by declared
-    /// length when a message's prefix arrives. Past it, further large messages of the connection
-    /// wait with their windows closed until earlier ones reach their handlers (backpressure; a
-    /// connection with nothing admitted still admits any one message). Default: the default
+    /// length when a message's prefix arrives, until its call ends (unary, server streaming: the
+    /// handler holds the bytes until then) or its handler reads it (client/bidi streaming). Past
+    /// it, further large messages of the connection wait with their windows closed (backpressure;
+    /// a connection with nothing admitted still admits any one message). Default: the default
     /// message limit + 64 KiB, one largest message at a time.
     public var maxBufferedRequestBytesPerConnection: Int = 4 * 1024 * 1024 + 64 * 1024
     /// Bytes of large request messages (and of plain-HTTP bodies past `initialWindowSize`) the

@@ -30,7 +30,8 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     private var outputScratch: ByteBuffer?
     /// Large request messages of this connection: admitted, or waiting for room.
     var budget: ConnectionRequestBudget
-    /// Messages up to this wire size are small: held whole within their stream's window.
+    /// Messages up to this wire size (half the stream window) are small: held whole within their
+    /// stream's window.
     private let smallLimit: Int
     private let processBudget: RequestBudget
     private let processLimit: Int
@@ -55,7 +56,10 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         let config = shared.configuration
         self.keepsRawHeaders = config.httpHandler != nil
         self.budget = ConnectionRequestBudget(limit: config.maxBufferedRequestBytesPerConnection)
-        self.smallLimit = Int(HTTP2Setting.window(config.initialWindowSize))
+        // Half the window: nghttp2 sends a WINDOW_UPDATE only once half of it is consumed, so
+        // up to half may be read but not yet reopened; a message within the other half always
+        // arrives whole.
+        self.smallLimit = max(1, Int(HTTP2Setting.window(config.initialWindowSize)) / 2)
         self.processBudget = config.requestBudget
         self.processLimit = config.maxBufferedRequestBytesPerProcess
     }

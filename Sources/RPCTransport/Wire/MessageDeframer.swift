@@ -92,8 +92,8 @@ struct MessageDeframer {
         }
     }
 
-    /// The server's feed. A message whose wire size is at most `smallLimit` (the stream's
-    /// flow-control window: it can always arrive whole without a window update) is held: its
+    /// The server's feed. A message whose wire size is at most `smallLimit` (half the stream's
+    /// flow-control window: it can always arrive whole) is held: its
     /// bytes stay unconsumed until it is handed over (`emit`'s `held`). A larger one is put to
     /// `admit` when its prefix arrives: `.admitted` → its bytes are released as they arrive, so
     /// it always completes; `.wait` → held like a small one until the server calls
