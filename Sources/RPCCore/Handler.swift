@@ -158,11 +158,16 @@ public enum CredentialCheck {
         }
     }
 
-    /// `authorization: Bearer <non-empty token>` is present (not checked further).
+    /// `authorization: Bearer <non-empty token>` is present (not checked further). Allocates
+    /// nothing: it runs on every authenticated call.
     public static func hasBearer(_ metadata: Metadata) -> Bool {
         guard let value = metadata["authorization"] else { return false }
-        let parts = value.split(separator: " ", maxSplits: 1)
-        return parts.count == 2 && parts[0].lowercased() == "bearer" && parts[1].contains { $0 != " " }
+        var bytes = value.utf8.makeIterator()
+        for expected in "bearer ".utf8 {
+            guard let b = bytes.next(), b | 0x20 == expected else { return false }  // ASCII case-insensitive
+        }
+        while let b = bytes.next() { if b != UInt8(ascii: " ") { return true } }
+        return false
     }
 }
 

@@ -159,3 +159,36 @@ import RPCCore
         try bytes.withUnsafeBytes { buf in try d.feedServer(buf, smallLimit: smallLimit, admit: admit, emit: emit) }
     }
 }
+
+@Suite struct CredentialCheckTests {
+    static let auth = MethodDescriptor(service: "x.S", method: "A", kind: .unary, visibility: .publicAuthenticated)
+    static let open = MethodDescriptor(service: "x.S", method: "P", kind: .unary, visibility: .publicAnonymous)
+    static let `internal` = MethodDescriptor(service: "x.S", method: "I", kind: .unary, visibility: .internal)
+
+    func metadata(_ pairs: (String, String)...) -> Metadata {
+        var m = Metadata()
+        for (k, v) in pairs { m.add(k, v) }
+        return m
+    }
+
+    @Test func bearerTokensAreRecognisedWithoutParsing() {
+        #expect(CredentialCheck.hasBearer(metadata(("authorization", "Bearer abc"))))
+        #expect(CredentialCheck.hasBearer(metadata(("authorization", "bearer  abc"))))
+        #expect(!CredentialCheck.hasBearer(metadata(("authorization", "Bearer "))))
+        #expect(!CredentialCheck.hasBearer(metadata(("authorization", "Basic abc"))))
+        #expect(!CredentialCheck.hasBearer(metadata(("authorization", "Bearerabc"))))
+        #expect(!CredentialCheck.hasBearer(metadata()))
+    }
+
+    @Test func whatEachMarkingNeeds() {
+        #expect(CredentialCheck.missingCredential(Self.open, metadata()) == nil)
+        #expect(CredentialCheck.missingCredential(Self.auth, metadata())?.code == .unauthenticated)
+        #expect(CredentialCheck.missingCredential(Self.auth, metadata(("authorization", "Bearer t"))) == nil)
+        #expect(CredentialCheck.missingCredential(Self.auth, metadata(("x-service-token", "s"))) == nil)
+        #expect(CredentialCheck.missingCredential(Self.auth, metadata(("x-service-token", "s")), serviceCredential: false)?.code == .unauthenticated)
+        #expect(CredentialCheck.missingCredential(Self.internal, metadata(("authorization", "Bearer t")))?.code == .permissionDenied)
+        #expect(CredentialCheck.missingCredential(Self.internal, metadata(("x-service-token", "s"))) == nil)
+        #expect(CredentialCheck.missingCredential(Self.internal, metadata(), serviceCredential: false)?.code == .unimplemented)
+        #expect(CredentialCheck.missingCredential(Self.internal, metadata(), open: ["x.S"]) == nil)
+    }
+}

@@ -35,6 +35,9 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     private let smallLimit: Int
     private let processBudget: RequestBudget
     private let processLimit: Int
+    /// Plain-HTTP body bytes past this many are charged to the process budget.
+    private let httpUncharged: Int
+    private let interceptors: [any ServerInterceptor]
 
     // Connection management (`ServerConfiguration`: keepalive, idle, age).
     /// Reads so far (wraps): keepalive compares it across ticks instead of reading a clock per read.
@@ -62,6 +65,8 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         self.smallLimit = max(1, Int(HTTP2Setting.window(config.initialWindowSize)) / 2)
         self.processBudget = config.requestBudget
         self.processLimit = config.maxBufferedRequestBytesPerProcess
+        self.httpUncharged = Int(HTTP2Setting.window(config.initialWindowSize))
+        self.interceptors = config.interceptors
     }
 
     // MARK: Channel lifecycle
@@ -529,7 +534,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             releaseRequestBuffers(stream)
             return
         }
-        let over = max(0, total - smallLimit) - stream.httpCharged
+        let over = max(0, total - httpUncharged) - stream.httpCharged
         if over > 0 {
             guard processBudget.tryCharge(over, limit: processLimit) else {
                 stream.phase = .done
@@ -612,7 +617,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             }
             // Refusals that need nothing but the headers (no credential at all) come now,
             // before a request byte is buffered.
-            for i in shared.configuration.interceptors {
+            for i in interceptors {
                 if let error = i.rejectAtHeaders(method.descriptor, stream.metadata) { return fail(stream, error) }
             }
         }
