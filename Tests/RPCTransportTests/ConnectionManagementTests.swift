@@ -127,42 +127,44 @@ import RPCCore
         }
     }
 
+    /// Server-driven only (raw sockets read on their own threads), so a loaded test process
+    /// cannot make a client look idle or slow.
     @Test func idleConnectionsGetGoawayAndClose() async throws {
-        // (1 s: a loaded machine must not take the channel's first call for idleness.)
-        try await withServer({ $0.maxConnectionIdle = .seconds(1) }) { server, port in
+        try await withServer({ $0.maxConnectionIdle = .milliseconds(200) }) { _, port in
+            // Never a request.
             let s = try RawSocket(port: port)
             s.send(H2.preface + H2.emptySettings + H2.settingsAck)
             let r = await s.readUntilClosed()
             #expect(http2Frames(r.bytes).contains { $0.type == H2.goaway })
             #expect(r.closed)
-            // A client whose connection went idle reconnects on its next call.
-            let channel = RPCChannel(host: "127.0.0.1", port: port)
-            _ = try await channel.client.unary(EchoService.unaryMethod, Bytes("a"), as: Bytes.self)
-            #expect(try await waitFor { server.openSocketCount == 0 })
-            let again = try await channel.client.unary(EchoService.unaryMethod, Bytes("b"), as: Bytes.self)
-            #expect(again.message.text == "b")
-            await channel.close()
+            // One request, answered; then idle.
+            let t = try RawSocket(port: port)
+            t.send(H2.preface + H2.emptySettings + H2.settingsAck + H2.headers(stream: 1, path: "/test.Echo/Unary", endStream: false)
+                   + H2.data(stream: 1, H2.grpcMessage(Array("hi".utf8)), endStream: true))
+            let q = await t.readUntilClosed()
+            let frames = http2Frames(q.bytes)
+            #expect(frames.contains { $0.type == 0 && $0.stream == 1 })  // the response's DATA
+            #expect(frames.contains { $0.type == H2.goaway })
+            #expect(q.closed)
         }
     }
 
     @Test func oldConnectionsGetGoawayThenCloseAfterTheGracePeriod() async throws {
         try await withServer({ c in
-            c.maxConnectionAge = .seconds(1)
-            c.maxConnectionAgeGrace = .milliseconds(500)
-        }) { server, port in
-            let channel = RPCChannel(host: "127.0.0.1", port: port)
-            // A call longer than age + grace: cut when the grace period ends.
-            do {
-                _ = try await channel.client.unary(EchoService.sleepMethod, Bytes("30#age"), as: Bytes.self)
-                Issue.record("the call outlived the connection's maximum age")
-            } catch let e as RPCError {
-                #expect(e.code == .unavailable || e.code == .cancelled || e.code == .internal, "\(e)")
-            }
-            // New calls go to a new connection.
-            let r = try await channel.client.unary(EchoService.unaryMethod, Bytes("x"), as: Bytes.self)
-            #expect(r.message.text == "x")
-            _ = server
-            await channel.close()
+            c.maxConnectionAge = .milliseconds(300)
+            c.maxConnectionAgeGrace = .milliseconds(300)
+        }) { _, port in
+            // A call longer than age + grace: GOAWAY first, then the connection is cut.
+            let s = try RawSocket(port: port)
+            s.send(H2.preface + H2.emptySettings + H2.settingsAck + H2.headers(stream: 1, path: "/test.Echo/Sleep", endStream: false)
+                   + H2.data(stream: 1, H2.grpcMessage(Array("5#age".utf8)), endStream: true))
+            let r = await s.readUntilClosed()
+            let frames = http2Frames(r.bytes)
+            let goaway = frames.firstIndex { $0.type == H2.goaway }
+            #expect(goaway != nil)
+            #expect(r.closed)
+            // The call had no answer: nothing for stream 1 but, at most, its response headers.
+            #expect(!frames.contains { $0.type == 0 && $0.stream == 1 })
         }
     }
 

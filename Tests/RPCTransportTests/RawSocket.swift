@@ -83,6 +83,19 @@ enum H2 {
     static let ping: UInt8 = 6
     static let goaway: UInt8 = 7
 
+    /// A DATA frame.
+    static func data(stream: UInt32, _ payload: [UInt8], endStream: Bool) -> [UInt8] {
+        let len = payload.count
+        return [UInt8(len >> 16 & 0xff), UInt8(len >> 8 & 0xff), UInt8(len & 0xff), 0, endStream ? 1 : 0,
+                UInt8(stream >> 24 & 0x7f), UInt8(stream >> 16 & 0xff), UInt8(stream >> 8 & 0xff), UInt8(stream & 0xff)] + payload
+    }
+
+    /// One length-prefixed gRPC message.
+    static func grpcMessage(_ payload: [UInt8]) -> [UInt8] {
+        let n = payload.count
+        return [0, UInt8(n >> 24 & 0xff), UInt8(n >> 16 & 0xff), UInt8(n >> 8 & 0xff), UInt8(n & 0xff)] + payload
+    }
+
     /// A gRPC request's HEADERS frame (HPACK literals without indexing, END_HEADERS set).
     static func headers(stream: UInt32, path: String, endStream: Bool) -> [UInt8] {
         var block: [UInt8] = []

@@ -169,3 +169,33 @@ func withHoldServer(_ configure: (inout ServerConfiguration) -> Void = { _ in },
         }
     }
 }
+
+/// An HTTP handler whose POST bodies may be 1,000 bytes.
+struct SmallBodies: HTTPHandler {
+    func maxBodyBytes(method: String, path: Substring) -> Int? { method == "POST" ? 1000 : nil }
+    func handle(_ request: HTTPRequest) async -> HTTPResponse {
+        HTTPResponse(status: 200, headers: [("content-type", "text/plain")], body: Array("got \(request.body.count)".utf8))
+    }
+}
+
+@Suite struct HTTPBodyLimitTests {
+    /// The handler's limit applies per request, over HTTP/1.1 and h2c alike: a larger declared
+    /// body is answered 413 before it is read.
+    @Test func theHandlersLimitAppliesOverBothProtocols() async throws {
+        var config = ServerConfiguration(host: "127.0.0.1", port: 0)
+        config.threads = 1
+        config.acceptHTTP1 = true
+        config.httpHandler = SmallBodies()
+        config.requestBudget = RequestBudget()
+        let server = RPCServer(configuration: config, services: [EchoService()])
+        let port = try await server.start()
+        defer { Task { await server.shutdownGracefully() } }
+        let url = "http://127.0.0.1:\(port)/x"
+        for proto in ["--http1.1", "--http2-prior-knowledge"] {
+            let ok = try curl([proto, "-o", "/dev/null", "-w", "%{http_code}", "--data-binary", String(repeating: "a", count: 1000), url])
+            #expect(ok == "200", "\(proto)")
+            let big = try curl([proto, "-o", "/dev/null", "-w", "%{http_code}", "--data-binary", String(repeating: "a", count: 5000), url])
+            #expect(big == "413", "\(proto)")
+        }
+    }
+}
