@@ -53,13 +53,11 @@ public struct AccountsConfiguration: Sendable {
     public var maxAvatarBytes = 1 << 20
 
     /// The largest request message the server should accept: an avatar upload plus room for its
-    /// framing. Anything larger is refused by the transport (RESOURCE_EXHAUSTED) before it is read.
+    /// framing. Anything larger is refused by the transport (RESOURCE_EXHAUSTED) before it is read;
+    /// each method's own limit from the contracts (`(common.v1.max_request_bytes)`) applies below
+    /// it. No window needs sizing for it: the transport releases a message's bytes to flow control
+    /// as they arrive (docs/architecture.md, "Flow control is backpressure").
     public var maxRequestBytes: Int { maxAvatarBytes + 64 * 1024 }
-
-    /// The HTTP/2 stream window the server should announce: larger than any accepted request.
-    /// (The transport opens the window per complete message, so a message larger than the window
-    /// could never arrive; see the README.)
-    public var streamWindowBytes: Int { max(1 << 20, maxRequestBytes * 2) }
 
     /// Where mail goes: a Maildir under the data directory, or SMTP.
     public var mail: MailConfiguration

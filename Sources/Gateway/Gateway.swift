@@ -59,10 +59,12 @@ public final class Gateway: Sendable {
             channel.connectTimeout = configuration.upstreamConnectTimeout
             channel.maxBackoff = configuration.upstreamMaxBackoff
             channel.initialBackoff = .milliseconds(50)
-            // The transport opens a stream's receive window per complete message, so the window
-            // must hold the largest message (a 1 MiB avatar), on both sides of the gateway.
+            // Partial messages' bytes are released as they arrive, so the window need not hold
+            // the largest response (a 1 MiB avatar): the default 1 MiB keeps a relay at full
+            // speed. (It opened per complete message once, and had to.)
             channel.maxReceiveMessageSize = configuration.maxResponseBytes
-            channel.initialWindowSize = max(channel.initialWindowSize, configuration.maxResponseBytes + 64 * 1024)
+            channel.keepaliveTime = configuration.upstreamKeepaliveTime
+            channel.keepaliveTimeout = configuration.upstreamKeepaliveTimeout
             pools[u.name] = UpstreamPool(name: u.name, configuration: channel, fallbackLoop: ownGroup.next(),
                                          streamsPerConnection: configuration.streamsPerUpstreamConnection)
         }
@@ -105,16 +107,24 @@ public final class Gateway: Sendable {
 
         var config = ServerConfiguration(host: configuration.host, port: configuration.port, tls: configuration.tls)
         config.acceptHTTP1 = true
+        // Each method's own limit (from the contracts) applies below this one; this one lets
+        // the largest method through (5 MiB attachments). Stream windows stay at the transport's
+        // default: large messages are admitted against the request budgets instead.
         config.maxReceiveMessageSize = configuration.maxRequestBytes
-        config.initialWindowSize = max(config.initialWindowSize, configuration.maxRequestBytes + 64 * 1024)
+        config.maxBufferedRequestBytesPerConnection = configuration.maxRequestBytes + 64 * 1024
+        config.maxBufferedRequestBytesPerProcess = configuration.maxBufferedRequestBytes
         config.maxConcurrentStreams = configuration.maxConcurrentStreams
+        config.maxConnections = configuration.maxConnections
         if let t = configuration.threads { config.threads = t }
         config.interceptors = [policy]
         let health = self.health
         let upstreamList = configuration.upstreams
-        config.httpHandler = ConnectHandler(
+        var connect = ConnectHandler(
             router: Router(services: services), interceptors: [policy], transcoder: JSONTranscoder(registry: registry), logger: logger,
             statusPage: { await Self.statusPage(health: health, upstreams: upstreamList, services: publicNames) })
+        connect.maxRequestBytes = configuration.maxRequestBytes
+        config.httpHandler = connect
+        configuration.adjustServer(&config)
         server = RPCServer(configuration: config, services: services, logger: logger)
     }
 

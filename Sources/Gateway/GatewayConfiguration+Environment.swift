@@ -36,6 +36,8 @@ extension GatewayConfiguration {
         let unbounded = 0...Int.max
         if let n = try env.int("gateway.max.request.bytes", range: unbounded) { c.maxRequestBytes = max(1024, n) }
         if let n = try env.int("gateway.max.response.bytes", range: unbounded) { c.maxResponseBytes = max(1024, n) }
+        if let n = try env.int("gateway.max.buffered.request.bytes", range: unbounded) { c.maxBufferedRequestBytes = max(64 * 1024, n) }
+        if let n = try env.int("gateway.max.connections", range: unbounded) { c.maxConnections = max(1, n) }
         if let n = try env.int("gateway.max.concurrent.streams", range: unbounded) { c.maxConcurrentStreams = max(1, n) }
         if let n = try env.int("gateway.max.deadline.ms", range: unbounded) { c.maxDeadline = .milliseconds(max(1, n)) }
         if let n = try env.int("gateway.max.stream.deadline.ms", range: unbounded) { c.maxStreamDeadline = .milliseconds(max(1, n)) }

@@ -79,6 +79,13 @@ public final class AuthInterceptor: ServerInterceptor {
         }
     }
 
+    /// At the request headers, before any body is read: a call that carries no credential at all
+    /// where its method needs one is refused now (an anonymous client cannot make the process
+    /// buffer a large request that `intercept` would refuse afterwards). Verifies nothing.
+    public func rejectAtHeaders(_ method: MethodDescriptor, _ metadata: Metadata) -> RPCError? {
+        CredentialCheck.missingCredential(method, metadata, open: Self.open, serviceCredential: !serviceToken.isEmpty)
+    }
+
     static func bearer(_ context: ServerContext) -> String? { bearer(context.requestMetadata) }
 
     /// The token of `authorization: Bearer <token>`; nil when absent, empty or another scheme.

@@ -99,11 +99,17 @@ public struct ServiceSettings: Sendable {
     }
 
     /// How this process connects to a peer: fail fast while it is down (a short connect timeout
-    /// and backoff), so a synchronous read of a peer answers its degraded form quickly.
+    /// and backoff), so a synchronous read of a peer answers its degraded form quickly; and
+    /// keepalive PINGs while calls are open (`PEER_KEEPALIVE_TIME_MS`, default 30 s; 0 = off;
+    /// `PEER_KEEPALIVE_TIMEOUT_MS`, default 10 s), so a peer that vanished without closing is
+    /// noticed and its calls fail over instead of hanging.
     public func peerChannelConfiguration(host: String, port: Int) -> ChannelConfiguration {
         var c = ChannelConfiguration(host: host, port: port)
         c.connectTimeout = .seconds(1)
         c.maxBackoff = .seconds(2)
+        let keepalive = ((try? settings.int("peer.keepalive.time.ms", range: 0...Int(Int32.max))) ?? nil) ?? 30_000
+        c.keepaliveTime = keepalive == 0 ? nil : .milliseconds(keepalive)
+        c.keepaliveTimeout = .milliseconds(((try? settings.int("peer.keepalive.timeout.ms", range: 1...Int(Int32.max))) ?? nil) ?? 10_000)
         return c
     }
 }

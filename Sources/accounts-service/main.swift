@@ -34,7 +34,6 @@ struct AccountsServiceCommand: AsyncParsableCommand {
             outbox: .init(database: core.database, senders: core.outboxSenders(peers: peers)), peers: peers
         ) { server in
             server.maxReceiveMessageSize = configuration.maxRequestBytes
-            server.initialWindowSize = configuration.streamWindowBytes
         }
     }
 }

@@ -159,6 +159,8 @@ final class MethodModel {
     let serverStreaming: Bool
     /// `(common.v1.access)`: 1 public, 2 authenticated, anything else internal.
     let access: UInt64?
+    /// `(common.v1.max_request_bytes)`, when set (and not 0).
+    let maxRequestBytes: UInt64?
     let path: [Int32]
     var input: MessageModel!
     var output: MessageModel!
@@ -171,6 +173,7 @@ final class MethodModel {
         clientStreaming = m.has_client_streaming != 0 && m.client_streaming != 0
         serverStreaming = m.has_server_streaming != 0 && m.server_streaming != 0
         access = m.options.flatMap { MethodModel.varintOption(&$0.pointee.base, field: 50001) }
+        maxRequestBytes = m.options.flatMap { MethodModel.varintOption(&$0.pointee.base, field: 50002) }.flatMap { $0 == 0 ? nil : $0 }
         self.path = path
     }
 

@@ -10,6 +10,15 @@ struct ServiceEmitter {
     var methodsName: String { base + "Methods" }
     var clientName: String { base + "Client" }
 
+    /// `, maxRequestBytes: N` for methods of files that use our options (`common/v1/options.proto`):
+    /// the option's value, else the contracts' default (`MethodDescriptor.defaultMaxRequestBytes`,
+    /// 64 KiB). Nothing for other protos (gRPC's own), which only the server's limit governs.
+    func maxRequestBytesArgument(_ m: MethodModel) -> String {
+        guard file.dependencies.contains("common/v1/options.proto") else { return "" }
+        if let n = m.maxRequestBytes { return ", maxRequestBytes: \(n)" }
+        return ", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes"
+    }
+
     func emit(_ p: inout Printer) {
         let comment = file.comments[service.path]
         // Method table.
@@ -22,7 +31,7 @@ struct ServiceEmitter {
                 p.doc(file.comments[m.path])
                 p.line("public static let \(SwiftNames.escaped(m.swiftName)) = RPCCore.MethodDescriptor(")
                 p.line("    service: serviceName, method: \(m.name.swiftLiteral), kind: .\(m.kind), visibility: .\(m.visibility),")
-                p.line("    inputType: \(m.input.fullName.swiftLiteral), outputType: \(m.output.fullName.swiftLiteral))")
+                p.line("    inputType: \(m.input.fullName.swiftLiteral), outputType: \(m.output.fullName.swiftLiteral)\(maxRequestBytesArgument(m)))")
             }
             let all = service.methods.map { SwiftNames.escaped($0.swiftName) }.joined(separator: ", ")
             p.line("/// Every method, in `.proto` order.")

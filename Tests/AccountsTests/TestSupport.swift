@@ -88,7 +88,6 @@ final class TestAccounts: Sendable {
         var config = ServerConfiguration(host: "127.0.0.1", port: 0)
         config.threads = 1
         config.maxReceiveMessageSize = configuration.maxRequestBytes
-        config.initialWindowSize = configuration.streamWindowBytes
         config.interceptors = [AuthInterceptor(keys: core.signingKeySource, serviceToken: testServiceToken, gatewayToken: testGatewayToken)]
         let (_, services) = StandardServices.make(for: core.services, descriptors: ContractsDescriptors.descriptorSet)
         let server = RPCServer(configuration: config, services: services, logger: logger)

@@ -26,7 +26,6 @@ import Testing
         var serverConfig = ServerConfiguration(host: "127.0.0.1", port: 0)
         serverConfig.threads = 1
         serverConfig.maxReceiveMessageSize = configuration.maxRequestBytes
-        serverConfig.initialWindowSize = configuration.streamWindowBytes
         serverConfig.interceptors = [AuthInterceptor(keys: core.signingKeySource, serviceToken: Fake.serviceToken,
                                                      gatewayToken: Fake.gatewayToken)]
         let (_, services) = StandardServices.make(for: core.services, descriptors: ContractsDescriptors.descriptorSet)

@@ -17,6 +17,8 @@ struct ConnectHandler: HTTPHandler {
     let transcoder: JSONTranscoder
     let logger: Logger
     let statusPage: @Sendable () async -> (serving: Bool, text: String)
+    /// The gateway's own cap on any request message (`GatewayConfiguration.maxRequestBytes`).
+    var maxRequestBytes = Int.max
 
     /// Request headers that belong to HTTP or Connect, not to the call's metadata.
     static let protocolHeaders: Set<String> = [
@@ -24,6 +26,19 @@ struct ConnectHandler: HTTPHandler {
         "keep-alive", "te", "trailer", "transfer-encoding", "upgrade", "user-agent", "proxy-connection", "expect",
         "origin", "referer", "accept-language", "cache-control", "pragma", "http2-settings",
     ]
+
+    /// A Connect call's body may be its message limit twice over plus 4 KiB: JSON spells field
+    /// names and base64-encodes bytes (4/3), so the same message is larger than its protobuf
+    /// encoding. The message limit is the method's (from the contracts), within the gateway's.
+    /// Asked at the request head: a larger declared body is refused (413) before it is read.
+    /// Other requests (unknown paths, pages): the server's limit.
+    func maxBodyBytes(method: String, path: Substring) -> Int? {
+        guard method == "POST", case .success(let m) = router.lookup(String(path)),
+              let limit = m.descriptor.maxRequestBytes else { return nil }
+        return Self.bodyLimit(forRequestLimit: min(limit, maxRequestBytes))
+    }
+
+    static func bodyLimit(forRequestLimit limit: Int) -> Int { limit * 2 + 4 * 1024 }
 
     func handle(_ request: HTTPRequest) async -> HTTPResponse {
         let path = String(request.path)

@@ -66,6 +66,11 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
 
     /// The output buffer reused across flushes (see `drainSessionOutput`).
     private var outputScratch: ByteBuffer?
+    /// Keepalive (`ChannelConfiguration.keepaliveTime`): reads so far (wraps) and at the last tick.
+    private var reads = 0
+    private var readsAtTick = 0
+    private var keepaliveTimer: RepeatedTask?
+    private var pingTimeout: Scheduled<Void>?
     /// The request headers every call on this connection sends, built once (`:path` and the
     /// call's own go around them).
     private lazy var requestHeaders: HeaderBlock = {
@@ -103,7 +108,39 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         ]
         nghttp2_submit_settings(s, UInt8(NGHTTP2_FLAG_NONE.rawValue), &settings, settings.count)
         nghttp2_session_set_local_window_size(s, UInt8(NGHTTP2_FLAG_NONE.rawValue), 0, HTTP2Setting.connectionWindow(streamWindow: configuration.initialWindowSize))
+        if let every = configuration.keepaliveTime {
+            let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
+            keepaliveTimer = context.eventLoop.scheduleRepeatedTask(initialDelay: TimeAmount(every), delay: TimeAmount(every)) { _ in
+                bound.value.keepaliveTick()
+            }
+        }
         if context.channel.isActive { flush() }
+    }
+
+    /// Nothing read for a whole `keepaliveTime` (and a call open, unless `keepaliveWithoutCalls`):
+    /// PING; nothing read within `keepaliveTimeout` after it ends the connection.
+    private func keepaliveTick() {
+        guard let session, let context, pingTimeout == nil else { return }
+        if reads != readsAtTick {
+            readsAtTick = reads
+            return
+        }
+        guard configuration.keepaliveWithoutCalls || !streams.isEmpty else { return }
+        nghttp2_submit_ping(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), nil)
+        flush()
+        let snapshot = reads
+        let timeout = configuration.keepaliveTimeout
+        let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        pingTimeout = context.eventLoop.scheduleTask(in: TimeAmount(timeout)) {
+            let h = bound.value
+            h.pingTimeout = nil
+            guard h.reads == snapshot else {
+                h.readsAtTick = h.reads
+                return
+            }
+            h.teardown(RPCError(.unavailable, "\(h.configuration.target) did not answer a keepalive PING within \(timeout)"))
+            h.context?.close(promise: nil)
+        }
     }
 
     func channelActive(context: ChannelHandlerContext) {
@@ -144,6 +181,7 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard let session else { return }
+        reads &+= 1
         let buffer = unwrapInboundIn(data)
         let rv = buffer.withUnsafeReadableBytes { bytes -> Int in
             inCallback = true
@@ -172,6 +210,10 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         guard !closed else { return }
         closed = true
         isUsable = false
+        keepaliveTimer?.cancel()
+        keepaliveTimer = nil
+        pingTimeout?.cancel()
+        pingTimeout = nil
         closeReason = error
         ready.fail(error)
         for s in streams.all { finishStream(s, status: RPCStatus(error.code, error.message), trailers: Metadata()) }
@@ -450,6 +492,8 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
                 cancel(id, status: RPCStatus(.resourceExhausted, "response message of \(n) bytes exceeds the limit of \(configuration.maxReceiveMessageSize) bytes"))
             case .badFlag(let f):
                 cancel(id, status: RPCStatus(.internal, "invalid gRPC message flag \(f)"))
+            case .overBudget:
+                break  // only the server's feed admits messages
             }
         }
         return 0

@@ -59,6 +59,11 @@ struct HeaderBlock {
     }
 
     /// The headers as strings, in order.
+    /// The `content-length` header's value, when present and a number (plain-HTTP requests).
+    var contentLength: Int? {
+        pairs.first { $0.name == "content-length" }.flatMap { Int($0.value) }
+    }
+
     var pairs: [(name: String, value: String)] {
         var out: [(name: String, value: String)] = []
         out.reserveCapacity(count)

@@ -11,6 +11,7 @@ final class ServerShared: Sendable {
     let router: Router
     let logger: Logger
     let registry = ConnectionRegistry()
+    let connections = ConnectionCounter()
 
     init(configuration: ServerConfiguration, router: Router, logger: Logger) {
         self.configuration = configuration
@@ -121,6 +122,7 @@ public final class RPCServer: Sendable {
             .childChannelOption(.writeBufferWaterMark, value: .init(low: 64 * 1024, high: 256 * 1024))
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(ConnectionGuard(shared: shared))
                     if let tls {
                         try channel.pipeline.syncOperations.addHandler(OpenSSLHandler(configuration: tls))
                     }
@@ -157,4 +159,9 @@ public final class RPCServer: Sendable {
 
     /// Number of open connections (for tests and metrics).
     public var connectionCount: Int { shared.registry.count }
+    /// Open sockets, counted from accept (before TLS and protocol sniffing): what
+    /// `maxConnections` caps.
+    public var openSocketCount: Int { shared.connections.count }
+    /// Bytes of large requests the process holds now (`maxBufferedRequestBytesPerProcess`).
+    public var bufferedRequestBytes: Int { configuration.requestBudget.inUse }
 }
