@@ -74,7 +74,9 @@ public struct AccountsConfiguration: Sendable {
     /// `_R`, `_P`, `ACCOUNTS_SIGNING_KEY_MAX_AGE_DAYS`, `ACCOUNTS_SIGNUPS_PER_ADDRESS`,
     /// `ACCOUNTS_GUESTS_PER_ADDRESS`, `ACCOUNTS_HASHING_QUEUE`, `SMTP_HOST`, `SMTP_PORT`,
     /// `SMTP_HELO`, `MAIL_FROM`, `ACCOUNTS_MAILDIR`. A malformed value refuses the start.
-    public static func fromEnvironment(dataDirectory: String, _ env: [String: String] = ProcessInfo.processInfo.environment) throws -> AccountsConfiguration {
+    public static func fromEnvironment(
+        dataDirectory: String, _ env: [String: String] = ProcessInfo.processInfo.environment
+    ) throws -> AccountsConfiguration {
         try from(Settings(environment: env), dataDirectory: dataDirectory)
     }
 
@@ -115,4 +117,3 @@ public enum MailConfiguration: Sendable, Equatable {
     /// Sent to an SMTP relay, plain SMTP without TLS or AUTH (a local relay, e.g. a sidecar).
     case smtp(host: String, port: Int, helo: String)
 }
-

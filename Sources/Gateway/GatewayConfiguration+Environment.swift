@@ -28,8 +28,9 @@ extension GatewayConfiguration {
             }
             required = Set(names)
         }
-        var c = GatewayConfiguration(host: settings.host, port: settings.port, upstreams: upstreams, requiredUpstreams: required,
-                                     gatewayToken: settings.gatewayToken)
+        var c = GatewayConfiguration(
+            host: settings.host, port: settings.port, upstreams: upstreams, requiredUpstreams: required,
+            gatewayToken: settings.gatewayToken)
         if let cert = settings.tlsCert, let key = settings.tlsKey {
             c.tls = try TLSConfiguration.server(certificateChainPEMFile: cert, privateKeyPEMFile: key, alpn: ["h2", "http/1.1"])
         }

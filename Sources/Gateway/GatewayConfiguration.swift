@@ -75,8 +75,10 @@ public struct GatewayConfiguration: Sendable {
 
     public static let allUpstreams = ["accounts", "social", "tasks", "finance", "matchmaking"]
 
-    public init(host: String = "127.0.0.1", port: Int = 0, upstreams: [Upstream], requiredUpstreams: Set<String>? = nil,
-                gatewayToken: String) {
+    public init(
+        host: String = "127.0.0.1", port: Int = 0, upstreams: [Upstream], requiredUpstreams: Set<String>? = nil,
+        gatewayToken: String
+    ) {
         self.host = host
         self.port = port
         self.upstreams = upstreams

@@ -9,14 +9,18 @@ public enum RawHandler: Sendable {
     case unary(@Sendable (_ request: [UInt8], _ context: ServerContext) async throws -> [UInt8])
     case serverStreaming(@Sendable (_ request: [UInt8], _ responses: any ServerResponseSink, _ context: ServerContext) async throws -> Void)
     case clientStreaming(@Sendable (_ requests: RawMessageStream, _ context: ServerContext) async throws -> [UInt8])
-    case bidirectionalStreaming(@Sendable (_ requests: RawMessageStream, _ responses: any ServerResponseSink, _ context: ServerContext) async throws -> Void)
+    case bidirectionalStreaming(
+        @Sendable (_ requests: RawMessageStream, _ responses: any ServerResponseSink, _ context: ServerContext) async throws -> Void)
     /// A unary handler that answers through a callback instead of returning from a task: for
     /// handlers that only pass the call on (the gateway's relay). The transport calls it on the
     /// connection's event loop, without starting a task when every interceptor decides at once;
     /// it must not block, and must call `done` exactly once, from any thread. `cancellation`
     /// fires when the call ends early (client cancelled, deadline passed).
-    case unaryForwarding(@Sendable (_ request: [UInt8], _ context: ServerContext, _ cancellation: CallCancellation,
-                                    _ done: @escaping @Sendable (Result<[UInt8], any Error>) -> Void) -> Void)
+    case unaryForwarding(
+        @Sendable (
+            _ request: [UInt8], _ context: ServerContext, _ cancellation: CallCancellation,
+            _ done: @escaping @Sendable (Result<[UInt8], any Error>) -> Void
+        ) -> Void)
 
     public var kind: CallKind {
         switch self {
@@ -40,7 +44,9 @@ public enum RawHandler: Sendable {
                     try await withCheckedThrowingContinuation { continuation in
                         body(request, context, cancellation) { continuation.resume(with: $0) }
                     }
-                } onCancel: { cancellation.cancel() }
+                } onCancel: {
+                    cancellation.cancel()
+                }
             }
         default:
             return nil
@@ -141,8 +147,10 @@ public enum CredentialCheck {
     ///   UNAUTHENTICATED;
     /// - public methods, and services in `open` (health, reflection): nil.
     /// The messages are the ones the full check would give.
-    public static func missingCredential(_ method: MethodDescriptor, _ metadata: Metadata, open: Set<String> = [],
-                                         serviceCredential: Bool = true) -> RPCError? {
+    public static func missingCredential(
+        _ method: MethodDescriptor, _ metadata: Metadata, open: Set<String> = [],
+        serviceCredential: Bool = true
+    ) -> RPCError? {
         switch method.visibility {
         case .publicAnonymous:
             return nil

@@ -44,8 +44,10 @@ public final class MethodDescriptor: Sendable, Hashable, CustomStringConvertible
     /// What `(common.v1.max_request_bytes)` means when a method of our contracts does not set it.
     public static let defaultMaxRequestBytes = 64 * 1024
 
-    public init(service: String, method: String, kind: CallKind, visibility: MethodVisibility = .internal,
-                inputType: String = "", outputType: String = "", maxRequestBytes: Int? = nil) {
+    public init(
+        service: String, method: String, kind: CallKind, visibility: MethodVisibility = .internal,
+        inputType: String = "", outputType: String = "", maxRequestBytes: Int? = nil
+    ) {
         self.service = service
         self.method = method
         self.kind = kind
@@ -59,8 +61,9 @@ public final class MethodDescriptor: Sendable, Hashable, CustomStringConvertible
     public var description: String { path }
 
     public static func == (a: MethodDescriptor, b: MethodDescriptor) -> Bool {
-        a === b || (a.path == b.path && a.kind == b.kind && a.visibility == b.visibility
-                    && a.inputType == b.inputType && a.outputType == b.outputType && a.maxRequestBytes == b.maxRequestBytes)
+        a === b
+            || (a.path == b.path && a.kind == b.kind && a.visibility == b.visibility
+                && a.inputType == b.inputType && a.outputType == b.outputType && a.maxRequestBytes == b.maxRequestBytes)
     }
 
     public func hash(into h: inout Hasher) { h.combine(path) }

@@ -1,8 +1,8 @@
 import Logging
-import Synchronization
 import RPCCore
 import RPCServices
 import Security
+import Synchronization
 
 /// The policy every service (and the gateway) applies before a handler runs, from the method's
 /// access marking in the contracts:
@@ -41,8 +41,10 @@ public final class AuthInterceptor: ServerInterceptor {
     /// - Parameters:
     ///   - serviceToken: the credential that opens internal methods ("" → none does).
     ///   - gatewayToken: the gateway's credential ("" → no call is taken as relayed).
-    public init(keys: any SigningKeySource, serviceToken: String, gatewayToken: String = "",
-                keyRefreshInterval: Duration = AuthInterceptor.defaultKeyRefreshInterval) {
+    public init(
+        keys: any SigningKeySource, serviceToken: String, gatewayToken: String = "",
+        keyRefreshInterval: Duration = AuthInterceptor.defaultKeyRefreshInterval
+    ) {
         self.keys = keys
         self.serviceToken = Array(serviceToken.utf8)
         self.gatewayToken = Array(gatewayToken.utf8)

@@ -37,11 +37,13 @@ public enum ServiceHost {
 
     /// Serves `services` until SIGTERM/SIGINT, with `background` jobs (each runs until cancelled)
     /// and the `outbox` delivered, then shuts down gracefully and returns.
-    public static func run(settings: ServiceSettings, services: [any RPCService], descriptors: ProtoDescriptorSet,
-                           keys: any SigningKeySource, logger: Logger,
-                           background: [@Sendable () async -> Void] = [],
-                           outbox: Outbox? = nil, peers: PeerClients? = nil,
-                           configure: (inout ServerConfiguration) -> Void = { _ in }) async throws {
+    public static func run(
+        settings: ServiceSettings, services: [any RPCService], descriptors: ProtoDescriptorSet,
+        keys: any SigningKeySource, logger: Logger,
+        background: [@Sendable () async -> Void] = [],
+        outbox: Outbox? = nil, peers: PeerClients? = nil,
+        configure: (inout ServerConfiguration) -> Void = { _ in }
+    ) async throws {
         var config = try serverConfiguration(settings: settings)
         config.interceptors = [AuthInterceptor(keys: keys, serviceToken: settings.serviceToken, gatewayToken: settings.gatewayToken)]
         configure(&config)
@@ -52,20 +54,23 @@ public enum ServiceHost {
 
         var jobs = background
         if let outbox {
-            let delivery = OutboxDelivery(database: outbox.database, retry: outbox.retry, logger: logger,
-                                          deliver: (outbox.senders ?? .rpc(peers: peers)).deliver)
+            let delivery = OutboxDelivery(
+                database: outbox.database, retry: outbox.retry, logger: logger,
+                deliver: (outbox.senders ?? .rpc(peers: peers)).deliver)
             jobs.append { await delivery.run() }
         }
         ShutdownSignals.install()  // SIGTERM ignored (kept for the group) before we say we listen
         // Reverse order on shutdown: the server drains first, then the jobs stop.
-        let group = ServiceGroup(configuration: ServiceGroupConfiguration(
-            services: jobs.map {
-                // A job ends only when cancelled: one that returns by itself is a bug, and the
-                // process shuts down gracefully rather than serve without it.
-                .init(service: BackgroundJob(job: $0), successTerminationBehavior: .gracefullyShutdownGroup,
-                      failureTerminationBehavior: .gracefullyShutdownGroup)
-            } + [.init(service: ServerService(server: server, health: health, settings: settings, logger: logger))],
-            gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        let group = ServiceGroup(
+            configuration: ServiceGroupConfiguration(
+                services: jobs.map {
+                    // A job ends only when cancelled: one that returns by itself is a bug, and the
+                    // process shuts down gracefully rather than serve without it.
+                    .init(
+                        service: BackgroundJob(job: $0), successTerminationBehavior: .gracefullyShutdownGroup,
+                        failureTerminationBehavior: .gracefullyShutdownGroup)
+                } + [.init(service: ServerService(server: server, health: health, settings: settings, logger: logger))],
+                gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         try await group.run()
         await peers.close()
         logger.info("stopped")

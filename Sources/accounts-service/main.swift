@@ -15,7 +15,9 @@ struct AccountsServiceCommand: AsyncParsableCommand {
         abstract: "The accounts service: sign-up, log-in, sessions, profiles, avatars (gRPC).")
 
     @OptionGroup var options: ServiceOptions
-    @Flag(name: .customLong("rotate-signing-key"), help: "Replace the token signing key at startup (the old one keeps verifying until its tokens expire).")
+    @Flag(
+        name: .customLong("rotate-signing-key"),
+        help: "Replace the token signing key at startup (the old one keeps verifying until its tokens expire).")
     var rotateSigningKey = false
 
     func run() async throws {

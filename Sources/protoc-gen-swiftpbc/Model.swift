@@ -7,7 +7,7 @@ import ContractsC
 /// `google.protobuf.FieldDescriptorProto.Type` numbers.
 enum ProtoType: Int {
     case double = 1, float, int64, uint64, int32, fixed64, fixed32, bool, string, group, message, bytes,
-         uint32, `enum`, sfixed32, sfixed64, sint32, sint64
+        uint32, `enum`, sfixed32, sfixed64, sint32, sint64
 }
 
 enum ProtoLabel: Int { case optional = 1, required, repeated }
@@ -257,8 +257,10 @@ struct ModelBuilder {
         files.append(file)
     }
 
-    private mutating func message(_ d: Google__Protobuf__DescriptorProto, scope: String, file: FileModel,
-                                  path: [Int32]) -> MessageModel {
+    private mutating func message(
+        _ d: Google__Protobuf__DescriptorProto, scope: String, file: FileModel,
+        path: [Int32]
+    ) -> MessageModel {
         let name = cString(d.name)
         let m = MessageModel(name: name, fullName: scope + name, file: file, path: path)
         m.isMapEntry = d.options.map { $0.pointee.has_map_entry != 0 && $0.pointee.map_entry != 0 } ?? false
@@ -277,8 +279,10 @@ struct ModelBuilder {
             file.extensionNames.append(m.fullName + "." + cString(d.extension[i]!.pointee.name))
         }
         for i in 0..<d.n_nested_type {
-            m.nested.append(message(d.nested_type[i]!.pointee, scope: m.fullName + ".", file: file,
-                                    path: path + [3, Int32(i)]))
+            m.nested.append(
+                message(
+                    d.nested_type[i]!.pointee, scope: m.fullName + ".", file: file,
+                    path: path + [3, Int32(i)]))
         }
         for i in 0..<d.n_enum_type {
             m.enums.append(enumModel(d.enum_type[i]!.pointee, scope: m.fullName + ".", file: file, path: path + [4, Int32(i)]))
@@ -287,8 +291,10 @@ struct ModelBuilder {
         return m
     }
 
-    private mutating func enumModel(_ d: Google__Protobuf__EnumDescriptorProto, scope: String, file: FileModel,
-                                    path: [Int32]) -> EnumModel {
+    private mutating func enumModel(
+        _ d: Google__Protobuf__EnumDescriptorProto, scope: String, file: FileModel,
+        path: [Int32]
+    ) -> EnumModel {
         let name = cString(d.name)
         let e = EnumModel(name: name, fullName: scope + name, file: file, path: path)
         var seen = Set<Int32>()

@@ -2,9 +2,10 @@ import Foundation
 import Logging
 import NIOCore
 import NIOPosix
+import RPCCore
 import Synchronization
 import Testing
-import RPCCore
+
 @testable import RPCTransport
 
 /// Connections that never end (issue 11, defect 6): every limit on a connection's life, with
@@ -12,8 +13,10 @@ import RPCCore
 @Suite struct ConnectionManagementTests {
     /// Starts a server (gRPC + HTTP/1.1 with an echo HTTP handler) with every timer off unless
     /// `configure` sets it.
-    func withServer(_ configure: (inout ServerConfiguration) -> Void,
-                    _ body: (RPCServer, Int) async throws -> Void) async throws {
+    func withServer(
+        _ configure: (inout ServerConfiguration) -> Void,
+        _ body: (RPCServer, Int) async throws -> Void
+    ) async throws {
         var config = ServerConfiguration(host: "127.0.0.1", port: 0)
         config.threads = 1
         config.acceptHTTP1 = true
@@ -139,8 +142,9 @@ import RPCCore
             #expect(r.closed)
             // One request, answered; then idle.
             let t = try RawSocket(port: port)
-            t.send(H2.preface + H2.emptySettings + H2.settingsAck + H2.headers(stream: 1, path: "/test.Echo/Unary", endStream: false)
-                   + H2.data(stream: 1, H2.grpcMessage(Array("hi".utf8)), endStream: true))
+            t.send(
+                H2.preface + H2.emptySettings + H2.settingsAck + H2.headers(stream: 1, path: "/test.Echo/Unary", endStream: false)
+                    + H2.data(stream: 1, H2.grpcMessage(Array("hi".utf8)), endStream: true))
             let q = await t.readUntilClosed()
             let frames = http2Frames(q.bytes)
             #expect(frames.contains { $0.type == 0 && $0.stream == 1 })  // the response's DATA
@@ -156,8 +160,9 @@ import RPCCore
         }) { _, port in
             // A call longer than age + grace: GOAWAY first, then the connection is cut.
             let s = try RawSocket(port: port)
-            s.send(H2.preface + H2.emptySettings + H2.settingsAck + H2.headers(stream: 1, path: "/test.Echo/Sleep", endStream: false)
-                   + H2.data(stream: 1, H2.grpcMessage(Array("5#age".utf8)), endStream: true))
+            s.send(
+                H2.preface + H2.emptySettings + H2.settingsAck + H2.headers(stream: 1, path: "/test.Echo/Sleep", endStream: false)
+                    + H2.data(stream: 1, H2.grpcMessage(Array("5#age".utf8)), endStream: true))
             let r = await s.readUntilClosed()
             let frames = http2Frames(r.bytes)
             let goaway = frames.firstIndex { $0.type == H2.goaway }

@@ -1,7 +1,8 @@
+import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
-import Foundation
 
 /// A blocking TCP client on loopback for tests that need bytes no HTTP library sends, and to see
 /// when the server closes the connection.
@@ -37,7 +38,9 @@ final class RawSocket: @unchecked Sendable {
     /// "closed" from "left open", it does not time anything). Returns what was read and whether
     /// the connection was closed. Blocks a thread of its own, not one of the concurrency pool's
     /// (two on this machine: other tests' tasks would starve meanwhile).
-    func readUntilClosed(timeout: Duration = .seconds(10), stopWhen: @escaping @Sendable ([UInt8]) -> Bool = { _ in false }) async -> (bytes: [UInt8], closed: Bool) {
+    func readUntilClosed(
+        timeout: Duration = .seconds(10), stopWhen: @escaping @Sendable ([UInt8]) -> Bool = { _ in false }
+    ) async -> (bytes: [UInt8], closed: Bool) {
         let fd = self.fd
         return await withCheckedContinuation { c in
             Thread { c.resume(returning: RawSocket.blockingRead(fd, timeout: timeout, stopWhen: stopWhen)) }.start()
@@ -86,8 +89,10 @@ enum H2 {
     /// A DATA frame.
     static func data(stream: UInt32, _ payload: [UInt8], endStream: Bool) -> [UInt8] {
         let len = payload.count
-        return [UInt8(len >> 16 & 0xff), UInt8(len >> 8 & 0xff), UInt8(len & 0xff), 0, endStream ? 1 : 0,
-                UInt8(stream >> 24 & 0x7f), UInt8(stream >> 16 & 0xff), UInt8(stream >> 8 & 0xff), UInt8(stream & 0xff)] + payload
+        return [
+            UInt8(len >> 16 & 0xff), UInt8(len >> 8 & 0xff), UInt8(len & 0xff), 0, endStream ? 1 : 0,
+            UInt8(stream >> 24 & 0x7f), UInt8(stream >> 16 & 0xff), UInt8(stream >> 8 & 0xff), UInt8(stream & 0xff),
+        ] + payload
     }
 
     /// One length-prefixed gRPC message.
@@ -99,13 +104,17 @@ enum H2 {
     /// A gRPC request's HEADERS frame (HPACK literals without indexing, END_HEADERS set).
     static func headers(stream: UInt32, path: String, endStream: Bool) -> [UInt8] {
         var block: [UInt8] = []
-        for (n, v) in [(":method", "POST"), (":scheme", "http"), (":path", path), (":authority", "test"),
-                       ("content-type", "application/grpc"), ("te", "trailers")] {
+        for (n, v) in [
+            (":method", "POST"), (":scheme", "http"), (":path", path), (":authority", "test"),
+            ("content-type", "application/grpc"), ("te", "trailers"),
+        ] {
             block += [0x00, UInt8(n.utf8.count)] + Array(n.utf8) + [UInt8(v.utf8.count)] + Array(v.utf8)
         }
         let len = block.count
         let flags: UInt8 = 0x4 | (endStream ? 0x1 : 0)
-        return [UInt8(len >> 16 & 0xff), UInt8(len >> 8 & 0xff), UInt8(len & 0xff), 1, flags,
-                UInt8(stream >> 24 & 0x7f), UInt8(stream >> 16 & 0xff), UInt8(stream >> 8 & 0xff), UInt8(stream & 0xff)] + block
+        return [
+            UInt8(len >> 16 & 0xff), UInt8(len >> 8 & 0xff), UInt8(len & 0xff), 1, flags,
+            UInt8(stream >> 24 & 0x7f), UInt8(stream >> 16 & 0xff), UInt8(stream >> 8 & 0xff), UInt8(stream & 0xff),
+        ] + block
     }
 }

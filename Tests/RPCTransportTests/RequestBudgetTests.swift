@@ -1,5 +1,6 @@
-import Testing
 import RPCCore
+import Testing
+
 @testable import RPCTransport
 
 /// The pure state behind request-memory limits: the process and connection budgets and the
@@ -73,7 +74,12 @@ import RPCCore
         var d = MessageDeframer(maxMessageSize: 1 << 20)
         var emitted: [(Int, Int, Int)] = []
         let msg = prefix(1000) + [UInt8](repeating: 7, count: 1000)
-        try feedServer(&d, Array(msg[..<600]), smallLimit: 65536, admit: { _ in Issue.record("small"); return .admitted }) { _, _, _ in }
+        try feedServer(
+            &d, Array(msg[..<600]), smallLimit: 65536,
+            admit: { _ in
+                Issue.record("small"); return .admitted
+            }
+        ) { _, _, _ in }
         #expect(d.takeRelease() == 0)
         #expect(d.partialHeld == 600)
         try feedServer(&d, Array(msg[600...]), smallLimit: 65536, admit: { _ in .admitted }) { f, held, charged in
@@ -88,8 +94,12 @@ import RPCCore
         var asked: [Int] = []
         var emitted: [(Int, Int, Int)] = []
         let size = 200_000
-        try feedServer(&d, prefix(size) + [UInt8](repeating: 1, count: 1000), smallLimit: 65536,
-                       admit: { asked.append($0); return .admitted }) { _, _, _ in }
+        try feedServer(
+            &d, prefix(size) + [UInt8](repeating: 1, count: 1000), smallLimit: 65536,
+            admit: {
+                asked.append($0); return .admitted
+            }
+        ) { _, _, _ in }
         #expect(asked == [size])
         #expect(d.takeRelease() == 1005)
         try feedServer(&d, [UInt8](repeating: 1, count: size - 1000), smallLimit: 65536, admit: { _ in .admitted }) { f, held, charged in
@@ -154,8 +164,10 @@ import RPCCore
         try bytes.withUnsafeBytes { buf in try d.feed(buf, emit) }
     }
 
-    func feedServer(_ d: inout MessageDeframer, _ bytes: [UInt8], smallLimit: Int, admit: (Int) -> MessageDeframer.Admission,
-                    _ emit: (MessageDeframer.Frame, Int, Int) -> Void) throws {
+    func feedServer(
+        _ d: inout MessageDeframer, _ bytes: [UInt8], smallLimit: Int, admit: (Int) -> MessageDeframer.Admission,
+        _ emit: (MessageDeframer.Frame, Int, Int) -> Void
+    ) throws {
         try bytes.withUnsafeBytes { buf in try d.feedServer(buf, smallLimit: smallLimit, admit: admit, emit: emit) }
     }
 }

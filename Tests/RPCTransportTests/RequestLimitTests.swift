@@ -1,6 +1,7 @@
+import RPCCore
 import Synchronization
 import Testing
-import RPCCore
+
 @testable import RPCTransport
 
 /// A unary method that holds its call until the test opens the gate, and one with a request limit.
@@ -14,16 +15,20 @@ final class HoldService: RPCService, Sendable {
     var serviceName: String { "test.Hold" }
     var methods: [ServerMethod] {
         [
-            ServerMethod(Self.hold, .unary(Bytes.self, Bytes.self) { [self] req, _ in
-                started.withLock { $0 += 1 }
-                while !open.withLock({ $0 }) && !Task.isCancelled { try? await Task.sleep(for: .milliseconds(5)) }
-                return Bytes("\(req.data.count)")
-            }),
+            ServerMethod(
+                Self.hold,
+                .unary(Bytes.self, Bytes.self) { [self] req, _ in
+                    started.withLock { $0 += 1 }
+                    while !open.withLock({ $0 }) && !Task.isCancelled { try? await Task.sleep(for: .milliseconds(5)) }
+                    return Bytes("\(req.data.count)")
+                }),
             ServerMethod(Self.limited, .unary(Bytes.self, Bytes.self) { req, _ in Bytes("\(req.data.count)") }),
-            ServerMethod(Self.secret, .unary(Bytes.self, Bytes.self) { [self] req, _ in
-                secretCalls.withLock { $0 += 1 }
-                return Bytes("\(req.data.count)")
-            }),
+            ServerMethod(
+                Self.secret,
+                .unary(Bytes.self, Bytes.self) { [self] req, _ in
+                    secretCalls.withLock { $0 += 1 }
+                    return Bytes("\(req.data.count)")
+                }),
         ]
     }
 }
@@ -37,8 +42,10 @@ final class HeaderCheck: ServerInterceptor {
     }
 }
 
-func withHoldServer(_ configure: (inout ServerConfiguration) -> Void = { _ in },
-                    _ body: (HoldService, RPCServer, Int) async throws -> Void) async throws {
+func withHoldServer(
+    _ configure: (inout ServerConfiguration) -> Void = { _ in },
+    _ body: (HoldService, RPCServer, Int) async throws -> Void
+) async throws {
     var config = ServerConfiguration(host: "127.0.0.1", port: 0)
     config.threads = 1
     config.requestBudget = RequestBudget()  // not shared with other tests of the process
@@ -101,7 +108,11 @@ func withHoldServer(_ configure: (inout ServerConfiguration) -> Void = { _ in },
         try await withHoldServer({ $0.maxBufferedRequestBytesPerProcess = 150_000 }) { service, server, port in
             let first = RPCChannel(host: "127.0.0.1", port: port)
             let second = RPCChannel(host: "127.0.0.1", port: port)
-            defer { Task { await first.close(); await second.close() } }
+            defer {
+                Task {
+                    await first.close(); await second.close()
+                }
+            }
             let held = Task { try await first.client.unary(HoldService.hold, Bytes([UInt8](repeating: 1, count: 100_000)), as: Bytes.self) }
             #expect(try await waitFor { service.started.withLock { $0 } == 1 })
             #expect(server.bufferedRequestBytes == 100_000)
@@ -148,7 +159,8 @@ func withHoldServer(_ configure: (inout ServerConfiguration) -> Void = { _ in },
             let sizes = [27182, 8, 1828, 45904, 32760, 32763, 40000, 65531, 65536, 1]
             var options = CallOptions()
             options.timeout = .seconds(30)
-            let total = try await client.clientStreaming(EchoService.clientStreamMethod, as: Bytes.self, options: options) { (writer: RequestWriter<Bytes>) in
+            let total = try await client.clientStreaming(EchoService.clientStreamMethod, as: Bytes.self, options: options) {
+                (writer: RequestWriter<Bytes>) in
                 for n in sizes { try await writer.write(Bytes([UInt8](repeating: 5, count: n))) }
             }
             #expect(total.message.text == "\(sizes.reduce(0, +))")

@@ -97,21 +97,26 @@ struct MethodSchema: Sendable {
     var usesContractOptions = false
 
     var descriptor: MethodDescriptor {
-        let kind: CallKind = switch (clientStreaming, serverStreaming) {
-        case (false, false): .unary
-        case (false, true): .serverStreaming
-        case (true, false): .clientStreaming
-        case (true, true): .bidirectionalStreaming
-        }
-        let visibility: MethodVisibility = switch access {
-        case 1: .publicAnonymous
-        case 2: .publicAuthenticated
-        default: .internal
-        }
-        let limit: Int? = maxRequestBytes > 0 ? Int(clamping: maxRequestBytes)
+        let kind: CallKind =
+            switch (clientStreaming, serverStreaming) {
+            case (false, false): .unary
+            case (false, true): .serverStreaming
+            case (true, false): .clientStreaming
+            case (true, true): .bidirectionalStreaming
+            }
+        let visibility: MethodVisibility =
+            switch access {
+            case 1: .publicAnonymous
+            case 2: .publicAuthenticated
+            default: .internal
+            }
+        let limit: Int? =
+            maxRequestBytes > 0
+            ? Int(clamping: maxRequestBytes)
             : usesContractOptions ? MethodDescriptor.defaultMaxRequestBytes : nil
-        return MethodDescriptor(service: service, method: name, kind: kind, visibility: visibility,
-                                inputType: inputType, outputType: outputType, maxRequestBytes: limit)
+        return MethodDescriptor(
+            service: service, method: name, kind: kind, visibility: visibility,
+            inputType: inputType, outputType: outputType, maxRequestBytes: limit)
     }
 }
 
@@ -260,9 +265,10 @@ enum FileParser {
         }
         guard let fieldType = FieldType(rawValue: type) else { throw WireError("field \(name) has unknown type \(type)") }
         let repeated = label == 3
-        return FieldSchema(name: name, jsonName: jsonName ?? Self.jsonName(name), number: number, isRepeated: repeated,
-                           type: fieldType, typeName: typeName, oneofIndex: oneofIndex, isProto3Optional: proto3Optional,
-                           packed: repeated && fieldType.isPackable && (packedOption ?? proto3))
+        return FieldSchema(
+            name: name, jsonName: jsonName ?? Self.jsonName(name), number: number, isRepeated: repeated,
+            type: fieldType, typeName: typeName, oneofIndex: oneofIndex, isProto3Optional: proto3Optional,
+            packed: repeated && fieldType.isPackable && (packedOption ?? proto3))
     }
 
     /// protoc's default JSON name: underscores dropped, the letter after one upper-cased.
@@ -317,8 +323,9 @@ enum FileParser {
         var methods: [MethodSchema] = []
         for blob in methodBlobs {
             var m = WireReader(blob)
-            var method = MethodSchema(service: service, name: "", inputType: "", outputType: "",
-                                      clientStreaming: false, serverStreaming: false, access: 0)
+            var method = MethodSchema(
+                service: service, name: "", inputType: "", outputType: "",
+                clientStreaming: false, serverStreaming: false, access: 0)
             while let (n, t) = try m.tag() {
                 switch (n, t) {
                 case (1, .lengthDelimited): method.name = string(try m.lengthDelimited())

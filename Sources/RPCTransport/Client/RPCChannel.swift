@@ -115,8 +115,10 @@ public final class RPCChannel: ClientTransport, Sendable {
     /// and lives on the calling thread's event loop, the stream is opened right here; otherwise
     /// on the connection's loop once it is up. `completion` runs exactly once.
     @discardableResult
-    public func unary(_ method: MethodDescriptor, request: [UInt8], options: CallOptions = .defaults,
-                      completion: @escaping @Sendable (UnaryCallResult) -> Void) -> PendingUnaryCall {
+    public func unary(
+        _ method: MethodDescriptor, request: [UInt8], options: CallOptions = .defaults,
+        completion: @escaping @Sendable (UnaryCallResult) -> Void
+    ) -> PendingUnaryCall {
         let call = PendingUnaryCall(request: request, completion: completion)
         if let connection = state.withLock({ $0.connection }) {
             Self.start(call, method, options, on: connection)

@@ -70,8 +70,11 @@ struct HeaderBlock {
         bytes.withUnsafeBytes { buf in
             guard let base = buf.baseAddress else { return }
             forEach(base) { _, name, nameLen, value, valueLen in
-                out.append((String(decoding: UnsafeRawBufferPointer(start: name, count: nameLen), as: UTF8.self),
-                            String(decoding: UnsafeRawBufferPointer(start: value, count: valueLen), as: UTF8.self)))
+                out.append(
+                    (
+                        String(decoding: UnsafeRawBufferPointer(start: name, count: nameLen), as: UTF8.self),
+                        String(decoding: UnsafeRawBufferPointer(start: value, count: valueLen), as: UTF8.self)
+                    ))
             }
         }
         return out
@@ -89,9 +92,10 @@ struct HeaderBlock {
     }
 
     static func isValidName(_ name: String) -> Bool {
-        !name.isEmpty && name.utf8.allSatisfy { c in
-            (c >= 97 && c <= 122) || (c >= 48 && c <= 57) || c == 45 || c == 95 || c == 46
-        }
+        !name.isEmpty
+            && name.utf8.allSatisfy { c in
+                (c >= 97 && c <= 122) || (c >= 48 && c <= 57) || c == 45 || c == 95 || c == 46
+            }
     }
     /// Text metadata must be printable ASCII; anything else is replaced rather than sent broken.
     static func sanitize(_ s: String) -> String {
@@ -106,10 +110,12 @@ struct HeaderBlock {
             withUnsafeTemporaryAllocation(of: nghttp2_nv.self, capacity: max(1, count)) { nva in
                 if let base = buf.baseAddress {
                     forEach(base) { i, name, nameLen, value, valueLen in
-                        nva.initializeElement(at: i, to: nghttp2_nv(
-                            name: UnsafeMutablePointer(mutating: name.assumingMemoryBound(to: UInt8.self)),
-                            value: UnsafeMutablePointer(mutating: value.assumingMemoryBound(to: UInt8.self)),
-                            namelen: nameLen, valuelen: valueLen, flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue)))
+                        nva.initializeElement(
+                            at: i,
+                            to: nghttp2_nv(
+                                name: UnsafeMutablePointer(mutating: name.assumingMemoryBound(to: UInt8.self)),
+                                value: UnsafeMutablePointer(mutating: value.assumingMemoryBound(to: UInt8.self)),
+                                namelen: nameLen, valuelen: valueLen, flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue)))
                     }
                 }
                 return body(nva.baseAddress!, count)

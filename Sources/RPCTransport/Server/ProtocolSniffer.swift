@@ -55,8 +55,9 @@ final class ProtocolSniffer: RegisteredConnectionHandler, ChannelInboundHandler,
             if isHTTP2Prefix {
                 try ops.addHandler(ServerConnectionHandler(shared: shared), position: .after(self))
             } else {
-                try ops.configureHTTPServerPipeline(position: .after(self), withPipeliningAssistance: true,
-                                                    withErrorHandling: true)
+                try ops.configureHTTPServerPipeline(
+                    position: .after(self), withPipeliningAssistance: true,
+                    withErrorHandling: true)
                 try ops.addHandler(HTTP1RequestHandler(shared: shared))
             }
         } catch {
@@ -166,7 +167,8 @@ final class HTTP1RequestHandler: RegisteredConnectionHandler, ChannelInboundHand
             busy = true
             context.triggerUserOutboundEvent(ConnectionGuard.RequestStarted(), promise: nil)
             let config = shared.configuration
-            limit = config.httpHandler?.maxBodyBytes(method: h.method.rawValue, path: HTTPRequest.path(of: h.uri))
+            limit =
+                config.httpHandler?.maxBodyBytes(method: h.method.rawValue, path: HTTPRequest.path(of: h.uri))
                 ?? config.maxReceiveMessageSize
             // A body declared too large is refused now, before it is read (the connection then
             // closes: the body that may follow is not read).
@@ -197,8 +199,9 @@ final class HTTP1RequestHandler: RegisteredConnectionHandler, ChannelInboundHand
             self.head = nil
             let keepAlive = head.isKeepAlive
             guard let handler = shared.configuration.httpHandler else {
-                write(context, HTTPResponse(status: 415, body: Array("this server speaks gRPC over HTTP/2 only\n".utf8)),
-                      keepAlive: keepAlive, version: head.version)
+                write(
+                    context, HTTPResponse(status: 415, body: Array("this server speaks gRPC over HTTP/2 only\n".utf8)),
+                    keepAlive: keepAlive, version: head.version)
                 return
             }
             let request = HTTPRequest(
@@ -267,6 +270,7 @@ extension HTTPResponse {
         HTTPResponse(status: 413, headers: [("content-type", "text/plain")], body: Array("request body exceeds \(limit) bytes\n".utf8))
     }
     /// 429 for a large body while the process holds its budget of request bytes.
-    static let busy = HTTPResponse(status: 429, headers: [("content-type", "text/plain"), ("retry-after", "1")],
-                                   body: Array("the server is busy receiving other large requests: retry shortly\n".utf8))
+    static let busy = HTTPResponse(
+        status: 429, headers: [("content-type", "text/plain"), ("retry-after", "1")],
+        body: Array("the server is busy receiving other large requests: retry shortly\n".utf8))
 }

@@ -49,7 +49,10 @@ final class ConnectionRegistry: Sendable {
     func remove(_ connection: any DrainableConnection) {
         let waiters: [CheckedContinuation<Void, Never>] = entries.withLock { e in
             guard e.removeValue(forKey: ObjectIdentifier(connection)) != nil else { return [] }
-            return e.isEmpty ? emptied.withLock { w in defer { w = [:] }; return Array(w.values) } : []
+            return e.isEmpty
+                ? emptied.withLock { w in
+                    defer { w = [:] }; return Array(w.values)
+                } : []
         }
         for w in waiters { w.resume() }
     }
@@ -141,7 +144,9 @@ public final class RPCServer: Sendable {
     /// Stops accepting, sends GOAWAY on every connection, lets in-flight calls finish within the
     /// grace period, then closes what is left and stops the event loops.
     public func shutdownGracefully() async {
-        let channel = listener.withLock { c in defer { c = nil }; return c }
+        let channel = listener.withLock { c in
+            defer { c = nil }; return c
+        }
         try? await channel?.close().get()
         let registry = shared.registry
         await registry.beginDraining()

@@ -1,3 +1,4 @@
+import NIOCore
 import RPCCore
 import RPCTLS
 
@@ -100,5 +101,3 @@ public struct ServerConfiguration: Sendable {
         self.tls = tls
     }
 }
-
-import NIOCore

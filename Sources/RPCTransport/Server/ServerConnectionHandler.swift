@@ -87,9 +87,10 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
         let loop = context.eventLoop
         if let every = config.keepaliveTime {
-            timers.append(loop.scheduleRepeatedTask(initialDelay: TimeAmount(every), delay: TimeAmount(every)) { _ in
-                bound.value.keepaliveTick()
-            })
+            timers.append(
+                loop.scheduleRepeatedTask(initialDelay: TimeAmount(every), delay: TimeAmount(every)) { _ in
+                    bound.value.keepaliveTick()
+                })
         }
         if let idle = config.maxConnectionIdle {
             // Four quiet ticks in a row: idle for at least `idle`, closed within 1¼ of it.
@@ -237,12 +238,16 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         session = s
         let config = shared.configuration
         var settings = [
-            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue), value: HTTP2Setting.value(config.maxConcurrentStreams)),
-            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE.rawValue), value: HTTP2Setting.value(config.maxHeaderListSize)),
-            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE.rawValue), value: HTTP2Setting.window(config.initialWindowSize)),
+            nghttp2_settings_entry(
+                settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue), value: HTTP2Setting.value(config.maxConcurrentStreams)),
+            nghttp2_settings_entry(
+                settings_id: Int32(NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE.rawValue), value: HTTP2Setting.value(config.maxHeaderListSize)),
+            nghttp2_settings_entry(
+                settings_id: Int32(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE.rawValue), value: HTTP2Setting.window(config.initialWindowSize)),
         ]
         nghttp2_submit_settings(s, UInt8(NGHTTP2_FLAG_NONE.rawValue), &settings, settings.count)
-        let connectionWindow = config.connectionWindowSize.map { Int32(clamping: min(max($0, 65535), HTTP2Setting.maxWindow)) }
+        let connectionWindow =
+            config.connectionWindowSize.map { Int32(clamping: min(max($0, 65535), HTTP2Setting.maxWindow)) }
             ?? HTTP2Setting.connectionWindow(streamWindow: config.initialWindowSize, streams: config.maxConcurrentStreams)
         nghttp2_session_set_local_window_size(s, UInt8(NGHTTP2_FLAG_NONE.rawValue), 0, connectionWindow)
     }
@@ -271,8 +276,9 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     func beginGracefulShutdown() {
         guard let session, !shuttingDown else { return }
         shuttingDown = true
-        nghttp2_submit_goaway(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), nghttp2_session_get_last_proc_stream_id(session),
-                              NGHTTP2_NO_ERROR.rawValue, nil, 0)
+        nghttp2_submit_goaway(
+            session, UInt8(NGHTTP2_FLAG_NONE.rawValue), nghttp2_session_get_last_proc_stream_id(session),
+            NGHTTP2_NO_ERROR.rawValue, nil, 0)
         flush()
     }
 
@@ -316,16 +322,19 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     func onBeginHeaders(_ frame: UnsafePointer<nghttp2_frame>) -> Int32 {
         let hd = frame.pointee.hd
         guard hd.type == UInt8(NGHTTP2_HEADERS.rawValue),
-              frame.pointee.headers.cat == NGHTTP2_HCAT_REQUEST,
-              context != nil else { return 0 }
+            frame.pointee.headers.cat == NGHTTP2_HCAT_REQUEST,
+            context != nil
+        else { return 0 }
         let stream = ServerStream(id: hd.stream_id, maxMessageSize: shared.configuration.maxReceiveMessageSize)
         streams[hd.stream_id] = stream
         streamsBegun &+= 1
         return 0
     }
 
-    func onHeader(_ frame: UnsafePointer<nghttp2_frame>, _ name: UnsafePointer<UInt8>, _ nameLen: Int,
-                  _ value: UnsafePointer<UInt8>, _ valueLen: Int) -> Int32 {
+    func onHeader(
+        _ frame: UnsafePointer<nghttp2_frame>, _ name: UnsafePointer<UInt8>, _ nameLen: Int,
+        _ value: UnsafePointer<UInt8>, _ valueLen: Int
+    ) -> Int32 {
         guard let stream = streams[frame.pointee.hd.stream_id], stream.phase == .receivingHeaders else { return 0 }
         stream.headerListSize += nameLen + valueLen + 32
         if stream.headerListSize > shared.configuration.maxHeaderListSize {
@@ -362,7 +371,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
                 stream.metadata.add(lowercased: n, .string(String(nghttp2: value, count: valueLen)))
             }
         case .scheme, .status, .otherPseudo, .te, .userAgent, .grpcStatus, .grpcMessage, .grpcStatusDetailsBin,
-             .otherGRPC, .otherReserved:
+            .otherGRPC, .otherReserved:
             break
         }
         // Plain HTTP requests (the configured HTTPHandler) get every header; which kind a request
@@ -398,7 +407,8 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             return 0
         }
         guard let stream = streams[streamID], stream.phase == .receiving || stream.phase == .running,
-              stream.target != nil, !stream.inputClosed else {
+            stream.target != nil, !stream.inputClosed
+        else {
             // Data for a stream we already answered: give the window back and drop it.
             nghttp2_session_consume(session, streamID, len)
             return 0
@@ -417,8 +427,11 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         } catch {
             switch error {
             case .tooLarge(let size):
-                fail(stream, RPCError(.resourceExhausted,
-                                      "request message of \(size) bytes exceeds the limit of \(stream.deframer.maxMessageSize) bytes for \(stream.path)"))
+                fail(
+                    stream,
+                    RPCError(
+                        .resourceExhausted,
+                        "request message of \(size) bytes exceeds the limit of \(stream.deframer.maxMessageSize) bytes for \(stream.path)"))
             case .badFlag(let flag):
                 fail(stream, RPCError(.internal, "invalid gRPC message flag \(flag)"))
             case .overBudget(let size):
@@ -430,8 +443,9 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     }
 
     static func overBudget(_ size: Int) -> RPCError {
-        RPCError.resourceExhausted("the server is busy receiving other large requests (this one declares \(size) bytes): retry shortly",
-                                   retryAfter: .seconds(1))
+        RPCError.resourceExhausted(
+            "the server is busy receiving other large requests (this one declares \(size) bytes): retry shortly",
+            retryAfter: .seconds(1))
     }
 
     /// A large message's prefix arrived: admitted against the connection's budget, then the
@@ -579,13 +593,17 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             context.triggerUserOutboundEvent(ConnectionGuard.RequestStarted(), promise: nil)
         }
         if stream.headersTooLarge {
-            return fail(stream, RPCError(.resourceExhausted,
-                                         "request header list exceeds the limit of \(shared.configuration.maxHeaderListSize) bytes"))
+            return fail(
+                stream,
+                RPCError(
+                    .resourceExhausted,
+                    "request header list exceeds the limit of \(shared.configuration.maxHeaderListSize) bytes"))
         }
         if !stream.isGRPCContentType, keepsRawHeaders {
             stream.isHTTP = true
             let config = shared.configuration
-            stream.httpLimit = config.httpHandler?.maxBodyBytes(method: stream.method, path: HTTPRequest.path(of: stream.path))
+            stream.httpLimit =
+                config.httpHandler?.maxBodyBytes(method: stream.method, path: HTTPRequest.path(of: stream.path))
                 ?? config.maxReceiveMessageSize
             if let declared = stream.rawHeaders.contentLength, declared > stream.httpLimit {
                 // Refused from its declared length: the body is never read.
@@ -595,8 +613,9 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             return
         }
         guard stream.isGRPCContentType else {
-            return respondNonGRPC(stream, status: 415,
-                                  message: "invalid content-type '\(stream.contentType)': a gRPC request needs application/grpc")
+            return respondNonGRPC(
+                stream, status: 415,
+                message: "invalid content-type '\(stream.contentType)': a gRPC request needs application/grpc")
         }
         guard stream.method == "POST" else {
             return respondNonGRPC(stream, status: 405, message: "gRPC requests use POST, not \(stream.method)")
@@ -667,7 +686,8 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             do {
                 payload = try Gzip.decompress(payload, limit: limit)
             } catch is Gzip.TooLarge {
-                return fail(stream, RPCError(.resourceExhausted, "decompressed request message exceeds the limit of \(limit) bytes for \(stream.path)"))
+                return fail(
+                    stream, RPCError(.resourceExhausted, "decompressed request message exceeds the limit of \(limit) bytes for \(stream.path)"))
             } catch {
                 return fail(stream, RPCError(.internal, "request message is not valid gzip"))
             }
@@ -782,19 +802,25 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         case .serverStreaming(let body):
             let request = takeSingle()
             let sink = StreamSink(handler: bound, loop: loop, streamID: id)
-            runTask(streaming: true) { try await body(request, sink, callContext); return [] }
+            runTask(streaming: true) {
+                try await body(request, sink, callContext); return []
+            }
         case .clientStreaming(let body):
             let requests = makeRequestStream(stream, bound: bound, loop: loop)
             runTask(streaming: false) { try await body(requests, callContext) }
         case .bidirectionalStreaming(let body):
             let requests = makeRequestStream(stream, bound: bound, loop: loop)
             let sink = StreamSink(handler: bound, loop: loop, streamID: id)
-            runTask(streaming: true) { try await body(requests, sink, callContext); return [] }
+            runTask(streaming: true) {
+                try await body(requests, sink, callContext); return []
+            }
         }
     }
 
-    private func makeRequestStream(_ stream: ServerStream, bound: NIOLoopBound<ServerConnectionHandler>,
-                                   loop: any EventLoop) -> RawMessageStream {
+    private func makeRequestStream(
+        _ stream: ServerStream, bound: NIOLoopBound<ServerConnectionHandler>,
+        loop: any EventLoop
+    ) -> RawMessageStream {
         let id = stream.id
         let requests = RawMessageStream(onConsumed: { bytes in
             loop.runOnLoop {
@@ -883,8 +909,9 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     private func startHTTP(_ stream: ServerStream) {
         guard let handler = shared.configuration.httpHandler, let context, let executor else { return }
         stream.phase = .running
-        let request = HTTPRequest(method: stream.method, target: stream.path, headers: stream.rawHeaders.pairs,
-                                  body: stream.httpBody, peer: peer)
+        let request = HTTPRequest(
+            method: stream.method, target: stream.path, headers: stream.rawHeaders.pairs,
+            body: stream.httpBody, peer: peer)
         stream.httpBody = []
         if stream.httpCharged > 0 {
             shared.configuration.requestBudget.release(stream.httpCharged)
@@ -973,8 +1000,10 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     }
 
     /// nghttp2 pulls response bytes for DATA frames.
-    func readData(_ streamID: Int32, _ buf: UnsafeMutablePointer<UInt8>, _ length: Int,
-                  _ flags: UnsafeMutablePointer<UInt32>) -> Int {
+    func readData(
+        _ streamID: Int32, _ buf: UnsafeMutablePointer<UInt8>, _ length: Int,
+        _ flags: UnsafeMutablePointer<UInt32>
+    ) -> Int {
         guard let stream = streams[streamID], let session else { return Int(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue) }
         let n = min(length, stream.outbound.readableBytes)
         if n > 0 {

@@ -101,8 +101,10 @@ struct MessageDeframer {
     /// `takeRelease()` (also after a throw, which adds the chunk's unread rest). `emit` gets each
     /// completed message with its bytes still held and the budget charged for it, both to give
     /// back when the handler takes it.
-    mutating func feedServer(_ chunk: UnsafeRawBufferPointer, smallLimit: Int, admit: (Int) -> Admission,
-                             emit: (Frame, _ held: Int, _ charged: Int) -> Void) throws(Failure) {
+    mutating func feedServer(
+        _ chunk: UnsafeRawBufferPointer, smallLimit: Int, admit: (Int) -> Admission,
+        emit: (Frame, _ held: Int, _ charged: Int) -> Void
+    ) throws(Failure) {
         var i = 0
         let n = chunk.count
         do throws(Failure) {
