@@ -64,6 +64,8 @@ final class Counter: Sendable {
     /// A peer's EraseUser that records the event ids it was given, in order.
     final class Seen: Sendable {
         let ids = Mutex<[String]>([])
+        /// While set, the peer answers UNAVAILABLE (it is restarting, or its database is away).
+        let down = Atomic<Bool>(true)
     }
 
     struct Receiver: RPCService {
@@ -76,6 +78,7 @@ final class Counter: Sendable {
                     Tasks_V1_TasksInternalMethods.eraseUser,
                     .unary(Tasks_V1_EraseUserRequest.self, Tasks_V1_EraseUserResponse.self) { r, ctx in
                         guard ctx.isServiceCall else { throw RPCError(.permissionDenied, "not a service") }
+                        if seen.down.load(ordering: .acquiring) { throw RPCError(.unavailable, "starting up") }
                         seen.ids.withLock { $0.append(r.eventId) }
                         return Tasks_V1_EraseUserResponse()
                     })
@@ -90,10 +93,11 @@ final class Counter: Sendable {
         quiet.logLevel = .critical
         let db = try Database.open(directory: dir.path, fileName: "o.sqlite", migrations: Migration.kit, logger: quiet)
         defer { db.close() }
-        // A port with nothing on it yet: the peer is down.
-        let probe = try await TestServer(services: [], keys: TestTokens().source)
-        let port = probe.port
-        await probe.stop()
+        // The peer answers UNAVAILABLE for a while (a refused connection is the same to the
+        // outbox, and reusing a freed port races other tests for it under load).
+        let seen = Seen()
+        let peer = try await TestServer(services: [Receiver(seen: seen)], keys: TestTokens().source)
+        let port = peer.port
 
         let attempts = Mutex<[ContinuousClock.Instant]>([])
         let peers = PeerClients { _ in TestServer.peerClient(port: port) }
@@ -126,9 +130,8 @@ final class Counter: Sendable {
         let gaps = attempts.withLock { a in zip(a.dropFirst(), a).map { $0 - $1 } }
         #expect(gaps.allSatisfy { $0 >= .milliseconds(95) }, "never faster than the backoff: \(gaps)")
 
-        // The peer comes back on the same port.
-        let seen = Seen()
-        let peer = try await TestServer(services: [Receiver(seen: seen)], keys: TestTokens().source) { $0.port = port }
+        // The peer comes back.
+        seen.down.store(false, ordering: .releasing)
         #expect(await eventually(timeout: .seconds(20)) { seen.ids.withLock { $0.count } >= total })
         loop.cancel()
         await loop.value
