@@ -1,0 +1,2 @@
+// Placeholder; the bench driver is written below.
+print("matchmaking-bench")
