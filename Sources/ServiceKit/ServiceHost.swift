@@ -43,8 +43,8 @@ public enum ServiceHost {
                            keys: any SigningKeySource, logger: Logger,
                            background: [@Sendable () async -> Void] = [],
                            outbox: Outbox? = nil, peers: PeerClients? = nil,
-                           beforeDrain: @escaping @Sendable () -> Void = {},
-                           configure: (inout ServerConfiguration) -> Void = { _ in }) async throws {
+                           configure: (inout ServerConfiguration) -> Void = { _ in },
+                           beforeDrain: @escaping @Sendable () -> Void = {}) async throws {
         var config = try serverConfiguration(settings: settings)
         config.interceptors = [AuthInterceptor(keys: keys, serviceToken: settings.serviceToken, gatewayToken: settings.gatewayToken)]
         configure(&config)

@@ -55,7 +55,7 @@ public final class NotificationHub: Sendable {
         public let expiresAt: Int64
         let maxQueued: Int
 
-        enum Event: Sendable {
+        public enum Event: Sendable {
             case notifications([Social_V1_Notification])
             case closed(RPCError)
         }
@@ -107,11 +107,11 @@ public final class NotificationHub: Sendable {
             waiter?.resume(returning: .closed(error))
         }
 
-        var isClosed: Bool { state.withLock { $0.closed != nil } }
+        public var isClosed: Bool { state.withLock { $0.closed != nil } }
 
         /// The next notifications (all queued ones at once), or why the stream ends. Cancelling
         /// the waiting task closes the subscription (client gone, deadline passed).
-        func next() async -> Event {
+        public func next() async -> Event {
             if let ready = take() { return ready }
             return await withTaskCancellationHandler {
                 await withCheckedContinuation { (c: CheckedContinuation<Event, Never>) in

@@ -430,7 +430,7 @@ enum Households {
     }
 
     static let housemateSelect = """
-        SELECT m.join_seq, m.joined_at, u.id, u.username, u.display_name FROM household_members m
+        SELECT m.join_seq, m.joined_at, m.user_id AS member, u.id, u.username, u.display_name FROM household_members m
         LEFT JOIN users u ON u.id = m.user_id
         """
 
@@ -443,7 +443,7 @@ enum Households {
 
     static func housemates(_ db: some SQLReader, householdID: String, afterSeq: Int64, limit: Int) throws -> [(Int64, Social_V1_Housemate)] {
         try db.query(
-            "\(housemateSelect), (SELECT m.user_id) AS member WHERE m.household_id = ? AND m.left_at IS NULL AND m.join_seq > ? ORDER BY m.join_seq LIMIT ?",
+            "\(housemateSelect) WHERE m.household_id = ? AND m.left_at IS NULL AND m.join_seq > ? ORDER BY m.join_seq LIMIT ?",
             householdID, afterSeq, limit
         ).map { (try $0.get("join_seq"), try housemate($0, userID: try $0.get("member"))) }
     }
