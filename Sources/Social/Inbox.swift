@@ -52,7 +52,7 @@ enum Inbox {
             if let target = draft.target { n.target = target }
             n.data = draft.data
             n.createdAt = Google_Protobuf_Timestamp(milliseconds: now)
-            out.live.append((recipient, n))
+            out.live.append(.init(recipient: recipient, notification: n))
         }
         return id
     }

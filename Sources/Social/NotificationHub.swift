@@ -6,11 +6,12 @@ import Synchronization
 /// The live notification streams of this process (in memory; the inbox in the database is the
 /// truth, a stream only carries what was stored).
 ///
-/// **Publication in commit order.** A write that stores notifications takes a *ticket* as the last
-/// step of its transaction body (on the single writer thread, so tickets follow commit order) and,
-/// after its commit, hands the notifications to `complete(ticket:)` — or nothing, when the commit
-/// failed. Tickets are released strictly in order, so two concurrent senders can never reach one
-/// subscriber in the opposite order of their ids, and a rolled-back notification is never pushed.
+/// **Publication in commit order** (the kit's `CommitOrder`). A write that stores notifications
+/// takes a *ticket* as the last step of its transaction body (on the single writer thread, so
+/// tickets follow commit order) and, after its commit, hands the notifications over — or nothing,
+/// when the commit failed. Tickets are released strictly in order, so two concurrent senders can
+/// never reach one subscriber in the opposite order of their ids, and a rolled-back notification
+/// is never pushed.
 ///
 /// **A subscription** is a small mailbox: live notifications queue in it (bounded: past
 /// `maxQueued` the subscriber is too slow and is cut off with RESOURCE_EXHAUSTED — it reconnects
@@ -30,19 +31,36 @@ public final class NotificationHub: Sendable {
         var count = 0
         var closedReason: RPCError?
     }
-    private let registry = Mutex(Registry())
-
-    private struct Sequencer {
-        var nextTicket: UInt64 = 1
-        var nextRelease: UInt64 = 1
-        var done: [UInt64: [(recipient: String, notification: Social_V1_Notification)]] = [:]
+    private final class Locked: Sendable {
+        let registry = Mutex(Registry())
+        func withLock<R>(_ body: (inout Registry) throws -> R) rethrows -> R { try registry.withLock { try body(&$0) } }
     }
-    private let sequencer = Mutex(Sequencer())
+    private let registry = Locked()
+
+    /// Publication in commit order (the kit's `CommitOrder`): writes take tickets, releases
+    /// reach the mailboxes in ticket order.
+    public let publication: CommitOrder<Delivery>
+
+    /// One notification for one recipient's live streams.
+    public struct Delivery: Sendable {
+        public var recipient: String
+        public var notification: Social_V1_Notification
+        public init(recipient: String, notification: Social_V1_Notification) {
+            self.recipient = recipient
+            self.notification = notification
+        }
+    }
 
     public init(maxPerUser: Int, maxQueued: Int, clock: any WallClock) {
         self.maxPerUser = max(1, maxPerUser)
         self.maxQueued = max(1, maxQueued)
         self.clock = clock
+        let registry = self.registry
+        publication = CommitOrder { batch in
+            for d in batch {
+                for sub in registry.withLock({ $0.byUser[d.recipient] }) ?? [] { sub.deliver(d.notification) }
+            }
+        }
     }
 
     // MARK: Subscriptions
@@ -189,34 +207,11 @@ public final class NotificationHub: Sendable {
 
     // MARK: Publication
 
-    /// Takes the next ticket: call as the last step of a transaction body that stored
-    /// notifications to push, and `complete` it after the commit (or its failure), always.
-    public func reserveTicket() -> UInt64 {
-        sequencer.withLock { s in
-            defer { s.nextTicket += 1 }
-            return s.nextTicket
-        }
-    }
+    /// Takes the next publication ticket (see `CommitOrder.reserve`).
+    public func reserveTicket() -> UInt64 { publication.reserve() }
 
-    /// The notifications of a committed ticket (empty when its transaction failed). Releases
-    /// every ticket that is complete, in order, delivering under the sequencer's lock so that
-    /// releases from two threads cannot interleave (a delivery is a queue append or a resume).
-    public func complete(ticket: UInt64, notifications: [(recipient: String, notification: Social_V1_Notification)]) {
-        sequencer.withLock { s in
-            s.done[ticket] = notifications
-            while let batch = s.done.removeValue(forKey: s.nextRelease) {
-                s.nextRelease += 1
-                if !batch.isEmpty { deliver(batch) }
-            }
-        }
-    }
-
-    private func deliver(_ batch: [(recipient: String, notification: Social_V1_Notification)]) {
-        for (recipient, n) in batch {
-            let subs = registry.withLock { $0.byUser[recipient] } ?? []
-            for sub in subs { sub.deliver(n) }
-        }
-    }
+    /// Completes a ticket (see `CommitOrder.complete`).
+    public func complete(ticket: UInt64, notifications: [Delivery]) { publication.complete(ticket, notifications) }
 
     // MARK: Upkeep
 

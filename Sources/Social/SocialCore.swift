@@ -84,44 +84,21 @@ public final class SocialCore: Sendable {
     /// A write that stores notifications to push: `body` adds them to its `Outbound`; after the
     /// commit they reach the live streams in commit order (never when the commit fails).
     func writePublishing<T: Sendable>(_ body: @escaping @Sendable (Transaction, inout Outbound) throws -> T) async throws -> T {
-        let ticket = Mutex<UInt64?>(nil)
-        let hub = self.hub
-        do {
-            let (result, outbound) = try await store.write { tx -> (T, Outbound) in
-                var out = Outbound()
-                let r = try body(tx, &out)
-                // Last step of the body: tickets follow commit order (one writer thread).
-                if !out.live.isEmpty { ticket.withLock { $0 = hub.reserveTicket() } }
-                return (r, out)
-            }
-            if let t = ticket.withLock({ $0 }) { hub.complete(ticket: t, notifications: outbound.live) }
-            return result
-        } catch {
-            if let t = ticket.withLock({ $0 }) { hub.complete(ticket: t, notifications: []) }
-            throw error
+        try await store.write(publishing: hub.publication) { tx, items in
+            var out = Outbound()
+            let r = try body(tx, &out)
+            items = out.live
+            return r
         }
     }
 
-    /// `ServiceStore.receiveOnce` for an event whose effect stores notifications: they reach the
-    /// live streams after the commit, in commit order. True when the event was seen before.
+    /// `ServiceStore.receiveOnce` for an event whose effect stores notifications (pushed after the
+    /// commit, in commit order). True when the event was seen before.
     func receiveOncePublishing(eventID: String, _ effect: @escaping @Sendable (Transaction, inout Outbound) throws -> Void) async throws -> Bool {
-        let ticket = Mutex<UInt64?>(nil)
-        let outbound = Mutex(Outbound())
-        let hub = self.hub
-        do {
-            let replayed = try await store.receiveOnce(eventID: eventID) { tx in
-                var out = Outbound()
-                try effect(tx, &out)
-                let live = out
-                outbound.withLock { $0 = live }
-                // Last step of the body: tickets follow commit order (one writer thread).
-                if !out.live.isEmpty { ticket.withLock { $0 = hub.reserveTicket() } }
-            }
-            if let t = ticket.withLock({ $0 }) { hub.complete(ticket: t, notifications: outbound.withLock { $0.live }) }
-            return replayed
-        } catch {
-            if let t = ticket.withLock({ $0 }) { hub.complete(ticket: t, notifications: []) }
-            throw error
+        try await store.receiveOnce(eventID: eventID, publishing: hub.publication) { tx, items in
+            var out = Outbound()
+            try effect(tx, &out)
+            items = out.live
         }
     }
 
@@ -155,7 +132,7 @@ public final class SocialCore: Sendable {
 
 /// Notifications a write stored that go to live streams after its commit.
 struct Outbound: Sendable {
-    var live: [(recipient: String, notification: Social_V1_Notification)] = []
+    var live: [NotificationHub.Delivery] = []
 }
 
 extension RPCError {

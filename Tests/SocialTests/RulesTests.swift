@@ -47,10 +47,10 @@ struct RulesTests {
     @Test func theHubReleasesPublicationsInTicketOrderAndBoundsStreamsPerUser() async throws {
         let hub = NotificationHub(maxPerUser: 2, maxQueued: 10, clock: ManualClock())
         let sub = try hub.register(userID: "u", expiresAt: .max)
-        func n(_ id: String) -> (recipient: String, notification: Social_V1_Notification) {
+        func n(_ id: String) -> NotificationHub.Delivery {
             var x = Social_V1_Notification()
             x.notificationId = id
-            return ("u", x)
+            return .init(recipient: "u", notification: x)
         }
         let t1 = hub.reserveTicket(), t2 = hub.reserveTicket(), t3 = hub.reserveTicket()
         hub.complete(ticket: t3, notifications: [n("C")])
