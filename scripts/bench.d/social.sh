@@ -74,7 +74,8 @@ def percentile(xs, p):
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 async def fanout(port, label, measure_rss):
-    channels = [grpc.aio.insecure_channel(f"127.0.0.1:{port}") for _ in range(conns)]
+    # A local subchannel pool per channel: otherwise grpcio shares one connection between them.
+    channels = [grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.use_local_subchannel_pool", 1)]) for _ in range(conns)]
     stubs = [srpc.SocialStub(c) for c in channels]
     before = (rss(soc_pid), rss(gw_pid)) if measure_rss else None
     arrivals = {}                      # user id -> [arrival times]
@@ -145,7 +146,7 @@ mem = internal.CheckHouseholdMembership(spb.CheckHouseholdMembershipRequest(hous
 assert mem.state == spb.HOUSEHOLD_STATE_ACTIVE and list(mem.member_user_ids) == [a_id], mem
 print(f"ids={a_id}|{b_id}|{hid}")
 PYEOF
-  ) || { echo "bench: social fan-out failed" >&2; tail -20 "$WORK/social-bench.log" "$WORK/social-gateway.log" >&2; exit 1; }
+  ) || { echo "bench: social fan-out failed" >&2; tail -n 20 "$WORK/social-bench.log" "$WORK/social-gateway.log" >&2; exit 1; }
   soc_value() { printf '%s\n' "$SOC_RESULT" | awk -F= -v k="$1" '$1 == k {print $2}'; }
   IFS='|' read -r FAN_GW_RATE FAN_GW_P50 FAN_GW_P99 <<<"$(soc_value fan_gw)"
   IFS='|' read -r FAN_D_RATE FAN_D_P50 FAN_D_P99 <<<"$(soc_value fan_direct)"
@@ -175,5 +176,5 @@ PYEOF
       "$MEM_BODY" "${GRPC_HEADERS[@]}" -H "x-service-token: $BENCH_SERVICE_TOKEN"
   done
   rss_row "social-service after load" "$SOC_PID"
-  kill -0 "$SOC_PID" || { echo "bench: social-service died" >&2; tail -20 "$WORK/social-bench.log" >&2; exit 1; }
+  kill -0 "$SOC_PID" || { echo "bench: social-service died" >&2; tail -n 20 "$WORK/social-bench.log" >&2; exit 1; }
 fi
