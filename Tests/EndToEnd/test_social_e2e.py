@@ -147,6 +147,26 @@ def test_follow_journey_grpc(social):
     assert not s.ListFollowing(pb.ListFollowingRequest(), metadata=auth(a["token"]), timeout=10).following
 
 
+def test_a_deleted_account_is_erased_from_social_through_accounts_outbox(social):
+    s, pb, apb = social["social"], social["spb"], social["apb"]
+    a, b = sign_up(social, "anna"), sign_up(social, "ben")
+    s.AddFriend(pb.AddFriendRequest(user=pb.UserSelector(user_id=b["id"])), metadata=auth(a["token"]), timeout=10)
+    s.RequestFollow(pb.RequestFollowRequest(user=pb.UserSelector(user_id=a["id"])), metadata=auth(b["token"]), timeout=10)
+    social["accounts"].DeleteAccount(apb.DeleteAccountRequest(password=PASSWORD), metadata=auth(b["token"]), timeout=10)
+    # accounts.v1.UserDeleted reaches social's EraseUser through accounts' outbox.
+    deadline = time.time() + 15
+    while time.time() < deadline:
+        friends = s.ListFriends(pb.ListFriendsRequest(), metadata=auth(a["token"]), timeout=10).friends
+        requests = s.ListFollowRequests(pb.ListFollowRequestsRequest(), metadata=auth(a["token"]), timeout=10).requests
+        if not friends and not requests:
+            break
+        time.sleep(0.1)
+    assert not friends and not requests
+    # b's notification to a (FRIEND_ADDED went to b; FOLLOW_REQUEST to a) keeps its text, loses the actor.
+    notes = s.ListNotifications(pb.ListNotificationsRequest(), metadata=auth(a["token"]), timeout=10).notifications
+    assert [n.kind for n in notes] == [pb.NOTIFICATION_KIND_FOLLOW_REQUEST] and not notes[0].HasField("actor")
+
+
 class Subscription:
     """A live SubscribeNotifications read by a thread into a queue."""
 
