@@ -96,26 +96,35 @@ extension SocialService {
         }
         let subscription = try core.hub.register(userID: caller.userID, expiresAt: caller.expiresAt * 1000)
         defer { core.hub.remove(subscription) }
+        // Two calls, so that the replay's locals are gone while the stream idles: an idle stream
+        // keeps only `live`'s small frame (memory per subscription, see the README).
+        let last = try await startAndReplay(user: caller.userID, after: after.uppercased(), responses: responses)
+        try await live(subscription, after: last, responses: responses)
+    }
 
+    /// Sends `started` and the missed notifications; returns the id to continue after.
+    func startAndReplay(user: String, after: String,
+                        responses: ResponseWriter<Social_V1_SubscribeNotificationsResponse>) async throws -> String {
         let now = core.now()
         let batch = 200
         var (started, replay, last) = try await core.store.read { c -> (Social_V1_SubscriptionStarted, [Social_V1_Notification], String) in
             var s = Social_V1_SubscriptionStarted()
-            s.unreadCount = try Inbox.unreadCount(c, caller.userID)
-            s.settings = try Inbox.settings(c, caller.userID, now: now)
+            s.unreadCount = try Inbox.unreadCount(c, user)
+            s.settings = try Inbox.settings(c, user, now: now)
             if after.isEmpty {
                 // Only what is created after subscribing: start past the newest stored one.
-                let newest = try c.queryOne("SELECT max(id) FROM notifications WHERE recipient_id = ?", caller.userID)?.get(0, as: String?.self)
+                let newest = try c.queryOne("SELECT max(id) FROM notifications WHERE recipient_id = ?", user)?.get(0, as: String?.self)
                 return (s, [], newest ?? "")
             }
             let rows = try c.query(
                 "SELECT \(Inbox.columns) FROM notifications WHERE recipient_id = ? AND id > ? AND silenced = 0 ORDER BY id LIMIT ?",
-                caller.userID, after.uppercased(), batch)
-            return (s, try rows.map(Inbox.notification), after.uppercased())
+                user, after, batch)
+            return (s, try rows.map(Inbox.notification), after)
         }
         var element = Social_V1_SubscribeNotificationsResponse()
         element.started = started
         try await responses.write(element)
+        started = Social_V1_SubscriptionStarted()
         // Replay what was missed, page by page (a later page is read after the earlier was sent).
         while !replay.isEmpty {
             for n in replay {
@@ -127,16 +136,22 @@ extension SocialService {
             let from = last
             replay = try await core.store.read { c in
                 try c.query("SELECT \(Inbox.columns) FROM notifications WHERE recipient_id = ? AND id > ? AND silenced = 0 ORDER BY id LIMIT ?",
-                            caller.userID, from, batch).map(Inbox.notification)
+                            user, from, batch).map(Inbox.notification)
             }
         }
-        started = Social_V1_SubscriptionStarted()
-        // Live ones until the client goes, the token expires, the server shuts down, or the
-        // stream is replaced or falls too far behind.
+        return last
+    }
+
+    /// Live notifications until the client goes, the token expires, the server shuts down, or the
+    /// stream is replaced or falls too far behind (each ends the call with its status).
+    func live(_ subscription: NotificationHub.Subscription, after: String,
+              responses: ResponseWriter<Social_V1_SubscribeNotificationsResponse>) async throws {
+        var last = after
         while true {
             switch await subscription.next() {
             case .notifications(let list):
                 for n in list where n.notificationId > last {
+                    var element = Social_V1_SubscribeNotificationsResponse()
                     element.notification = n
                     try await responses.write(element)
                     last = n.notificationId

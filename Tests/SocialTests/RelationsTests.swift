@@ -85,6 +85,11 @@ struct RelationsTests {
             let blocked = try await env.social.blockUser(block, options: alice.options)
             #expect(blocked.blocked.user.userId == mallory.id)
             await expectFailure(.alreadyExists, fields: ["user"]) { try await env.social.blockUser(block, options: alice.options) }
+            var selfBlock = Social_V1_BlockUserRequest()
+            selfBlock.user = Self.by(alice, id: true)
+            await expectFailure(.invalidArgument, fields: ["user"]) { try await env.social.blockUser(selfBlock, options: alice.options) }
+            selfBlock.user.username = "nobody_here"
+            await expectFailure(.notFound, fields: ["user.username"]) { try await env.social.blockUser(selfBlock, options: alice.options) }
             let after = try await Self.relation(env, alice, mallory)
             #expect(!after.friends && !after.userFollowsOther && !after.otherFollowsUser && after.userBlocksOther && !after.otherBlocksUser)
             let seenByMallory = try await Self.relation(env, mallory, alice)

@@ -104,7 +104,7 @@ async def fanout(port, label, measure_rss):
     async def send(batch, n):
         t = time.perf_counter()
         for uid in batch: sent_at[uid] = t
-        await internal.SendNotification(spb.SendNotificationRequest(event_id=f"bench:{label}:{n}", recipient_user_ids=batch,
+        await internal.SendNotification(spb.SendNotificationRequest(event_id=f"bench:{stamp}:{label}:{n}", recipient_user_ids=batch,
                                         kind=spb.NOTIFICATION_KIND_TASK_REMINDER, title="Bench"), metadata=service, timeout=60)
     ids = [u[0] for u in users]
     t0 = time.perf_counter()
