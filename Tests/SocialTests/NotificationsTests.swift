@@ -1,6 +1,7 @@
 import Contracts
 import Foundation
 import RPCCore
+import RPCTransport
 import ServiceKit
 import ServiceKitTesting
 import Social
@@ -223,6 +224,26 @@ struct NotificationsTests {
                     for try await _ in s.messages {}
                 }
             }
+        }
+    }
+
+    @Test func aSubscriberWhoseConnectionDiesIsNoticedAndFreed() async throws {
+        try await withSocial { env in
+            let bob = try await env.user("bob")
+            // Its own connection: closing it (not a stream reset) must free the subscription too.
+            let channel = RPCChannel(host: "127.0.0.1", port: env.server.port)
+            let client = Social_V1_SocialClient(RPCClient(transport: CredentialedTransport(base: channel, gatewayToken: TestCredentials.gatewayToken)))
+            let stream = try await LiveStream.open(client, bob)
+            #expect(env.core.hub.liveCount(userID: bob.id) == 1)
+            await channel.close()
+            #expect(await eventually { env.core.hub.liveCount(userID: bob.id) == 0 })
+            _ = await stream.waitUntilFinished()
+            // Notifications sent meanwhile wait in the inbox for the next subscription.
+            let id = try await env.notify([bob.id]).notificationIds[bob.id]!
+            let again = try await LiveStream.open(env.social, bob, after: "00000000000000000000000000")
+            #expect(await again.waitFor(1))
+            #expect(again.ids == [id])
+            await again.cancel()
         }
     }
 
