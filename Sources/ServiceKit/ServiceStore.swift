@@ -170,7 +170,7 @@ extension Transaction {
             do {
                 return (try Response(serializedBytes: try row.get("response", as: [UInt8].self)), true)
             } catch {
-                throw RPCError(.internal, "internal error", cause: error as? any Error & Sendable ?? StorageError.misuse("\(error)"))
+                throw RPCError(.internal, "internal error", cause: error)
             }
         }
         let response = try make()

@@ -81,14 +81,17 @@ enum Inbox {
     }
 
     static func unreadCount(_ db: some SQLReader, _ user: String) throws -> Int32 {
-        Int32(clamping: try db.queryOne("SELECT count(*) FROM notifications WHERE recipient_id = ? AND read_at IS NULL", user)!.get(0, as: Int64.self))
+        Int32(
+            clamping: try db.queryOne("SELECT count(*) FROM notifications WHERE recipient_id = ? AND read_at IS NULL", user)!.get(0, as: Int64.self))
     }
 
     static func settings(_ db: some SQLReader, _ user: String, now: Int64) throws -> Social_V1_NotificationSettings {
         var s = Social_V1_NotificationSettings()
         if let row = try db.queryOne("SELECT help_muted, snoozed_until FROM notification_settings WHERE user_id = ?", user) {
             s.helpMuted = try row.get("help_muted")
-            if let until = try row.get("snoozed_until", as: Int64?.self), until > now { s.snoozedUntil = Google_Protobuf_Timestamp(milliseconds: until) }
+            if let until = try row.get("snoozed_until", as: Int64?.self), until > now {
+                s.snoozedUntil = Google_Protobuf_Timestamp(milliseconds: until)
+            }
         }
         return s
     }

@@ -103,8 +103,9 @@ public final class NotificationHub: Sendable {
                 }
                 if s.queue.count >= maxQueued {
                     s.queue = []
-                    s.closed = RPCError(.resourceExhausted,
-                                        "this stream fell \(maxQueued) notifications behind: subscribe again with after_notification_id (nothing is lost)")
+                    s.closed = RPCError(
+                        .resourceExhausted,
+                        "this stream fell \(maxQueued) notifications behind: subscribe again with after_notification_id (nothing is lost)")
                     return (nil, nil)
                 }
                 s.queue.append(n)
@@ -177,8 +178,10 @@ public final class NotificationHub: Sendable {
             return (sub, evicted)
         }
         for old in evicted {
-            old.close(RPCError(.resourceExhausted,
-                               "closed: a newer stream was opened and at most \(maxPerUser) live streams per user are kept"))
+            old.close(
+                RPCError(
+                    .resourceExhausted,
+                    "closed: a newer stream was opened and at most \(maxPerUser) live streams per user are kept"))
         }
         return sub
     }
@@ -222,8 +225,10 @@ public final class NotificationHub: Sendable {
         let now = clock.nowMilliseconds()
         let expired = registry.withLock { r in r.byUser.values.flatMap { $0.filter { $0.expiresAt <= now } } }
         for sub in expired {
-            sub.close(RPCError(.unauthenticated,
-                               "the access token of this stream expired: refresh it and subscribe again with after_notification_id"))
+            sub.close(
+                RPCError(
+                    .unauthenticated,
+                    "the access token of this stream expired: refresh it and subscribe again with after_notification_id"))
         }
         return expired.count
     }

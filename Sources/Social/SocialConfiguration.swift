@@ -47,8 +47,9 @@ public struct SocialConfiguration: Sendable {
         c.maxGuessesPerUser = try settings.int("social.guesses.per.user", default: c.maxGuessesPerUser, range: 1...1_000_000)
         c.maxGuessesPerAddress = try settings.int("social.guesses.per.address", default: c.maxGuessesPerAddress, range: 1...1_000_000)
         c.maxSubscriptionsPerUser = try settings.int("social.subscriptions.per.user", default: c.maxSubscriptionsPerUser, range: 1...1000)
-        c.maxQueuedPerSubscription = try settings.int("social.queued.per.subscription", default: c.maxQueuedPerSubscription,
-                                                      range: 1...100_000)
+        c.maxQueuedPerSubscription = try settings.int(
+            "social.queued.per.subscription", default: c.maxQueuedPerSubscription,
+            range: 1...100_000)
         c.peerDeadline = try settings.milliseconds("social.peer.deadline.ms", default: c.peerDeadline, range: 50...60_000)
         return c
     }

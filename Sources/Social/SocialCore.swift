@@ -34,21 +34,25 @@ public final class SocialCore: Sendable {
     ]
 
     /// Opens (and migrates) the database. Blocking: call at startup.
-    public init(configuration: SocialConfiguration, peers: PeerClients, clock: any WallClock = SystemClock(),
-                logger: Logger = Logger(label: "social")) throws {
+    public init(
+        configuration: SocialConfiguration, peers: PeerClients, clock: any WallClock = SystemClock(),
+        logger: Logger = Logger(label: "social")
+    ) throws {
         self.configuration = configuration
         self.clock = clock
         self.logger = logger
         self.peers = peers
-        database = try Database.open(directory: configuration.dataDirectory, fileName: SocialSchema.fileName,
-                                     migrations: SocialSchema.migrations, logger: logger)
+        database = try Database.open(
+            directory: configuration.dataDirectory, fileName: SocialSchema.fileName,
+            migrations: SocialSchema.migrations, logger: logger)
         store = ServiceStore(database: database, uniqueFields: Self.uniqueFields, logger: logger)
         do { pageTokens = try PageTokens.load(from: database) } catch {
             database.close()
             throw error
         }
-        hub = NotificationHub(maxPerUser: configuration.maxSubscriptionsPerUser,
-                              maxQueued: configuration.maxQueuedPerSubscription, clock: clock)
+        hub = NotificationHub(
+            maxPerUser: configuration.maxSubscriptionsPerUser,
+            maxQueued: configuration.maxQueuedPerSubscription, clock: clock)
         directory = UserDirectory(store: store, peers: peers, deadline: configuration.peerDeadline, clock: clock, logger: logger)
         guessesByUser = SlidingWindowThrottle(limit: configuration.maxGuessesPerUser, window: configuration.guessWindow, clock: clock)
         guessesByAddress = SlidingWindowThrottle(limit: configuration.maxGuessesPerAddress, window: configuration.guessWindow, clock: clock)

@@ -16,7 +16,9 @@ public struct SocialInternalService: Social_V1_SocialInternalService {
 
     // MARK: Notifications
 
-    public func sendNotification(request: Social_V1_SendNotificationRequest, context: ServerContext) async throws -> Social_V1_SendNotificationResponse {
+    public func sendNotification(
+        request: Social_V1_SendNotificationRequest, context: ServerContext
+    ) async throws -> Social_V1_SendNotificationResponse {
         var errors = FieldErrors()
         let eventID = FieldRules.eventID(request.eventId, into: &errors)
         let recipients = FieldRules.ids(request.recipientUserIds, field: "recipient_user_ids", minimum: 1, maximum: 100, into: &errors)
@@ -46,8 +48,9 @@ public struct SocialInternalService: Social_V1_SocialInternalService {
         let users = try await core.directory.users(ids: wanted)
         let actor = actorID.isEmpty ? nil : users[actorID]
         let known = recipients.filter { users[$0] != nil }
-        var template = Inbox.Draft(kind: request.kind, title: title, body: body, actor: actor,
-                                   target: request.hasTarget ? request.target : nil, data: request.data, eventID: eventID)
+        var template = Inbox.Draft(
+            kind: request.kind, title: title, body: body, actor: actor,
+            target: request.hasTarget ? request.target : nil, data: request.data, eventID: eventID)
         if template.target?.target == nil { template.target = nil }
         let draft = template
         let now = core.now()
@@ -82,7 +85,9 @@ public struct SocialInternalService: Social_V1_SocialInternalService {
 
     // MARK: Relationships (one read each: they sit on other services' request paths)
 
-    public func checkRelationship(request: Social_V1_CheckRelationshipRequest, context: ServerContext) async throws -> Social_V1_CheckRelationshipResponse {
+    public func checkRelationship(
+        request: Social_V1_CheckRelationshipRequest, context: ServerContext
+    ) async throws -> Social_V1_CheckRelationshipResponse {
         var errors = FieldErrors()
         let a = FieldRules.id(request.userId, field: "user_id", into: &errors)
         let b = FieldRules.id(request.otherUserId, field: "other_user_id", into: &errors)
@@ -107,7 +112,9 @@ public struct SocialInternalService: Social_V1_SocialInternalService {
         return response
     }
 
-    public func listFollowedUserIds(request: Social_V1_ListFollowedUserIdsRequest, context: ServerContext) async throws -> Social_V1_ListFollowedUserIdsResponse {
+    public func listFollowedUserIds(
+        request: Social_V1_ListFollowedUserIdsRequest, context: ServerContext
+    ) async throws -> Social_V1_ListFollowedUserIdsResponse {
         var errors = FieldErrors()
         let user = FieldRules.id(request.userId, field: "user_id", into: &errors)
         if request.pageSize < 0 { errors.add("page_size", "must not be negative") }
@@ -125,13 +132,16 @@ public struct SocialInternalService: Social_V1_SocialInternalService {
         var response = Social_V1_ListFollowedUserIdsResponse()
         response.userIds = try rows.prefix(size).map { try $0.get("followed_id") }
         if rows.count > size {
-            response.nextPageToken = core.pageTokens.make(cursor: [String(try rows[size - 1].get("since", as: Int64.self)), try rows[size - 1].get("followed_id")],
-                                                          filters: filters)
+            response.nextPageToken = core.pageTokens.make(
+                cursor: [String(try rows[size - 1].get("since", as: Int64.self)), try rows[size - 1].get("followed_id")],
+                filters: filters)
         }
         return response
     }
 
-    public func checkHouseholdMembership(request: Social_V1_CheckHouseholdMembershipRequest, context: ServerContext) async throws -> Social_V1_CheckHouseholdMembershipResponse {
+    public func checkHouseholdMembership(
+        request: Social_V1_CheckHouseholdMembershipRequest, context: ServerContext
+    ) async throws -> Social_V1_CheckHouseholdMembershipResponse {
         var errors = FieldErrors()
         let householdID = FieldRules.id(request.householdId, field: "household_id", into: &errors)
         let users = FieldRules.ids(request.userIds, field: "user_ids", minimum: 0, maximum: 50, into: &errors)
@@ -144,18 +154,21 @@ public struct SocialInternalService: Social_V1_SocialInternalService {
             response.name = try h.get("name")
             response.state = try h.get("deleted_at", as: Int64?.self) == nil ? .active : .deleted
             var left: [String: Bool] = [:]
-            for row in try c.query("SELECT user_id, left_at IS NOT NULL AS gone FROM household_members WHERE household_id = ? ORDER BY join_seq", householdID) {
+            for row in try c.query(
+                "SELECT user_id, left_at IS NOT NULL AS gone FROM household_members WHERE household_id = ? ORDER BY join_seq", householdID)
+            {
                 let id: String = try row.get("user_id")
                 let gone: Bool = try row.get("gone")
                 left[id] = gone
                 if !gone { response.memberUserIds.append(id) }
             }
             for u in users {
-                response.memberships[u] = switch left[u] {
-                case false?: .member
-                case true?: .formerMember
-                case nil: .notMember
-                }
+                response.memberships[u] =
+                    switch left[u] {
+                    case false?: .member
+                    case true?: .formerMember
+                    case nil: .notMember
+                    }
             }
             return response
         }
@@ -172,7 +185,9 @@ public struct SocialInternalService: Social_V1_SocialInternalService {
         return response
     }
 
-    public func recordTeamTaskCompleted(request: Social_V1_RecordTeamTaskCompletedRequest, context: ServerContext) async throws -> Social_V1_RecordTeamTaskCompletedResponse {
+    public func recordTeamTaskCompleted(
+        request: Social_V1_RecordTeamTaskCompletedRequest, context: ServerContext
+    ) async throws -> Social_V1_RecordTeamTaskCompletedResponse {
         var errors = FieldErrors()
         let eventID = FieldRules.eventID(request.eventId, into: &errors)
         let teamID = FieldRules.id(request.teamId, field: "team_id", into: &errors)
@@ -227,7 +242,8 @@ enum Erasure {
         if let team = try Teams.teamID(tx, ofUser: user) { _ = try Teams.leave(tx, userID: user, teamID: team) }
         for row in try tx.query(
             "SELECT m.household_id FROM household_members m JOIN households h ON h.id = m.household_id WHERE m.user_id = ? AND m.left_at IS NULL AND h.deleted_at IS NULL",
-            user) {
+            user)
+        {
             _ = try Households.removeMember(tx, householdID: try row.get(0), user: user, now: now)
         }
         try tx.execute("DELETE FROM notifications WHERE recipient_id = ?", user)

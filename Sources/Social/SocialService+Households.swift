@@ -28,14 +28,18 @@ extension SocialService {
         let limits = core.configuration
         let (household, invites) = try await core.writePublishing { tx, out -> (Social_V1_Household, [Social_V1_HouseholdInvite]) in
             try Households.checkRoomForAnother(tx, user: me.userId, limit: limits.maxHouseholdsPerUser)
-            try tx.execute("INSERT INTO households (id, name, created_by, created_at, next_join_seq) VALUES (?, ?, ?, ?, 2)",
-                           householdID, name, me.userId, now)
-            try tx.execute("INSERT INTO household_members (household_id, user_id, join_seq, joined_at) VALUES (?, ?, 1, ?)",
-                           householdID, me.userId, now)
+            try tx.execute(
+                "INSERT INTO households (id, name, created_by, created_at, next_join_seq) VALUES (?, ?, ?, ?, 2)",
+                householdID, name, me.userId, now)
+            try tx.execute(
+                "INSERT INTO household_members (household_id, user_id, join_seq, joined_at) VALUES (?, ?, 1, ?)",
+                householdID, me.userId, now)
             var invites: [Social_V1_HouseholdInvite] = []
             for email in invited {
-                invites.append(try Households.invite(tx, householdID: householdID, householdName: name, email: email, by: me,
-                                                     invitee: users[email], now: now, lifetime: limits.inviteLifetime, out: &out))
+                invites.append(
+                    try Households.invite(
+                        tx, householdID: householdID, householdName: name, email: email, by: me,
+                        invitee: users[email], now: now, lifetime: limits.inviteLifetime, out: &out))
             }
             return (try Households.household(tx, id: householdID)!, invites)
         }
@@ -70,9 +74,11 @@ extension SocialService {
         let now = core.now()
         let limits = core.configuration
         let household = try await core.writePublishing { tx, out -> Social_V1_Household in
-            guard let invite = try tx.queryOne(
-                "SELECT i.household_id, i.expires_at, i.used_at, i.revoked_at, h.deleted_at, h.name FROM household_invites i JOIN households h ON h.id = i.household_id WHERE i.code = ?",
-                code) else { throw FieldErrors.single(.notFound, field: "invite_code", "no such invite code") }
+            guard
+                let invite = try tx.queryOne(
+                    "SELECT i.household_id, i.expires_at, i.used_at, i.revoked_at, h.deleted_at, h.name FROM household_invites i JOIN households h ON h.id = i.household_id WHERE i.code = ?",
+                    code)
+            else { throw FieldErrors.single(.notFound, field: "invite_code", "no such invite code") }
             let householdID: String = try invite.get("household_id")
             if try Households.isMember(tx, householdID: householdID, user: me.userId), try invite.get("deleted_at", as: Int64?.self) == nil {
                 throw RPCError(.alreadyExists, "you are already a member of this household")
@@ -100,9 +106,11 @@ extension SocialService {
             var target = Social_V1_NotificationTarget()
             target.householdId = householdID
             for member in members {
-                _ = try Inbox.store(tx, recipient: member,
-                                    .init(kind: .householdJoined, title: "\(Self.name(me)) joined \(name)", actor: me, target: target,
-                                          data: ["household_name": name]), now: now, out: &out)
+                _ = try Inbox.store(
+                    tx, recipient: member,
+                    .init(
+                        kind: .householdJoined, title: "\(Self.name(me)) joined \(name)", actor: me, target: target,
+                        data: ["household_name": name]), now: now, out: &out)
             }
             return try Households.household(tx, id: householdID)!
         }
@@ -164,8 +172,9 @@ extension SocialService {
                 throw RPCError(.failedPrecondition, "this household has \(pending) pending invites: wait until some are used or expire")
             }
             let name: String = try tx.queryOne("SELECT name FROM households WHERE id = ?", householdID)!.get(0)
-            return try Households.invite(tx, householdID: householdID, householdName: name, email: email, by: me, invitee: invitee,
-                                         now: now, lifetime: limits.inviteLifetime, out: &out)
+            return try Households.invite(
+                tx, householdID: householdID, householdName: name, email: email, by: me, invitee: invitee,
+                now: now, lifetime: limits.inviteLifetime, out: &out)
         }
         var response = Social_V1_InviteHousemateResponse()
         response.invite = invite
@@ -190,9 +199,11 @@ extension SocialService {
                 let name: String = try tx.queryOne("SELECT name FROM households WHERE id = ?", householdID)!.get(0)
                 var target = Social_V1_NotificationTarget()
                 target.householdId = householdID
-                _ = try Inbox.store(tx, recipient: userID,
-                                    .init(kind: .householdRemoved, title: "\(Self.name(me)) removed you from \(name)", actor: me,
-                                          target: target, data: ["household_name": name]), now: now, out: &out)
+                _ = try Inbox.store(
+                    tx, recipient: userID,
+                    .init(
+                        kind: .householdRemoved, title: "\(Self.name(me)) removed you from \(name)", actor: me,
+                        target: target, data: ["household_name": name]), now: now, out: &out)
             }
             return deleted
         }
@@ -234,12 +245,15 @@ extension SocialService {
                 """
                 SELECT * FROM household_invites WHERE household_id = ? AND used_at IS NULL AND revoked_at IS NULL AND expires_at > ?
                 ORDER BY created_at DESC, code
-                """, householdID, now).map(Households.invite)
+                """, householdID, now
+            ).map(Households.invite)
             return response
         }
     }
 
-    public func listMyHouseholds(request: Social_V1_ListMyHouseholdsRequest, context: ServerContext) async throws -> Social_V1_ListMyHouseholdsResponse {
+    public func listMyHouseholds(
+        request: Social_V1_ListMyHouseholdsRequest, context: ServerContext
+    ) async throws -> Social_V1_ListMyHouseholdsResponse {
         let caller = try core.caller(context)
         var errors = FieldErrors()
         let size = FieldRules.pageSize(request.pageSize, into: &errors)
@@ -255,7 +269,9 @@ extension SocialService {
                 ORDER BY m.joined_at, m.household_id LIMIT ?4
                 """, caller.userID, after.0, after.1, size + 1)
             let list = try rows.prefix(size).map { try Households.household(c, id: $0.get("household_id"))! }
-            let last = rows.count > size ? (try rows[size - 1].get("joined_at", as: Int64.self), try rows[size - 1].get("household_id", as: String.self)) : nil
+            let last =
+                rows.count > size
+                ? (try rows[size - 1].get("joined_at", as: Int64.self), try rows[size - 1].get("household_id", as: String.self)) : nil
             return (list, last)
         }
         var response = Social_V1_ListMyHouseholdsResponse()
@@ -264,7 +280,9 @@ extension SocialService {
         return response
     }
 
-    public func getHousemateProfile(request: Social_V1_GetHousemateProfileRequest, context: ServerContext) async throws -> Social_V1_GetHousemateProfileResponse {
+    public func getHousemateProfile(
+        request: Social_V1_GetHousemateProfileRequest, context: ServerContext
+    ) async throws -> Social_V1_GetHousemateProfileResponse {
         let caller = try core.caller(context)
         var errors = FieldErrors()
         let householdID = FieldRules.id(request.householdId, field: "household_id", into: &errors)
@@ -314,11 +332,12 @@ enum Households {
     /// NOT_FOUND unless `user` is a current member of a live household (strangers cannot tell a
     /// household they are not in from one that does not exist).
     static func requireMember(_ db: some SQLReader, householdID: String, user: String) throws {
-        guard try db.queryOne(
-            """
-            SELECT 1 FROM household_members m JOIN households h ON h.id = m.household_id
-            WHERE m.household_id = ? AND m.user_id = ? AND m.left_at IS NULL AND h.deleted_at IS NULL
-            """, householdID, user) != nil
+        guard
+            try db.queryOne(
+                """
+                SELECT 1 FROM household_members m JOIN households h ON h.id = m.household_id
+                WHERE m.household_id = ? AND m.user_id = ? AND m.left_at IS NULL AND h.deleted_at IS NULL
+                """, householdID, user) != nil
         else { throw FieldErrors.single(.notFound, field: "household_id", "no such household among yours") }
     }
 
@@ -346,8 +365,9 @@ enum Households {
 
     /// Marks `user` as a former member; the last member leaving deletes the household.
     static func removeMember(_ tx: Transaction, householdID: String, user: String, now: Int64) throws -> Bool {
-        try tx.execute("UPDATE household_members SET left_at = ? WHERE household_id = ? AND user_id = ? AND left_at IS NULL",
-                       now, householdID, user)
+        try tx.execute(
+            "UPDATE household_members SET left_at = ? WHERE household_id = ? AND user_id = ? AND left_at IS NULL",
+            now, householdID, user)
         if try memberIDs(tx, householdID: householdID).isEmpty {
             try delete(tx, householdID: householdID, now: now)
             return true
@@ -361,8 +381,9 @@ enum Households {
     static func delete(_ tx: Transaction, householdID: String, now: Int64) throws {
         try tx.execute("UPDATE households SET deleted_at = ? WHERE id = ? AND deleted_at IS NULL", now, householdID)
         guard tx.changes == 1 else { return }
-        try tx.execute("UPDATE household_invites SET revoked_at = ? WHERE household_id = ? AND used_at IS NULL AND revoked_at IS NULL",
-                       now, householdID)
+        try tx.execute(
+            "UPDATE household_invites SET revoked_at = ? WHERE household_id = ? AND used_at IS NULL AND revoked_at IS NULL",
+            now, householdID)
         var end = Tasks_V1_EndHouseholdChoresRequest()
         end.eventId = "social:end-chores:\(householdID)"
         end.householdId = householdID
@@ -372,8 +393,10 @@ enum Households {
     /// A new single-use invite for `email`, mailed through accounts' outbox (SendMail, queued in
     /// this transaction), and an in-app notification when the email is a user's login email. An
     /// earlier pending invite of the same household to the same address is revoked.
-    static func invite(_ tx: Transaction, householdID: String, householdName: String, email: String, by inviter: Common_V1_UserRef,
-                       invitee: Common_V1_UserRef?, now: Int64, lifetime: Duration, out: inout Outbound) throws -> Social_V1_HouseholdInvite {
+    static func invite(
+        _ tx: Transaction, householdID: String, householdName: String, email: String, by inviter: Common_V1_UserRef,
+        invitee: Common_V1_UserRef?, now: Int64, lifetime: Duration, out: inout Outbound
+    ) throws -> Social_V1_HouseholdInvite {
         try tx.execute(
             "UPDATE household_invites SET revoked_at = ? WHERE household_id = ? AND email_key = ? AND used_at IS NULL AND revoked_at IS NULL",
             now, householdID, FieldRules.key(email))
@@ -386,7 +409,7 @@ enum Households {
         let shown = InviteCode.display(code)
         let who = SocialService.name(inviter)
         var mail = Accounts_V1_SendMailRequest()
-        mail.eventId = "social:invite:\(code)"
+        mail.eventId = "social:invite:\(ULID.make(now: now))"
         mail.kind = .householdInvite
         mail.toEmail = email
         mail.subject = String("\(who) invited you to \(householdName) on ChoreMate".unicodeScalars.prefix(200))
@@ -403,10 +426,12 @@ enum Households {
         if let invitee, invitee.userId != inviter.userId {
             var target = Social_V1_NotificationTarget()
             target.householdId = householdID
-            _ = try Inbox.store(tx, recipient: invitee.userId,
-                                .init(kind: .householdInvite, title: "\(who) invited you to \(householdName)", actor: inviter,
-                                      target: target, data: ["household_name": householdName, "invite_code": shown]),
-                                now: now, out: &out)
+            _ = try Inbox.store(
+                tx, recipient: invitee.userId,
+                .init(
+                    kind: .householdInvite, title: "\(who) invited you to \(householdName)", actor: inviter,
+                    target: target, data: ["household_name": householdName, "invite_code": shown]),
+                now: now, out: &out)
         }
         var i = Social_V1_HouseholdInvite()
         i.inviteCode = shown

@@ -7,7 +7,9 @@ import Storage
 // MARK: Notifications (A UC11–13, B UC-18, UC-24, C 04.02, D 5.a, E 2.5)
 
 extension SocialService {
-    public func listNotifications(request: Social_V1_ListNotificationsRequest, context: ServerContext) async throws -> Social_V1_ListNotificationsResponse {
+    public func listNotifications(
+        request: Social_V1_ListNotificationsRequest, context: ServerContext
+    ) async throws -> Social_V1_ListNotificationsResponse {
         let caller = try core.caller(context)
         var errors = FieldErrors()
         let size = FieldRules.pageSize(request.pageSize, into: &errors)
@@ -46,7 +48,9 @@ extension SocialService {
         return response
     }
 
-    public func markNotificationsRead(request: Social_V1_MarkNotificationsReadRequest, context: ServerContext) async throws -> Social_V1_MarkNotificationsReadResponse {
+    public func markNotificationsRead(
+        request: Social_V1_MarkNotificationsReadRequest, context: ServerContext
+    ) async throws -> Social_V1_MarkNotificationsReadResponse {
         let caller = try core.caller(context)
         var errors = FieldErrors()
         if request.notificationIds.isEmpty && !request.hasReadUpTo {
@@ -69,8 +73,9 @@ extension SocialService {
                 marked += tx.changes
             }
             if let upTo {
-                try tx.execute("UPDATE notifications SET read_at = ? WHERE recipient_id = ? AND read_at IS NULL AND created_at <= ?",
-                               now, caller.userID, upTo)
+                try tx.execute(
+                    "UPDATE notifications SET read_at = ? WHERE recipient_id = ? AND read_at IS NULL AND created_at <= ?",
+                    now, caller.userID, upTo)
                 marked += tx.changes
             }
             return (marked, try Inbox.unreadCount(tx, caller.userID))
@@ -86,9 +91,11 @@ extension SocialService {
     /// (everything committed before the read is in it), and queued notifications whose id is not
     /// past the last one sent are dropped (they were in the read too). Ids follow commit order and
     /// publications are released in commit order, so nothing is missed, repeated or reordered.
-    public func subscribeNotifications(request: Social_V1_SubscribeNotificationsRequest,
-                                       responses: ResponseWriter<Social_V1_SubscribeNotificationsResponse>,
-                                       context: ServerContext) async throws {
+    public func subscribeNotifications(
+        request: Social_V1_SubscribeNotificationsRequest,
+        responses: ResponseWriter<Social_V1_SubscribeNotificationsResponse>,
+        context: ServerContext
+    ) async throws {
         let caller = try core.caller(context)
         let after = FieldRules.trimmed(request.afterNotificationId)
         if !after.isEmpty && !ULID.isValid(after.uppercased()) {
@@ -103,8 +110,10 @@ extension SocialService {
     }
 
     /// Sends `started` and the missed notifications; returns the id to continue after.
-    func startAndReplay(user: String, after: String,
-                        responses: ResponseWriter<Social_V1_SubscribeNotificationsResponse>) async throws -> String {
+    func startAndReplay(
+        user: String, after: String,
+        responses: ResponseWriter<Social_V1_SubscribeNotificationsResponse>
+    ) async throws -> String {
         let now = core.now()
         let batch = 200
         var (started, replay, last) = try await core.store.read { c -> (Social_V1_SubscriptionStarted, [Social_V1_Notification], String) in
@@ -135,8 +144,10 @@ extension SocialService {
             if replay.count < batch { break }
             let from = last
             replay = try await core.store.read { c in
-                try c.query("SELECT \(Inbox.columns) FROM notifications WHERE recipient_id = ? AND id > ? AND silenced = 0 ORDER BY id LIMIT ?",
-                            user, from, batch).map(Inbox.notification)
+                try c.query(
+                    "SELECT \(Inbox.columns) FROM notifications WHERE recipient_id = ? AND id > ? AND silenced = 0 ORDER BY id LIMIT ?",
+                    user, from, batch
+                ).map(Inbox.notification)
             }
         }
         return last
@@ -144,8 +155,10 @@ extension SocialService {
 
     /// Live notifications until the client goes, the token expires, the server shuts down, or the
     /// stream is replaced or falls too far behind (each ends the call with its status).
-    func live(_ subscription: NotificationHub.Subscription, after: String,
-              responses: ResponseWriter<Social_V1_SubscribeNotificationsResponse>) async throws {
+    func live(
+        _ subscription: NotificationHub.Subscription, after: String,
+        responses: ResponseWriter<Social_V1_SubscribeNotificationsResponse>
+    ) async throws {
         var last = after
         while true {
             switch await subscription.next() {
@@ -162,7 +175,9 @@ extension SocialService {
         }
     }
 
-    public func getNotificationSettings(request: Social_V1_GetNotificationSettingsRequest, context: ServerContext) async throws -> Social_V1_GetNotificationSettingsResponse {
+    public func getNotificationSettings(
+        request: Social_V1_GetNotificationSettingsRequest, context: ServerContext
+    ) async throws -> Social_V1_GetNotificationSettingsResponse {
         let caller = try core.caller(context)
         let now = core.now()
         var response = Social_V1_GetNotificationSettingsResponse()
@@ -170,7 +185,9 @@ extension SocialService {
         return response
     }
 
-    public func muteHelpNotifications(request: Social_V1_MuteHelpNotificationsRequest, context: ServerContext) async throws -> Social_V1_MuteHelpNotificationsResponse {
+    public func muteHelpNotifications(
+        request: Social_V1_MuteHelpNotificationsRequest, context: ServerContext
+    ) async throws -> Social_V1_MuteHelpNotificationsResponse {
         let caller = try core.caller(context)
         let now = core.now()
         let muted = request.muted
@@ -184,7 +201,9 @@ extension SocialService {
         return response
     }
 
-    public func snoozeNotifications(request: Social_V1_SnoozeNotificationsRequest, context: ServerContext) async throws -> Social_V1_SnoozeNotificationsResponse {
+    public func snoozeNotifications(
+        request: Social_V1_SnoozeNotificationsRequest, context: ServerContext
+    ) async throws -> Social_V1_SnoozeNotificationsResponse {
         let caller = try core.caller(context)
         let d = request.duration
         let ms = d.seconds &* 1000 &+ Int64(d.nanos) / 1_000_000

@@ -33,13 +33,15 @@ extension SocialService {
             if try tx.queryOne("SELECT 1 FROM friendships WHERE user_id = ? AND friend_id = ?", me.userId, other.userId) != nil {
                 throw FieldErrors.single(.alreadyExists, field: "user", "already friends")
             }
-            try tx.execute("INSERT INTO friendships (user_id, friend_id, since) VALUES (?, ?, ?), (?, ?, ?)",
-                           me.userId, other.userId, now, other.userId, me.userId, now)
+            try tx.execute(
+                "INSERT INTO friendships (user_id, friend_id, since) VALUES (?, ?, ?), (?, ?, ?)",
+                me.userId, other.userId, now, other.userId, me.userId, now)
             var target = Social_V1_NotificationTarget()
             target.userId = me.userId
-            _ = try Inbox.store(tx, recipient: other.userId,
-                                .init(kind: .friendAdded, title: "\(Self.name(me)) added you as a friend", actor: me, target: target),
-                                now: now, out: &out)
+            _ = try Inbox.store(
+                tx, recipient: other.userId,
+                .init(kind: .friendAdded, title: "\(Self.name(me)) added you as a friend", actor: me, target: target),
+                now: now, out: &out)
             return now
         }
         var response = Social_V1_AddFriendResponse()
@@ -52,8 +54,9 @@ extension SocialService {
         let caller = try core.caller(context)
         let other = try await other(request.user, hasSelector: request.hasUser, caller: caller)
         try await core.store.write { tx in
-            try tx.execute("DELETE FROM friendships WHERE (user_id = ?1 AND friend_id = ?2) OR (user_id = ?2 AND friend_id = ?1)",
-                           caller.userID, other.userId)
+            try tx.execute(
+                "DELETE FROM friendships WHERE (user_id = ?1 AND friend_id = ?2) OR (user_id = ?2 AND friend_id = ?1)",
+                caller.userID, other.userId)
             if tx.changes == 0 { throw FieldErrors.single(.notFound, field: "user", "not your friend") }
         }
         return Social_V1_RemoveFriendResponse()
@@ -81,7 +84,8 @@ extension SocialService {
             return f
         }
         if rows.count > size {
-            response.nextPageToken = core.pageTokens.make(cursor: [try rows[size - 1].get("username_key"), try rows[size - 1].get("id")], filters: "friends")
+            response.nextPageToken = core.pageTokens.make(
+                cursor: [try rows[size - 1].get("username_key"), try rows[size - 1].get("id")], filters: "friends")
         }
         await refreshNames(&response.friends, \.user)
         return response
@@ -106,12 +110,15 @@ extension SocialService {
             }
             try tx.execute("INSERT INTO blocks (blocker_id, blocked_id, created_at) VALUES (?, ?, ?)", caller.userID, other.userId, now)
             // Friendship, follows and follow requests end, both ways.
-            try tx.execute("DELETE FROM friendships WHERE (user_id = ?1 AND friend_id = ?2) OR (user_id = ?2 AND friend_id = ?1)",
-                           caller.userID, other.userId)
-            try tx.execute("DELETE FROM follows WHERE (follower_id = ?1 AND followed_id = ?2) OR (follower_id = ?2 AND followed_id = ?1)",
-                           caller.userID, other.userId)
-            try tx.execute("DELETE FROM follow_requests WHERE (requester_id = ?1 AND target_id = ?2) OR (requester_id = ?2 AND target_id = ?1)",
-                           caller.userID, other.userId)
+            try tx.execute(
+                "DELETE FROM friendships WHERE (user_id = ?1 AND friend_id = ?2) OR (user_id = ?2 AND friend_id = ?1)",
+                caller.userID, other.userId)
+            try tx.execute(
+                "DELETE FROM follows WHERE (follower_id = ?1 AND followed_id = ?2) OR (follower_id = ?2 AND followed_id = ?1)",
+                caller.userID, other.userId)
+            try tx.execute(
+                "DELETE FROM follow_requests WHERE (requester_id = ?1 AND target_id = ?2) OR (requester_id = ?2 AND target_id = ?1)",
+                caller.userID, other.userId)
         }
         var response = Social_V1_BlockUserResponse()
         response.blocked.user = other
@@ -129,7 +136,9 @@ extension SocialService {
         return Social_V1_UnblockUserResponse()
     }
 
-    public func listBlockedUsers(request: Social_V1_ListBlockedUsersRequest, context: ServerContext) async throws -> Social_V1_ListBlockedUsersResponse {
+    public func listBlockedUsers(
+        request: Social_V1_ListBlockedUsersRequest, context: ServerContext
+    ) async throws -> Social_V1_ListBlockedUsersResponse {
         let caller = try core.caller(context)
         var errors = FieldErrors()
         let size = FieldRules.pageSize(request.pageSize, into: &errors)
@@ -151,8 +160,9 @@ extension SocialService {
             return b
         }
         if rows.count > size {
-            response.nextPageToken = core.pageTokens.make(cursor: [String(try rows[size - 1].get("at", as: Int64.self)), try rows[size - 1].get("other")],
-                                                          filters: "blocked")
+            response.nextPageToken = core.pageTokens.make(
+                cursor: [String(try rows[size - 1].get("at", as: Int64.self)), try rows[size - 1].get("other")],
+                filters: "blocked")
         }
         await refreshNames(&response.blocked, \.user)
         return response
@@ -184,9 +194,10 @@ extension SocialService {
             try tx.execute("INSERT INTO follow_requests (requester_id, target_id, created_at) VALUES (?, ?, ?)", me.userId, other.userId, now)
             var target = Social_V1_NotificationTarget()
             target.userId = me.userId
-            _ = try Inbox.store(tx, recipient: other.userId,
-                                .init(kind: .followRequest, title: "\(Self.name(me)) asks to follow you", actor: me, target: target),
-                                now: now, out: &out)
+            _ = try Inbox.store(
+                tx, recipient: other.userId,
+                .init(kind: .followRequest, title: "\(Self.name(me)) asks to follow you", actor: me, target: target),
+                now: now, out: &out)
         }
         var response = Social_V1_RequestFollowResponse()
         response.request.requester = me
@@ -195,7 +206,9 @@ extension SocialService {
         return response
     }
 
-    public func acceptFollowRequest(request: Social_V1_AcceptFollowRequestRequest, context: ServerContext) async throws -> Social_V1_AcceptFollowRequestResponse {
+    public func acceptFollowRequest(
+        request: Social_V1_AcceptFollowRequestRequest, context: ServerContext
+    ) async throws -> Social_V1_AcceptFollowRequestResponse {
         let caller = try core.caller(context)
         var errors = FieldErrors()
         let requester = FieldRules.id(request.requesterUserId, field: "requester_user_id", into: &errors)
@@ -208,21 +221,26 @@ extension SocialService {
             try tx.execute("INSERT OR IGNORE INTO follows (follower_id, followed_id, since) VALUES (?, ?, ?)", requester, me.userId, now)
             var target = Social_V1_NotificationTarget()
             target.userId = me.userId
-            _ = try Inbox.store(tx, recipient: requester,
-                                .init(kind: .followAccepted, title: "\(Self.name(me)) accepted your follow request", actor: me, target: target),
-                                now: now, out: &out)
+            _ = try Inbox.store(
+                tx, recipient: requester,
+                .init(kind: .followAccepted, title: "\(Self.name(me)) accepted your follow request", actor: me, target: target),
+                now: now, out: &out)
         }
         var response = Social_V1_AcceptFollowRequestResponse()
-        response.follower.user = (try? await core.directory.user(id: requester)) ?? nil ?? {
-            var r = Common_V1_UserRef()
-            r.userId = requester
-            return r
-        }()
+        response.follower.user =
+            (try? await core.directory.user(id: requester)) ?? nil
+            ?? {
+                var r = Common_V1_UserRef()
+                r.userId = requester
+                return r
+            }()
         response.follower.since = Google_Protobuf_Timestamp(milliseconds: now)
         return response
     }
 
-    public func declineFollowRequest(request: Social_V1_DeclineFollowRequestRequest, context: ServerContext) async throws -> Social_V1_DeclineFollowRequestResponse {
+    public func declineFollowRequest(
+        request: Social_V1_DeclineFollowRequestRequest, context: ServerContext
+    ) async throws -> Social_V1_DeclineFollowRequestResponse {
         let caller = try core.caller(context)
         var errors = FieldErrors()
         let requester = FieldRules.id(request.requesterUserId, field: "requester_user_id", into: &errors)
@@ -247,8 +265,10 @@ extension SocialService {
     }
 
     /// A page of follows, most recent first; `mine` is the column of the caller, `theirs` the other.
-    func follows(_ caller: String, mine: String, theirs: String, size: Int, token: String, filters: String,
-                 into errors: inout FieldErrors) async throws -> ([Social_V1_Follow], String) {
+    func follows(
+        _ caller: String, mine: String, theirs: String, size: Int, token: String, filters: String,
+        into errors: inout FieldErrors
+    ) async throws -> ([Social_V1_Follow], String) {
         let cursor = core.pageTokens.cursor(token, filters: filters, parts: 2, into: &errors)
         try errors.throwIfAny()
         let rows = try await core.store.read { c in
@@ -266,7 +286,8 @@ extension SocialService {
             return f
         }
         await refreshNames(&list, \.user)
-        let next = rows.count > size
+        let next =
+            rows.count > size
             ? core.pageTokens.make(cursor: [String(try rows[size - 1].get("at", as: Int64.self)), try rows[size - 1].get("other")], filters: filters)
             : ""
         return (list, next)
@@ -276,8 +297,9 @@ extension SocialService {
         let caller = try core.caller(context)
         var errors = FieldErrors()
         let size = FieldRules.pageSize(request.pageSize, into: &errors)
-        let (list, next) = try await follows(caller.userID, mine: "followed_id", theirs: "follower_id", size: size, token: request.pageToken,
-                                             filters: "followers", into: &errors)
+        let (list, next) = try await follows(
+            caller.userID, mine: "followed_id", theirs: "follower_id", size: size, token: request.pageToken,
+            filters: "followers", into: &errors)
         var response = Social_V1_ListFollowersResponse()
         response.followers = list
         response.nextPageToken = next
@@ -288,15 +310,18 @@ extension SocialService {
         let caller = try core.caller(context)
         var errors = FieldErrors()
         let size = FieldRules.pageSize(request.pageSize, into: &errors)
-        let (list, next) = try await follows(caller.userID, mine: "follower_id", theirs: "followed_id", size: size, token: request.pageToken,
-                                             filters: "following", into: &errors)
+        let (list, next) = try await follows(
+            caller.userID, mine: "follower_id", theirs: "followed_id", size: size, token: request.pageToken,
+            filters: "following", into: &errors)
         var response = Social_V1_ListFollowingResponse()
         response.following = list
         response.nextPageToken = next
         return response
     }
 
-    public func listFollowRequests(request: Social_V1_ListFollowRequestsRequest, context: ServerContext) async throws -> Social_V1_ListFollowRequestsResponse {
+    public func listFollowRequests(
+        request: Social_V1_ListFollowRequestsRequest, context: ServerContext
+    ) async throws -> Social_V1_ListFollowRequestsResponse {
         let caller = try core.caller(context)
         var errors = FieldErrors()
         let size = FieldRules.pageSize(request.pageSize, into: &errors)
@@ -337,8 +362,9 @@ extension SocialService {
             return r
         }
         if rows.count > size {
-            response.nextPageToken = core.pageTokens.make(cursor: [String(try rows[size - 1].get("at", as: Int64.self)), try rows[size - 1].get("other")],
-                                                          filters: filters)
+            response.nextPageToken = core.pageTokens.make(
+                cursor: [String(try rows[size - 1].get("at", as: Int64.self)), try rows[size - 1].get("other")],
+                filters: filters)
         }
         return response
     }

@@ -65,19 +65,23 @@ public struct SocialService: Social_V1_SocialService {
                 taken.add("member_usernames[\(m.index)]", "\(m.user.username) is already in a team")
             }
             try taken.throwIfAny(.failedPrecondition, summary: "members already in a team")
-            try tx.execute("INSERT INTO teams (id, name, score, score_reached_at, created_by, created_at) VALUES (?, ?, 0, ?, ?, ?)",
-                           teamID, name, now, me.userId, now)
+            try tx.execute(
+                "INSERT INTO teams (id, name, score, score_reached_at, created_by, created_at) VALUES (?, ?, 0, ?, ?, ?)",
+                teamID, name, now, me.userId, now)
             for (position, user) in ([me] + others.map(\.user)).enumerated() {
-                try tx.execute("INSERT INTO team_members (user_id, team_id, position, joined_at) VALUES (?, ?, ?, ?)",
-                               user.userId, teamID, position, now)
+                try tx.execute(
+                    "INSERT INTO team_members (user_id, team_id, position, joined_at) VALUES (?, ?, ?, ?)",
+                    user.userId, teamID, position, now)
             }
             var target = Social_V1_NotificationTarget()
             target.teamId = teamID
             for m in others {
-                _ = try Inbox.store(tx, recipient: m.user.userId,
-                                    .init(kind: .teamJoined, title: "\(Self.name(me)) added you to the team \(name)", actor: me,
-                                          target: target, data: ["team_name": name]),
-                                    now: now, out: &out)
+                _ = try Inbox.store(
+                    tx, recipient: m.user.userId,
+                    .init(
+                        kind: .teamJoined, title: "\(Self.name(me)) added you to the team \(name)", actor: me,
+                        target: target, data: ["team_name": name]),
+                    now: now, out: &out)
             }
             return try Teams.team(tx, id: teamID)!
         }
@@ -150,7 +154,8 @@ enum Teams {
             """
             SELECT u.id, u.username, u.display_name FROM team_members m JOIN users u ON u.id = m.user_id
             WHERE m.team_id = ? ORDER BY m.position
-            """, teamID).map(UserDirectory.ref)
+            """, teamID
+        ).map(UserDirectory.ref)
     }
 
     static func team(_ db: some SQLReader, id: String) throws -> Social_V1_Team? {
@@ -172,9 +177,11 @@ enum Teams {
     struct Ranked: Sendable { var key: RankKey; var entry: Social_V1_TeamRankingEntry }
 
     static func entry(_ db: some SQLReader, teamID: String) throws -> Ranked? {
-        guard let row = try db.queryOne(
-            "SELECT id, name, score, score_reached_at, (SELECT count(*) FROM team_members m WHERE m.team_id = teams.id) AS n FROM teams WHERE id = ?",
-            teamID) else { return nil }
+        guard
+            let row = try db.queryOne(
+                "SELECT id, name, score, score_reached_at, (SELECT count(*) FROM team_members m WHERE m.team_id = teams.id) AS n FROM teams WHERE id = ?",
+                teamID)
+        else { return nil }
         let k = try key(row)
         return Ranked(key: k, entry: try entry(row, rank: try rank(db, k)))
     }

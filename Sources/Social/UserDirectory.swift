@@ -158,12 +158,15 @@ final class UserDirectory: Sendable {
             request.userIds = Array(distinct[chunk..<min(distinct.count, chunk + 200)])
             guard let response = try? await accounts.getUsersByIds(request, options: options) else { return }
             let known = request.userIds
-            let changed = (try? await store.read { c in
-                try response.usersById.values.filter { r in
-                    guard let row = try c.queryOne("SELECT display_name FROM users WHERE id = ?", r.userId) else { return known.contains(r.userId) }
-                    return try row.get("display_name", as: String.self) != r.displayName
-                }
-            }) ?? []
+            let changed =
+                (try? await store.read { c in
+                    try response.usersById.values.filter { r in
+                        guard let row = try c.queryOne("SELECT display_name FROM users WHERE id = ?", r.userId) else {
+                            return known.contains(r.userId)
+                        }
+                        return try row.get("display_name", as: String.self) != r.displayName
+                    }
+                }) ?? []
             try? await remember(Array(changed))
         }
     }

@@ -65,7 +65,8 @@ struct ContractFixtureTests {
             let (dodgers, _) = try await team("Deadline Dodgers", size: 4)
             let (rocket, rocketMembers) = try await team("Team Rocket Science", size: 5)
             let (last, _) = try await team("Slow Starters", size: 1)
-            let owls = try await runner.run("CreateTeam", Social_V1_CreateTeamRequest.self) { try await s.createTeam($0, options: alice.options) }.team
+            let owls = try await runner.run("CreateTeam", Social_V1_CreateTeamRequest.self) { try await s.createTeam($0, options: alice.options) }
+                .team
             runner.ids["01JD4T1A2B3C4D5E6F7G8H9J0K"] = owls.teamId
             try await score(dodgers, 15)
             try await score(rocket, 7)
@@ -73,13 +74,19 @@ struct ContractFixtureTests {
             try await score(last, 1)
             _ = try await runner.run("GetMyTeam", Social_V1_GetMyTeamRequest.self) { try await s.getMyTeam($0, options: carol.options) }
             _ = try await runner.run("GetTeamOfUser", Social_V1_GetTeamOfUserRequest.self) { try await i.getTeamOfUser($0) }
-            _ = try await runner.run("ListTeamRanking", Social_V1_ListTeamRankingRequest.self) { try await s.listTeamRanking($0, options: alice.options) }
-            _ = try await runner.run("RecordTeamTaskCompleted", Social_V1_RecordTeamTaskCompletedRequest.self) { try await i.recordTeamTaskCompleted($0) }
+            _ = try await runner.run("ListTeamRanking", Social_V1_ListTeamRankingRequest.self) {
+                try await s.listTeamRanking($0, options: alice.options)
+            }
+            _ = try await runner.run("RecordTeamTaskCompleted", Social_V1_RecordTeamTaskCompletedRequest.self) {
+                try await i.recordTeamTaskCompleted($0)
+            }
             _ = try await runner.run("LeaveTeam", Social_V1_LeaveTeamRequest.self) { try await s.leaveTeam($0, options: rocketMembers[4].options) }
 
             // ---- Households: Maple Street 12.
             tick()
-            let created = try await runner.run("CreateHousehold", Social_V1_CreateHouseholdRequest.self) { try await s.createHousehold($0, options: alice.options) }
+            let created = try await runner.run("CreateHousehold", Social_V1_CreateHouseholdRequest.self) {
+                try await s.createHousehold($0, options: alice.options)
+            }
             let hid = created.household.householdId
             runner.ids["01JD4H2M3N4P5Q6R7S8T9V0W1X"] = hid
             let bobCode = try #require(try await env.waitForMail(to: bob.email).first?.data["invite_code"])
@@ -87,8 +94,12 @@ struct ContractFixtureTests {
             _ = try await runner.run("JoinHousehold", Social_V1_JoinHouseholdRequest.self, rewrite: { $0.inviteCode = bobCode.lowercased() }) {
                 try await s.joinHousehold($0, options: bob.options)
             }
-            _ = try await runner.run("ListMyHouseholds", Social_V1_ListMyHouseholdsRequest.self) { try await s.listMyHouseholds($0, options: bob.options) }
-            _ = try await runner.run("RenameHousehold", Social_V1_RenameHouseholdRequest.self) { try await s.renameHousehold($0, options: bob.options) }
+            _ = try await runner.run("ListMyHouseholds", Social_V1_ListMyHouseholdsRequest.self) {
+                try await s.listMyHouseholds($0, options: bob.options)
+            }
+            _ = try await runner.run("RenameHousehold", Social_V1_RenameHouseholdRequest.self) {
+                try await s.renameHousehold($0, options: bob.options)
+            }
             var rename = Social_V1_RenameHouseholdRequest()
             rename.householdId = hid
             rename.name = "Maple Street 12"
@@ -105,12 +116,18 @@ struct ContractFixtureTests {
             join.inviteCode = try #require(created.invites.first { $0.email == "newcomer@example.org" }?.inviteCode)
             tick()
             _ = try await s.joinHousehold(join, options: carol.options)
-            _ = try await runner.run("RemoveHousemate", Social_V1_RemoveHousemateRequest.self) { try await s.removeHousemate($0, options: alice.options) }
+            _ = try await runner.run("RemoveHousemate", Social_V1_RemoveHousemateRequest.self) {
+                try await s.removeHousemate($0, options: alice.options)
+            }
             tick()
-            _ = try await runner.run("InviteHousemate", Social_V1_InviteHousemateRequest.self) { try await s.inviteHousemate($0, options: alice.options) }
+            _ = try await runner.run("InviteHousemate", Social_V1_InviteHousemateRequest.self) {
+                try await s.inviteHousemate($0, options: alice.options)
+            }
             _ = try await runner.run("GetHousehold", Social_V1_GetHouseholdRequest.self) { try await s.getHousehold($0, options: carol.options) }
             _ = try await runner.run("ListHousemates", Social_V1_ListHousematesRequest.self) { try await s.listHousemates($0, options: bob.options) }
-            _ = try await runner.run("CheckHouseholdMembership", Social_V1_CheckHouseholdMembershipRequest.self) { try await i.checkHouseholdMembership($0) }
+            _ = try await runner.run("CheckHouseholdMembership", Social_V1_CheckHouseholdMembershipRequest.self) {
+                try await i.checkHouseholdMembership($0)
+            }
             func chore(_ name: String, _ due: (Int32, Int32, Int32)?) -> Tasks_V1_Chore {
                 var c = Tasks_V1_Chore()
                 c.choreId = ULID.make()
@@ -124,9 +141,13 @@ struct ContractFixtureTests {
                 return c
             }
             env.tasks.chores.withLock {
-                $0[bob.id] = [chore("Buy toilet paper", nil), chore("Take out the recycling", (2026, 11, 24)), chore("Clean the bathroom", (2026, 11, 20))]
+                $0[bob.id] = [
+                    chore("Buy toilet paper", nil), chore("Take out the recycling", (2026, 11, 24)), chore("Clean the bathroom", (2026, 11, 20)),
+                ]
             }
-            _ = try await runner.run("GetHousemateProfile", Social_V1_GetHousemateProfileRequest.self) { try await s.getHousemateProfile($0, options: alice.options) }
+            _ = try await runner.run("GetHousemateProfile", Social_V1_GetHousemateProfileRequest.self) {
+                try await s.getHousemateProfile($0, options: alice.options)
+            }
 
             // ---- Friends and blocks.
             var add = Social_V1_AddFriendRequest()
@@ -136,7 +157,9 @@ struct ContractFixtureTests {
             _ = try await runner.run("AddFriend", Social_V1_AddFriendRequest.self) { try await s.addFriend($0, options: alice.options) }
             _ = try await runner.run("ListFriends", Social_V1_ListFriendsRequest.self) { try await s.listFriends($0, options: alice.options) }
             _ = try await runner.run("BlockUser", Social_V1_BlockUserRequest.self) { try await s.blockUser($0, options: alice.options) }
-            _ = try await runner.run("ListBlockedUsers", Social_V1_ListBlockedUsersRequest.self) { try await s.listBlockedUsers($0, options: alice.options) }
+            _ = try await runner.run("ListBlockedUsers", Social_V1_ListBlockedUsersRequest.self) {
+                try await s.listBlockedUsers($0, options: alice.options)
+            }
             _ = try await runner.run("UnblockUser", Social_V1_UnblockUserRequest.self) { try await s.unblockUser($0, options: alice.options) }
 
             // ---- Follows: dave asks carol (listed), carol accepts; then alice asks and is accepted.
@@ -144,14 +167,18 @@ struct ContractFixtureTests {
             follow.user.username = carol.username
             tick()
             _ = try await s.requestFollow(follow, options: dave.options)
-            _ = try await runner.run("ListFollowRequests", Social_V1_ListFollowRequestsRequest.self) { try await s.listFollowRequests($0, options: carol.options) }
+            _ = try await runner.run("ListFollowRequests", Social_V1_ListFollowRequestsRequest.self) {
+                try await s.listFollowRequests($0, options: carol.options)
+            }
             var accept = Social_V1_AcceptFollowRequestRequest()
             accept.requesterUserId = dave.id
             _ = try await s.acceptFollowRequest(accept, options: carol.options)
             tick()
             _ = try await runner.run("RequestFollow", Social_V1_RequestFollowRequest.self) { try await s.requestFollow($0, options: alice.options) }
             tick()
-            _ = try await runner.run("AcceptFollowRequest", Social_V1_AcceptFollowRequestRequest.self) { try await s.acceptFollowRequest($0, options: carol.options) }
+            _ = try await runner.run("AcceptFollowRequest", Social_V1_AcceptFollowRequestRequest.self) {
+                try await s.acceptFollowRequest($0, options: carol.options)
+            }
             _ = try await runner.run("ListFollowers", Social_V1_ListFollowersRequest.self) { try await s.listFollowers($0, options: carol.options) }
             _ = try await runner.run("ListFollowing", Social_V1_ListFollowingRequest.self) { try await s.listFollowing($0, options: alice.options) }
             _ = try await runner.run("ListFollowedUserIds", Social_V1_ListFollowedUserIdsRequest.self) { try await i.listFollowedUserIds($0) }
@@ -162,7 +189,9 @@ struct ContractFixtureTests {
             _ = try await runner.run("CheckRelationship", Social_V1_CheckRelationshipRequest.self) { try await i.checkRelationship($0) }
             follow.user.username = bob.username
             _ = try await s.requestFollow(follow, options: mallory.options)
-            _ = try await runner.run("DeclineFollowRequest", Social_V1_DeclineFollowRequestRequest.self) { try await s.declineFollowRequest($0, options: bob.options) }
+            _ = try await runner.run("DeclineFollowRequest", Social_V1_DeclineFollowRequestRequest.self) {
+                try await s.declineFollowRequest($0, options: bob.options)
+            }
             follow.user.username = dave.username
             _ = try await s.requestFollow(follow, options: bob.options)
             _ = try await runner.run("Unfollow", Social_V1_UnfollowRequest.self) { try await s.unfollow($0, options: bob.options) }
@@ -195,23 +224,32 @@ struct ContractFixtureTests {
             mute.muted = false
             _ = try await s.muteHelpNotifications(mute, options: nina.options)
             tick()
-            runner.ids["01JD5N2B3C4D5E6F7G8H9J0K1M"] = try await help(.helpRequest, "Alice needs help", "Alice asks for help with \"Quarterly report\".")
+            runner.ids["01JD5N2B3C4D5E6F7G8H9J0K1M"] = try await help(
+                .helpRequest, "Alice needs help", "Alice asks for help with \"Quarterly report\".")
             tick()
             let upTo = env.clock.nowTimestamp()
             tick()
             _ = try await env.notify([nina.id])
-            _ = try await runner.run("ListNotifications", Social_V1_ListNotificationsRequest.self) { try await s.listNotifications($0, options: nina.options) }
+            _ = try await runner.run("ListNotifications", Social_V1_ListNotificationsRequest.self) {
+                try await s.listNotifications($0, options: nina.options)
+            }
             _ = try await runner.runStream("SubscribeNotifications", Social_V1_SubscribeNotificationsRequest.self, user: nina)
             _ = try await runner.run("MarkNotificationsRead", Social_V1_MarkNotificationsReadRequest.self, rewrite: { $0.readUpTo = upTo }) {
                 try await s.markNotificationsRead($0, options: nina.options)
             }
-            _ = try await runner.run("SnoozeNotifications", Social_V1_SnoozeNotificationsRequest.self) { try await s.snoozeNotifications($0, options: nina.options) }
+            _ = try await runner.run("SnoozeNotifications", Social_V1_SnoozeNotificationsRequest.self) {
+                try await s.snoozeNotifications($0, options: nina.options)
+            }
             env.clock.advance(by: .seconds(5401))  // that snooze is over
-            _ = try await runner.run("MuteHelpNotifications", Social_V1_MuteHelpNotificationsRequest.self) { try await s.muteHelpNotifications($0, options: nina.options) }
+            _ = try await runner.run("MuteHelpNotifications", Social_V1_MuteHelpNotificationsRequest.self) {
+                try await s.muteHelpNotifications($0, options: nina.options)
+            }
             var snooze = Social_V1_SnoozeNotificationsRequest()
             snooze.duration.seconds = 5400
             _ = try await s.snoozeNotifications(snooze, options: nina.options)
-            _ = try await runner.run("GetNotificationSettings", Social_V1_GetNotificationSettingsRequest.self) { try await s.getNotificationSettings($0, options: nina.options) }
+            _ = try await runner.run("GetNotificationSettings", Social_V1_GetNotificationSettingsRequest.self) {
+                try await s.getNotificationSettings($0, options: nina.options)
+            }
             // SendNotification: bob and carol get it; mallory, who blocks alice, is skipped.
             var block = Social_V1_BlockUserRequest()
             block.user.username = alice.username
@@ -220,7 +258,9 @@ struct ContractFixtureTests {
             #expect(sent.skippedUserIds == [mallory.id] && sent.notificationIds.keys.sorted() == [bob.id, carol.id].sorted())
 
             // ---- The end: the household is deleted, mallory's account erased.
-            _ = try await runner.run("DeleteHousehold", Social_V1_DeleteHouseholdRequest.self) { try await s.deleteHousehold($0, options: bob.options) }
+            _ = try await runner.run("DeleteHousehold", Social_V1_DeleteHouseholdRequest.self) {
+                try await s.deleteHousehold($0, options: bob.options)
+            }
             _ = try await runner.run("EraseUser", Social_V1_EraseUserRequest.self) { try await i.eraseUser($0) }
 
             let names = try FileManager.default.contentsOfDirectory(atPath: Self.fixtures).filter { $0.hasSuffix(".request.txtpb") }
@@ -290,8 +330,10 @@ final class SocialFixtureRunner: @unchecked Sendable {
     }
 
     /// The stream fixture is its first notification element (after `started`).
-    func runStream<Req: ProtoMessage>(_ method: String, _ type: Req.Type, user: User,
-                                      sourceLocation: SourceLocation = #_sourceLocation) async throws -> Social_V1_SubscribeNotificationsResponse {
+    func runStream<Req: ProtoMessage>(
+        _ method: String, _ type: Req.Type, user: User,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) async throws -> Social_V1_SubscribeNotificationsResponse {
         ran.insert(method)
         let request = try await self.request(method, Social_V1_SubscribeNotificationsRequest.self)
         let stream = try await LiveStream.open(env.social, user, after: request.afterNotificationId)

@@ -32,9 +32,13 @@ struct HostileTests {
             var household = Social_V1_CreateHouseholdRequest()
             household.name = "Flat"
             household.inviteEmails = (0..<1000).map { "x\($0)@example.com" }
-            await expectFailure(.invalidArgument, fields: ["invite_emails"]) { try await env.social.createHousehold(household, options: alice.options) }
+            await expectFailure(.invalidArgument, fields: ["invite_emails"]) {
+                try await env.social.createHousehold(household, options: alice.options)
+            }
             household.inviteEmails = [String(repeating: "a", count: 300) + "@example.com"]
-            await expectFailure(.invalidArgument, fields: ["invite_emails[0]"]) { try await env.social.createHousehold(household, options: alice.options) }
+            await expectFailure(.invalidArgument, fields: ["invite_emails[0]"]) {
+                try await env.social.createHousehold(household, options: alice.options)
+            }
             #expect(try await env.social.listMyHouseholds(Social_V1_ListMyHouseholdsRequest(), options: alice.options).households.isEmpty)
 
             var add = Social_V1_AddFriendRequest()
@@ -50,7 +54,9 @@ struct HostileTests {
             await expectFailure(.invalidArgument, fields: ["page_token"]) { try await env.social.listFriends(list, options: alice.options) }
             var mark = Social_V1_MarkNotificationsReadRequest()
             mark.notificationIds = (0..<101).map { _ in ULID.make() }
-            await expectFailure(.invalidArgument, fields: ["notification_ids"]) { try await env.social.markNotificationsRead(mark, options: alice.options) }
+            await expectFailure(.invalidArgument, fields: ["notification_ids"]) {
+                try await env.social.markNotificationsRead(mark, options: alice.options)
+            }
             var snooze = Social_V1_SnoozeNotificationsRequest()
             snooze.duration.seconds = -5
             await expectFailure(.invalidArgument, fields: ["duration"]) { try await env.social.snoozeNotifications(snooze, options: alice.options) }
@@ -78,8 +84,16 @@ struct HostileTests {
             ab.user.userId = bob.id
             var ba = Social_V1_AddFriendRequest()
             ba.user.userId = alice.id
-            async let x: StatusCode = { do { _ = try await env.social.addFriend(ab, options: alice.options); return .ok } catch let e as RPCError { return e.code } catch { return .unknown } }()
-            async let y: StatusCode = { do { _ = try await env.social.addFriend(ba, options: bob.options); return .ok } catch let e as RPCError { return e.code } catch { return .unknown } }()
+            async let x: StatusCode = {
+                do { _ = try await env.social.addFriend(ab, options: alice.options); return .ok } catch let e as RPCError { return e.code } catch {
+                    return .unknown
+                }
+            }()
+            async let y: StatusCode = {
+                do { _ = try await env.social.addFriend(ba, options: bob.options); return .ok } catch let e as RPCError { return e.code } catch {
+                    return .unknown
+                }
+            }()
             let pair = await [x, y]
             #expect(pair.sorted { $0.rawValue < $1.rawValue } == [.ok, .alreadyExists])
             #expect(try await env.social.listFriends(Social_V1_ListFriendsRequest(), options: alice.options).friends.count == 1)

@@ -45,7 +45,9 @@ struct NotificationsTests {
             bad.recipientUserIds = (0..<101).map { "u\($0)" }
             await expectFailure(.invalidArgument, fields: ["recipient_user_ids"]) { try await env.internalAPI.sendNotification(bad) }
             // Users may not call it.
-            await expectFailure(.permissionDenied) { try await Social_V1_SocialInternalClient(env.server.gateway).sendNotification(r, options: bob.options) }
+            await expectFailure(.permissionDenied) {
+                try await Social_V1_SocialInternalClient(env.server.gateway).sendNotification(r, options: bob.options)
+            }
         }
     }
 
@@ -86,7 +88,9 @@ struct NotificationsTests {
             let carol = try await env.user("carol")
             mark = Social_V1_MarkNotificationsReadRequest()
             mark.notificationIds = [ids[3]]
-            await expectFailure(.notFound, fields: ["notification_ids[0]"]) { try await env.social.markNotificationsRead(mark, options: carol.options) }
+            await expectFailure(.notFound, fields: ["notification_ids[0]"]) {
+                try await env.social.markNotificationsRead(mark, options: carol.options)
+            }
             await expectFailure(.invalidArgument, fields: ["notification_ids"]) {
                 try await env.social.markNotificationsRead(Social_V1_MarkNotificationsReadRequest(), options: bob.options)
             }
@@ -147,7 +151,9 @@ struct NotificationsTests {
             let quiet = try await env.notify([bob.id], kind: .newBid, title: "while snoozed").notificationIds[bob.id]!
             // The snooze ends by itself (the clock moves): the next one is pushed.
             env.clock.advance(by: .seconds(5401))
-            #expect(!(try await env.social.getNotificationSettings(Social_V1_GetNotificationSettingsRequest(), options: bob.options).settings.hasSnoozedUntil))
+            #expect(
+                !(try await env.social.getNotificationSettings(Social_V1_GetNotificationSettingsRequest(), options: bob.options).settings
+                    .hasSnoozedUntil))
             let after = try await env.notify([bob.id], kind: .newBid, title: "after").notificationIds[bob.id]!
             #expect(await stream.waitFor(2))
             #expect(stream.ids == [reminder, after])
@@ -179,7 +185,9 @@ struct NotificationsTests {
                 for w in 0..<8 {
                     group.addTask {
                         for i in 0..<10 {
-                            if let id = try? await env.notify([bob.id], title: "w\(w) #\(i)").notificationIds[bob.id] { sent.withLock { $0.append(id) } }
+                            if let id = try? await env.notify([bob.id], title: "w\(w) #\(i)").notificationIds[bob.id] {
+                                sent.withLock { $0.append(id) }
+                            }
                         }
                     }
                 }
@@ -232,7 +240,8 @@ struct NotificationsTests {
             let bob = try await env.user("bob")
             // Its own connection: closing it (not a stream reset) must free the subscription too.
             let channel = RPCChannel(host: "127.0.0.1", port: env.server.port)
-            let client = Social_V1_SocialClient(RPCClient(transport: CredentialedTransport(base: channel, gatewayToken: TestCredentials.gatewayToken)))
+            let client = Social_V1_SocialClient(
+                RPCClient(transport: CredentialedTransport(base: channel, gatewayToken: TestCredentials.gatewayToken)))
             let stream = try await LiveStream.open(client, bob)
             #expect(env.core.hub.liveCount(userID: bob.id) == 1)
             await channel.close()
@@ -313,7 +322,9 @@ struct NotificationsTests {
             unknown.eventId = "other-event"
             unknown.userId = "01JD3KCW8S4B1C5D9E2F6G7H8J"
             #expect(!(try await env.internalAPI.eraseUser(unknown).replayed))
-            await expectFailure(.invalidArgument, fields: ["event_id", "user_id"]) { try await env.internalAPI.eraseUser(Social_V1_EraseUserRequest()) }
+            await expectFailure(.invalidArgument, fields: ["event_id", "user_id"]) {
+                try await env.internalAPI.eraseUser(Social_V1_EraseUserRequest())
+            }
         }
     }
 

@@ -24,7 +24,8 @@ final class SocialProcess: @unchecked Sendable {
     init(dataDir: String, accountsPort: Int, environment: [String: String] = [:], arguments: [String] = []) throws {
         self.dataDir = dataDir
         process.executableURL = URL(fileURLWithPath: "/usr/bin/timeout")
-        process.arguments = ["-s", "KILL", "300", builtProduct("social-service"), "--host", "127.0.0.1", "--port", "0", "--data-dir", dataDir] + arguments
+        process.arguments =
+            ["-s", "KILL", "300", builtProduct("social-service"), "--host", "127.0.0.1", "--port", "0", "--data-dir", dataDir] + arguments
         var env = ProcessInfo.processInfo.environment
         env["SERVICE_TOKEN"] = TestCredentials.serviceToken
         env["GATEWAY_TOKEN"] = TestCredentials.gatewayToken
@@ -52,7 +53,9 @@ final class SocialProcess: @unchecked Sendable {
             let text = log
             if let range = text.range(of: #"listening on 127\.0\.0\.1:(\d+)"#, options: .regularExpression) {
                 let match = text[range]
-                pid = (try? String(contentsOfFile: "\(dataDir)/social.sqlite.lock", encoding: .utf8)).flatMap { Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+                pid = (try? String(contentsOfFile: "\(dataDir)/social.sqlite.lock", encoding: .utf8)).flatMap {
+                    Int32($0.trimmingCharacters(in: .whitespacesAndNewlines))
+                }
                 return Int(match[match.index(after: match.lastIndex(of: ":")!)...])!
             }
             if !process.isRunning { break }
@@ -85,8 +88,9 @@ final class AccountsPeer: Sendable {
         c.passwordParameters = PasswordHasher.Parameters(n: 1024, r: 8, p: 1)
         c.maxSignUpsPerAddress = 100_000
         core = try AccountsCore(configuration: c, logger: Logger(label: "accounts") { _ in SwiftLogNoOpLogHandler() })
-        server = try await TestServer(services: core.services, keys: core.signingKeySource,
-                                      logger: Logger(label: "accounts") { _ in SwiftLogNoOpLogHandler() })
+        server = try await TestServer(
+            services: core.services, keys: core.signingKeySource,
+            logger: Logger(label: "accounts") { _ in SwiftLogNoOpLogHandler() })
     }
     func user(_ prefix: String) async throws -> User {
         let name = uniqueName(prefix)
@@ -189,7 +193,8 @@ struct ProcessTests {
         for _ in 0..<4 { recipients.append(try await accounts.user("r")) }
         let ids = recipients.map(\.id)
         let channel = RPCChannel(host: "127.0.0.1", port: port)
-        let internalAPI = Social_V1_SocialInternalClient(RPCClient(transport: CredentialedTransport(base: channel, serviceToken: TestCredentials.serviceToken)))
+        let internalAPI = Social_V1_SocialInternalClient(
+            RPCClient(transport: CredentialedTransport(base: channel, serviceToken: TestCredentials.serviceToken)))
 
         let acknowledged = Shared<[String: String]>([:])  // notification id → recipient
         let burst = Task {
@@ -249,8 +254,9 @@ struct ProcessTests {
         restarted.signal(SIGTERM)
         #expect(await restarted.waitForExit() == 0)
 
-        let core = try SocialCore(configuration: SocialConfiguration(dataDirectory: dir.path),
-                                  peers: PeerClients { _ in TestServer.peerClient(port: closedPort()) })
+        let core = try SocialCore(
+            configuration: SocialConfiguration(dataDirectory: dir.path),
+            peers: PeerClients { _ in TestServer.peerClient(port: closedPort()) })
         defer { core.close() }
         let check = try core.database.readSync { c in try c.query("PRAGMA integrity_check").map { try $0.get(0, as: String.self) } }
         #expect(check == ["ok"])

@@ -37,7 +37,9 @@ struct RelationsTests {
             await expectFailure(.notFound, fields: ["user.username"]) { try await env.social.addFriend(add, options: alice.options) }
             add.user.userId = "01JD3KCW8S4B1C5D9E2F6G7H8J"
             await expectFailure(.notFound, fields: ["user.user_id"]) { try await env.social.addFriend(add, options: alice.options) }
-            await expectFailure(.invalidArgument, fields: ["user"]) { try await env.social.addFriend(Social_V1_AddFriendRequest(), options: alice.options) }
+            await expectFailure(.invalidArgument, fields: ["user"]) {
+                try await env.social.addFriend(Social_V1_AddFriendRequest(), options: alice.options)
+            }
             add.user = Self.by(carol)
             _ = try await env.social.addFriend(add, options: alice.options)
 
@@ -107,8 +109,9 @@ struct RelationsTests {
             await expectFailure(.permissionDenied) { try await env.social.addFriend(add, options: alice.options) }
             let sent = try await env.notify([alice.id], kind: .challenge, title: "Mallory challenges you", actor: mallory.id)
             #expect(sent.skippedUserIds == [alice.id] && sent.notificationIds.isEmpty)
-            #expect(try await env.social.listNotifications(Social_V1_ListNotificationsRequest(), options: alice.options).notifications
-                .allSatisfy { $0.actor.userId != mallory.id || $0.kind != .challenge })
+            #expect(
+                try await env.social.listNotifications(Social_V1_ListNotificationsRequest(), options: alice.options).notifications
+                    .allSatisfy { $0.actor.userId != mallory.id || $0.kind != .challenge })
 
             let list = try await env.social.listBlockedUsers(Social_V1_ListBlockedUsersRequest(), options: alice.options)
             #expect(list.blocked.map(\.user.userId) == [mallory.id] && list.blocked[0].user.username == mallory.username)
@@ -126,7 +129,8 @@ struct RelationsTests {
             }
             // Internal methods need the service credential.
             await expectFailure(.permissionDenied) {
-                try await Social_V1_SocialInternalClient(env.server.gateway).checkRelationship(Social_V1_CheckRelationshipRequest(), options: alice.options)
+                try await Social_V1_SocialInternalClient(env.server.gateway).checkRelationship(
+                    Social_V1_CheckRelationshipRequest(), options: alice.options)
             }
         }
     }
@@ -160,7 +164,9 @@ struct RelationsTests {
             let follower = try await env.social.acceptFollowRequest(accept, options: carol.options).follower
             #expect(follower.user.userId == alice.id && follower.user.username == alice.username)
             await expectFailure(.notFound, fields: ["requester_user_id"]) { try await env.social.acceptFollowRequest(accept, options: carol.options) }
-            #expect(try await env.social.listNotifications(Social_V1_ListNotificationsRequest(), options: alice.options).notifications.first?.kind == .followAccepted)
+            #expect(
+                try await env.social.listNotifications(Social_V1_ListNotificationsRequest(), options: alice.options).notifications.first?.kind
+                    == .followAccepted)
             var decline = Social_V1_DeclineFollowRequestRequest()
             decline.requesterUserId = dave.id
             _ = try await env.social.declineFollowRequest(decline, options: carol.options)
@@ -169,8 +175,14 @@ struct RelationsTests {
 
             follow.user = Self.by(carol)
             await expectFailure(.alreadyExists) { try await env.social.requestFollow(follow, options: alice.options) }
-            #expect(try await env.social.listFollowers(Social_V1_ListFollowersRequest(), options: carol.options).followers.map(\.user.userId) == [alice.id])
-            #expect(try await env.social.listFollowing(Social_V1_ListFollowingRequest(), options: alice.options).following.map(\.user.userId) == [carol.id])
+            #expect(
+                try await env.social.listFollowers(Social_V1_ListFollowersRequest(), options: carol.options).followers.map(\.user.userId) == [
+                    alice.id
+                ])
+            #expect(
+                try await env.social.listFollowing(Social_V1_ListFollowingRequest(), options: alice.options).following.map(\.user.userId) == [
+                    carol.id
+                ])
             var ids = Social_V1_ListFollowedUserIdsRequest()
             ids.userId = alice.id
             #expect(try await env.internalAPI.listFollowedUserIds(ids).userIds == [carol.id])

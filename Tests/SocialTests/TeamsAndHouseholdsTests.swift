@@ -77,7 +77,9 @@ struct TeamsTests {
                 teams.append(try await Self.create(env, u, "Team \(i)", members: []))
                 env.clock.advance(by: .seconds(1))
             }
-            func record(_ team: Int, task: String, event: String = "tasks:\(ULID.make())", points: Int32 = 1) async throws -> Social_V1_RecordTeamTaskCompletedResponse {
+            func record(
+                _ team: Int, task: String, event: String = "tasks:\(ULID.make())", points: Int32 = 1
+            ) async throws -> Social_V1_RecordTeamTaskCompletedResponse {
                 var r = Social_V1_RecordTeamTaskCompletedRequest()
                 r.eventId = event
                 r.teamId = teams[team].teamId
@@ -136,7 +138,9 @@ struct TeamsTests {
 
 @Suite("Social: households and invite codes")
 struct HouseholdsTests {
-    static func create(_ env: SocialEnv, _ by: User, _ name: String = "Maple Street 12", invite: [String] = []) async throws -> Social_V1_CreateHouseholdResponse {
+    static func create(
+        _ env: SocialEnv, _ by: User, _ name: String = "Maple Street 12", invite: [String] = []
+    ) async throws -> Social_V1_CreateHouseholdResponse {
         var r = Social_V1_CreateHouseholdRequest()
         r.name = name
         r.inviteEmails = invite
@@ -306,8 +310,10 @@ struct HouseholdsTests {
                 return c
             }
             env.tasks.chores.withLock {
-                $0[bob.id] = [chore("c3", "Buy toilet paper", due: nil), chore("c2", "Take out the recycling", due: (2999, 1, 2)),
-                              chore("c1", "Clean the bathroom", due: (2020, 11, 20))]
+                $0[bob.id] = [
+                    chore("c3", "Buy toilet paper", due: nil), chore("c2", "Take out the recycling", due: (2999, 1, 2)),
+                    chore("c1", "Clean the bathroom", due: (2020, 11, 20)),
+                ]
             }
             var r = Social_V1_GetHousemateProfileRequest()
             r.householdId = hid
@@ -360,22 +366,32 @@ struct HouseholdsTests {
             invite.email = "twice@example.org"
             let twiceCode = try await env.social.inviteHousemate(invite, options: alice.options).invite.inviteCode
             let twice = try await env.user("twice")
-            async let a: StatusCode? = { do { _ = try await Self.join(env, twice, twiceCode); return nil } catch let e as RPCError { return e.code } catch { return .unknown } }()
-            async let b: StatusCode? = { do { _ = try await Self.join(env, twice, twiceCode); return nil } catch let e as RPCError { return e.code } catch { return .unknown } }()
+            async let a: StatusCode? = {
+                do { _ = try await Self.join(env, twice, twiceCode); return nil } catch let e as RPCError { return e.code } catch { return .unknown }
+            }()
+            async let b: StatusCode? = {
+                do { _ = try await Self.join(env, twice, twiceCode); return nil } catch let e as RPCError { return e.code } catch { return .unknown }
+            }()
             let both = await [a, b]
             #expect(both.filter { $0 == nil }.count == 1 && both.contains(.alreadyExists))
         }
     }
 
     @Test func guessingCodesIsThrottledPerCallerAndPerAddressBeforeTheLookup() async throws {
-        try await withSocial({ $0.maxGuessesPerUser = 3; $0.maxGuessesPerAddress = 5 }) { env in
+        try await withSocial({
+            $0.maxGuessesPerUser = 3; $0.maxGuessesPerAddress = 5
+        }) { env in
             let alice = try await env.user("alice"), guesser = try await env.user("g"), other = try await env.user("h")
             let created = try await Self.create(env, alice, invite: ["x@example.org"])
             // Concurrent wrong guesses: at most 3 are evaluated for one caller, whatever the concurrency.
             let codes = (0..<10).map { _ in InviteCode.display(InviteCode.make()) }
             let results = await withTaskGroup(of: StatusCode.self) { group in
                 for c in codes {
-                    group.addTask { do { _ = try await Self.join(env, guesser, c); return .ok } catch let e as RPCError { return e.code } catch { return .unknown } }
+                    group.addTask {
+                        do { _ = try await Self.join(env, guesser, c); return .ok } catch let e as RPCError { return e.code } catch {
+                            return .unknown
+                        }
+                    }
                 }
                 var out: [StatusCode] = []
                 for await r in group { out.append(r) }

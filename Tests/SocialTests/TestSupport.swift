@@ -21,10 +21,12 @@ import Testing
 
 /// A tasks stand-in on loopback (TasksInternal only).
 final class TasksPeer: Tasks_V1_TasksInternalService, Sendable {
-    let chores = Mutex<[String: [Tasks_V1_Chore]]>([:])   // user id → chores
+    let chores = Mutex<[String: [Tasks_V1_Chore]]>([:])  // user id → chores
     let ended = Mutex<[Tasks_V1_EndHouseholdChoresRequest]>([])
 
-    func listTasksAssignedToUser(request: Tasks_V1_ListTasksAssignedToUserRequest, context: ServerContext) async throws -> Tasks_V1_ListTasksAssignedToUserResponse {
+    func listTasksAssignedToUser(
+        request: Tasks_V1_ListTasksAssignedToUserRequest, context: ServerContext
+    ) async throws -> Tasks_V1_ListTasksAssignedToUserResponse {
         var r = Tasks_V1_ListTasksAssignedToUserResponse()
         r.chores = chores.withLock { $0[request.userId] ?? [] }.filter { $0.householdId == request.householdId }
         return r
@@ -103,8 +105,10 @@ final class SocialEnv: Sendable {
     var accounts: Accounts_V1_AccountsClient { Accounts_V1_AccountsClient(accountsServer.anonymous) }
     var accountsInternal: Accounts_V1_AccountsInternalClient { Accounts_V1_AccountsInternalClient(accountsServer.service) }
 
-    private init(directory: TemporaryDirectory, accountsCore: AccountsCore, accountsServer: TestServer, tasks: TasksPeer,
-                 tasksServer: TestServer?, core: SocialCore, server: TestServer, clock: ManualClock, jobs: Task<Void, Never>) {
+    private init(
+        directory: TemporaryDirectory, accountsCore: AccountsCore, accountsServer: TestServer, tasks: TasksPeer,
+        tasksServer: TestServer?, core: SocialCore, server: TestServer, clock: ManualClock, jobs: Task<Void, Never>
+    ) {
         self.directory = directory
         self.accountsCore = accountsCore
         self.accountsServer = accountsServer
@@ -118,14 +122,17 @@ final class SocialEnv: Sendable {
 
     /// - Parameters: tasksUp: whether the tasks stand-in listens (else tasks is down);
     ///   accountsDown: social's accounts peer points at a closed port (accounts still issues tokens).
-    static func start(tasksUp: Bool = true, accountsDown: Bool = false,
-                      _ configure: (inout SocialConfiguration) -> Void = { _ in }) async throws -> SocialEnv {
+    static func start(
+        tasksUp: Bool = true, accountsDown: Bool = false,
+        _ configure: (inout SocialConfiguration) -> Void = { _ in }
+    ) async throws -> SocialEnv {
         let directory = TemporaryDirectory("social-tests")
         var accountsConfiguration = AccountsConfiguration(dataDirectory: directory.path + "/accounts")
         accountsConfiguration.passwordParameters = PasswordHasher.Parameters(n: 1024, r: 8, p: 1)
         accountsConfiguration.maxSignUpsPerAddress = 100_000
         // SOCIAL_TEST_LOG=1 shows the services' logs (stderr) when a test needs explaining.
-        let quiet = ProcessInfo.processInfo.environment["SOCIAL_TEST_LOG"] == "1"
+        let quiet =
+            ProcessInfo.processInfo.environment["SOCIAL_TEST_LOG"] == "1"
             ? Logger(label: "social-test") { StreamLogHandler.standardError(label: $0) }
             : Logger(label: "social-test") { _ in SwiftLogNoOpLogHandler() }
         let accountsCore = try AccountsCore(configuration: accountsConfiguration, logger: quiet)
@@ -140,16 +147,18 @@ final class SocialEnv: Sendable {
         let clock = ManualClock()
         let core = try SocialCore(configuration: configuration, peers: peers, clock: clock, logger: quiet)
         let server = try await TestServer(services: core.services, keys: accountsCore.signingKeySource, logger: quiet)
-        let delivery = OutboxDelivery(database: core.database, retry: OutboxRetryPolicy(initialDelay: .milliseconds(50), maximumDelay: .milliseconds(200)),
-                                      pollInterval: .milliseconds(200), logger: quiet, deliver: OutboxSenders.rpc(peers: peers).deliver)
+        let delivery = OutboxDelivery(
+            database: core.database, retry: OutboxRetryPolicy(initialDelay: .milliseconds(50), maximumDelay: .milliseconds(200)),
+            pollInterval: .milliseconds(200), logger: quiet, deliver: OutboxSenders.rpc(peers: peers).deliver)
         let jobs = Task {
             await withTaskGroup(of: Void.self) { group in
                 group.addTask { await delivery.run() }
                 group.addTask { await accountsCore.runResetMails() }
             }
         }
-        return SocialEnv(directory: directory, accountsCore: accountsCore, accountsServer: accountsServer, tasks: tasks,
-                         tasksServer: tasksServer, core: core, server: server, clock: clock, jobs: jobs)
+        return SocialEnv(
+            directory: directory, accountsCore: accountsCore, accountsServer: accountsServer, tasks: tasks,
+            tasksServer: tasksServer, core: core, server: server, clock: clock, jobs: jobs)
     }
 
     func stop() async {
@@ -187,14 +196,18 @@ final class SocialEnv: Sendable {
 
     func waitForMail(to email: String, count: Int = 1) async throws -> [Accounts_V1_Mail] {
         var mails: [Accounts_V1_Mail] = []
-        _ = try await eventually { mails = try await self.mails(to: email); return mails.count >= count }
+        _ = try await eventually {
+            mails = try await self.mails(to: email); return mails.count >= count
+        }
         return mails
     }
 
     /// Sends a notification as another service would.
     @discardableResult
-    func notify(_ recipients: [String], kind: Social_V1_NotificationKind = .taskReminder, title: String = "Take out the recycling",
-                actor: String = "", event: String = "tasks:\(ULID.make())") async throws -> Social_V1_SendNotificationResponse {
+    func notify(
+        _ recipients: [String], kind: Social_V1_NotificationKind = .taskReminder, title: String = "Take out the recycling",
+        actor: String = "", event: String = "tasks:\(ULID.make())"
+    ) async throws -> Social_V1_SendNotificationResponse {
         var r = Social_V1_SendNotificationRequest()
         r.eventId = event
         r.recipientUserIds = recipients
@@ -206,8 +219,10 @@ final class SocialEnv: Sendable {
 }
 
 /// Runs `body` against a fresh environment and always stops it.
-func withSocial(tasksUp: Bool = true, accountsDown: Bool = false, _ configure: (inout SocialConfiguration) -> Void = { _ in },
-                _ body: (SocialEnv) async throws -> Void) async throws {
+func withSocial(
+    tasksUp: Bool = true, accountsDown: Bool = false, _ configure: (inout SocialConfiguration) -> Void = { _ in },
+    _ body: (SocialEnv) async throws -> Void
+) async throws {
     let env = try await SocialEnv.start(tasksUp: tasksUp, accountsDown: accountsDown, configure)
     do { try await body(env) } catch {
         await env.stop()
@@ -224,7 +239,8 @@ final class LiveStream: Sendable {
     private let task = Mutex<Task<Void, Never>?>(nil)
 
     /// Opens the stream and waits for `started`.
-    static func open(_ client: Social_V1_SocialClient, _ user: User, after: String = "", timeout: Duration = .seconds(60)) async throws -> LiveStream {
+    static func open(_ client: Social_V1_SocialClient, _ user: User, after: String = "", timeout: Duration = .seconds(60)) async throws -> LiveStream
+    {
         let s = LiveStream()
         var request = Social_V1_SubscribeNotificationsRequest()
         request.afterNotificationId = after
