@@ -1,5 +1,7 @@
 import Dispatch
 import Foundation
+import ServiceKit
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -18,12 +20,12 @@ protocol MailSink: Sendable {
 /// Runs blocking file and socket work on one thread of its own, never on an event loop or the
 /// cooperative pool. Mail is rare: one serial queue is plenty.
 enum MailIO {
-    static let queue = DispatchQueue(label: "accounts.mail-io")
+    /// Mail files and SMTP sockets block: one thread of the kit's bounded pool, so a stuck relay
+    /// or a slow disk sheds calls (UNAVAILABLE) instead of queueing them without bound.
+    static let pool = BlockingPool(name: "mail I/O", threads: 1, maxQueued: 256)
 
     static func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { c in
-            queue.async { c.resume(with: Result { try body() }) }
-        }
+        try await pool.run(body)
     }
 }
 
@@ -43,7 +45,8 @@ struct MaildirSink: MailSink {
         self.path = path
         self.hostname = ProcessInfo.processInfo.hostName.replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: ":", with: "_")
         for sub in ["tmp", "new", "cur"] {
-            try FileManager.default.createDirectory(atPath: "\(path)/\(sub)", withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            try FileManager.default.createDirectory(
+                atPath: "\(path)/\(sub)", withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         }
     }
 
@@ -83,7 +86,7 @@ struct MaildirSink: MailSink {
                 let dir = "\(path)/\(sub)"
                 for name in (try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? [] where !name.hasPrefix(".") {
                     guard let data = FileManager.default.contents(atPath: "\(dir)/\(name)"), data.count <= 1 << 20,
-                          let mail = MailMessage(rfc5322: [UInt8](data))
+                        let mail = MailMessage(rfc5322: [UInt8](data))
                     else { continue }
                     mails.append(mail)
                 }
@@ -94,13 +97,14 @@ struct MaildirSink: MailSink {
 
     func contains(mailID: String) async -> Bool {
         let path = self.path
-        return (try? await MailIO.run {
-            for sub in ["new", "cur"] {
-                let names = (try? FileManager.default.contentsOfDirectory(atPath: "\(path)/\(sub)")) ?? []
-                if names.contains(where: { $0.split(separator: ".").dropFirst().first.map(String.init) == mailID }) { return true }
-            }
-            return false
-        }) ?? false
+        return
+            (try? await MailIO.run {
+                for sub in ["new", "cur"] {
+                    let names = (try? FileManager.default.contentsOfDirectory(atPath: "\(path)/\(sub)")) ?? []
+                    if names.contains(where: { $0.split(separator: ".").dropFirst().first.map(String.init) == mailID }) { return true }
+                }
+                return false
+            }) ?? false
     }
 }
 

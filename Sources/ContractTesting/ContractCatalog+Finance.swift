@@ -14,8 +14,11 @@ extension ContractCatalog {
             ContractRPC(Finance_V1_FinanceMethods.createPayment, Finance_V1_CreatePaymentRequest.self, Finance_V1_CreatePaymentResponse.self),
             ContractRPC(Finance_V1_FinanceMethods.createCharge, Finance_V1_CreateChargeRequest.self, Finance_V1_CreateChargeResponse.self),
             ContractRPC(Finance_V1_FinanceMethods.getBalances, Finance_V1_GetBalancesRequest.self, Finance_V1_GetBalancesResponse.self),
-            ContractRPC(Finance_V1_FinanceMethods.listTransactions, Finance_V1_ListTransactionsRequest.self, Finance_V1_ListTransactionsResponse.self),
-            ContractRPC(Finance_V1_FinanceInternalMethods.recordTaskSettlement, Finance_V1_RecordTaskSettlementRequest.self, Finance_V1_RecordTaskSettlementResponse.self),
+            ContractRPC(
+                Finance_V1_FinanceMethods.listTransactions, Finance_V1_ListTransactionsRequest.self, Finance_V1_ListTransactionsResponse.self),
+            ContractRPC(
+                Finance_V1_FinanceInternalMethods.recordTaskSettlement, Finance_V1_RecordTaskSettlementRequest.self,
+                Finance_V1_RecordTaskSettlementResponse.self),
             ContractRPC(Finance_V1_FinanceInternalMethods.eraseUser, Finance_V1_EraseUserRequest.self, Finance_V1_EraseUserResponse.self),
         ])
 }

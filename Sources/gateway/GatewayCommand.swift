@@ -19,7 +19,7 @@ struct GatewayCommand: AsyncParsableCommand {
         let settings = try ServiceSettings(name: "gateway", options: options, environment: environment, credentials: .gateway)
         ServiceHost.bootstrapLogging(level: settings.logLevel)
         let logger = Logger(label: "gateway")
-        let config = try GatewayConfiguration.from(settings: settings, environment: environment)
+        let config = try GatewayConfiguration.from(settings: settings)
         let gateway = try Gateway(configuration: config, logger: logger)
         ShutdownSignals.install()  // before "listening": a SIGTERM from then on exits gracefully
         try await gateway.start()

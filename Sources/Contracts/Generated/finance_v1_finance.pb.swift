@@ -978,24 +978,24 @@ public enum Finance_V1_FinanceMethods {
     /// Each housemate is notified (social, NOTIFICATION_KIND_MONEY_RECORDED).
     public static let createPayment = RPCCore.MethodDescriptor(
         service: serviceName, method: "CreatePayment", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "finance.v1.CreatePaymentRequest", outputType: "finance.v1.CreatePaymentResponse")
+        inputType: "finance.v1.CreatePaymentRequest", outputType: "finance.v1.CreatePaymentResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Records that housemates owe the caller money (B UC-20; the seed's "charge": the balance with
     /// each housemate goes up by their share). Same rules as CreatePayment.
     public static let createCharge = RPCCore.MethodDescriptor(
         service: serviceName, method: "CreateCharge", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "finance.v1.CreateChargeRequest", outputType: "finance.v1.CreateChargeResponse")
+        inputType: "finance.v1.CreateChargeRequest", outputType: "finance.v1.CreateChargeResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// The caller's balance with each housemate of a household, or with each marketplace
     /// counterpart (B UC-21). Each balance always equals the sum of ListTransactions with that user.
     /// Readable by current and former members, also after the household was deleted; anyone else →
     /// NOT_FOUND.
     public static let getBalances = RPCCore.MethodDescriptor(
         service: serviceName, method: "GetBalances", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "finance.v1.GetBalancesRequest", outputType: "finance.v1.GetBalancesResponse")
+        inputType: "finance.v1.GetBalancesRequest", outputType: "finance.v1.GetBalancesResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// The caller's transactions with one other user in one scope, newest first (B UC-22, D 7.a).
     /// Same visibility as GetBalances.
     public static let listTransactions = RPCCore.MethodDescriptor(
         service: serviceName, method: "ListTransactions", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "finance.v1.ListTransactionsRequest", outputType: "finance.v1.ListTransactionsResponse")
+        inputType: "finance.v1.ListTransactionsRequest", outputType: "finance.v1.ListTransactionsResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Every method, in `.proto` order.
     public static let all: [RPCCore.MethodDescriptor] = [createPayment, createCharge, getBalances, listTransactions]
 }
@@ -1099,7 +1099,7 @@ public enum Finance_V1_FinanceInternalMethods {
     /// task_id with other parties or amount → FAILED_PRECONDITION. Both users are notified.
     public static let recordTaskSettlement = RPCCore.MethodDescriptor(
         service: serviceName, method: "RecordTaskSettlement", kind: .unary, visibility: .internal,
-        inputType: "finance.v1.RecordTaskSettlementRequest", outputType: "finance.v1.RecordTaskSettlementResponse")
+        inputType: "finance.v1.RecordTaskSettlementRequest", outputType: "finance.v1.RecordTaskSettlementResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Erases a deleted user (accounts.v1.UserDeleted, A UC16). Money history cannot vanish for the
     /// other side (balances equal history), so the user's own view and idempotency keys are deleted
     /// and their side of every transaction is anonymised: counterparts keep the entries, shown with
@@ -1107,7 +1107,7 @@ public enum Finance_V1_FinanceInternalMethods {
     /// Idempotent by event_id.
     public static let eraseUser = RPCCore.MethodDescriptor(
         service: serviceName, method: "EraseUser", kind: .unary, visibility: .internal,
-        inputType: "finance.v1.EraseUserRequest", outputType: "finance.v1.EraseUserResponse")
+        inputType: "finance.v1.EraseUserRequest", outputType: "finance.v1.EraseUserResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Every method, in `.proto` order.
     public static let all: [RPCCore.MethodDescriptor] = [recordTaskSettlement, eraseUser]
 }
