@@ -22,9 +22,13 @@ struct HostileTests {
     @Test func hugeAndMalformedInputsGetAClearStatusAndChangeNothing() async throws {
         try await withSocial { env in
             let alice = try await env.user("alice")
+            // Over the transport's per-message limit: refused before it is read (RESOURCE_EXHAUSTED).
             var team = Social_V1_CreateTeamRequest()
             team.name = String(repeating: "n", count: 100_000)
-            team.memberUsernames = (0..<5000).map { "user\($0)" }
+            await expectFailure(.resourceExhausted) { try await env.social.createTeam(team, options: alice.options) }
+            // Within it but over the field rules: INVALID_ARGUMENT naming the fields.
+            team.name = String(repeating: "n", count: 10_000)
+            team.memberUsernames = (0..<500).map { "user\($0)" }
             let f = await expectFailure(.invalidArgument) { try await env.social.createTeam(team, options: alice.options) }
             #expect(f?.fields.contains("name") == true && f?.fields.contains("member_usernames") == true)
             #expect((f?.message.count ?? 0) < 10_000)  // the answer names fields, it does not echo the input
@@ -47,8 +51,10 @@ struct HostileTests {
             add.user.userId = String(repeating: "1", count: 65)
             await expectFailure(.invalidArgument, fields: ["user.user_id"]) { try await env.social.addFriend(add, options: alice.options) }
             var join = Social_V1_JoinHouseholdRequest()
-            join.inviteCode = String(repeating: "K", count: 100_000)
+            join.inviteCode = String(repeating: "K", count: 5_000)
             await expectFailure(.invalidArgument, fields: ["invite_code"]) { try await env.social.joinHousehold(join, options: alice.options) }
+            join.inviteCode = String(repeating: "K", count: 100_000)
+            await expectFailure(.resourceExhausted) { try await env.social.joinHousehold(join, options: alice.options) }
             var list = Social_V1_ListFriendsRequest()
             list.pageToken = String(repeating: "A", count: 5000) + "." + "B"
             await expectFailure(.invalidArgument, fields: ["page_token"]) { try await env.social.listFriends(list, options: alice.options) }
