@@ -224,7 +224,7 @@ extension SocialService {
             try Households.requireMember(c, householdID: householdID, user: caller.userID)
             return try Households.housemates(c, householdID: householdID, afterSeq: after ?? 0, limit: size + 1)
         }
-        await core.directory.refresh(ids: rows.map(\.1.user.userId))
+        core.directory.refreshSoon(ids: rows.map(\.1.user.userId))
         var response = Social_V1_ListHousematesResponse()
         response.housemates = rows.prefix(size).map(\.1)
         if rows.count > size { response.nextPageToken = core.pageTokens.make(cursor: [String(rows[size - 1].0)], filters: filters) }
@@ -296,8 +296,8 @@ extension SocialService {
             return h
         }
         var response = Social_V1_GetHousemateProfileResponse()
-        await core.directory.refresh(ids: [userID])
-        response.housemate = (try? await core.store.read { c in try Households.housemate(c, householdID: householdID, user: userID) }) ?? housemate
+        core.directory.refreshSoon(ids: [userID])
+        response.housemate = housemate
         // tasks, with a short deadline: the profile answers without the chores while tasks cannot.
         let tasks = Tasks_V1_TasksInternalClient(core.peers.client("tasks"))
         var chores: [Tasks_V1_Chore] = []

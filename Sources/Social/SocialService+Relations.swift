@@ -91,13 +91,10 @@ extension SocialService {
         return response
     }
 
-    /// Current display names for a page (accounts, best effort).
+    /// A page answers from the cached names; they are refreshed from accounts in the background
+    /// (display names change), so the answer never waits on accounts.
     func refreshNames<T>(_ items: inout [T], _ path: WritableKeyPath<T, Common_V1_UserRef>) async {
-        let ids = items.map { $0[keyPath: path].userId }
-        guard !ids.isEmpty else { return }
-        await core.directory.refresh(ids: ids)
-        guard let fresh = try? await core.store.read({ c in try UserDirectory.cached(c, ids: ids) }) else { return }
-        for i in items.indices { if let f = fresh[items[i][keyPath: path].userId] { items[i][keyPath: path] = f } }
+        core.directory.refreshSoon(ids: items.map { $0[keyPath: path].userId })
     }
 
     public func blockUser(request: Social_V1_BlockUserRequest, context: ServerContext) async throws -> Social_V1_BlockUserResponse {
@@ -345,7 +342,7 @@ extension SocialService {
         }
         let page = Array(rows.prefix(size))
         let ids = try page.flatMap { [try $0.get("requester_id", as: String.self), try $0.get("target_id", as: String.self)] }
-        await core.directory.refresh(ids: ids)
+        core.directory.refreshSoon(ids: ids)
         let refs = try await core.store.read { c in try UserDirectory.cached(c, ids: ids) }
         func ref(_ id: String) -> Common_V1_UserRef {
             if let r = refs[id] { return r }

@@ -3,6 +3,7 @@ import Logging
 import RPCCore
 import ServiceKit
 import Storage
+import Synchronization
 
 /// Users as social knows them: accounts owns them, social keeps the public fields of the ones it
 /// has met (`users`) so lists sort by username and answer while accounts is down. Lookups try the
@@ -15,6 +16,7 @@ final class UserDirectory: Sendable {
     let deadline: Duration
     let clock: any WallClock
     let logger: Logger
+    private let refreshing = Atomic<Bool>(false)
 
     init(store: ServiceStore, peers: PeerClients, deadline: Duration, clock: any WallClock, logger: Logger) {
         self.store = store
@@ -145,6 +147,18 @@ final class UserDirectory: Sendable {
         do { return try await accounts.resolveEmails(request, options: options).usersByEmail } catch {
             logger.warning("accounts did not answer ResolveEmails", metadata: ["error": "\(error)"])
             return nil
+        }
+    }
+
+    /// Refreshes the cached names of `ids` in the background, one refresh at a time (a page asked
+    /// while one runs is skipped: the next page asks again). Requests never wait for it.
+    func refreshSoon(ids: [String]) {
+        guard !ids.isEmpty, refreshing.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else {
+            return
+        }
+        Task {
+            await refresh(ids: ids)
+            refreshing.store(false, ordering: .releasing)
         }
     }
 

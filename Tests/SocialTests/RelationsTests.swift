@@ -1,5 +1,6 @@
 import Contracts
 import Foundation
+import GRPCContracts
 import RPCCore
 import ServiceKit
 import ServiceKitTesting
@@ -62,6 +63,26 @@ struct RelationsTests {
             _ = try await env.social.removeFriend(remove, options: bob.options)  // either side ends it
             await expectFailure(.notFound, fields: ["user"]) { try await env.social.removeFriend(remove, options: bob.options) }
             #expect(try await env.social.listFriends(Social_V1_ListFriendsRequest(), options: alice.options).friends.map(\.user.userId) == [carol.id])
+        }
+    }
+
+    @Test func aRenameInAccountsReachesFriendListsWithoutListsWaitingOnAccounts() async throws {
+        try await withSocial { env in
+            let alice = try await env.user("alice"), bob = try await env.user("bob", displayName: "Bob")
+            var add = Social_V1_AddFriendRequest()
+            add.user = Self.by(bob)
+            _ = try await env.social.addFriend(add, options: alice.options)
+            var update = Accounts_V1_UpdateProfileRequest()
+            var name = Google_Protobuf_StringValue()
+            name.value = "Robert Kowalski"
+            update.displayName = name
+            _ = try await env.accounts.updateProfile(update, options: bob.options)
+            // The first page answers from the cache and refreshes it in the background.
+            let renamed = try await eventually {
+                let friends = try await env.social.listFriends(Social_V1_ListFriendsRequest(), options: alice.options).friends
+                return friends.first?.user.displayName == "Robert Kowalski"
+            }
+            #expect(renamed)
         }
     }
 
