@@ -14,7 +14,7 @@ import Testing
 /// bob_k, carol.w, dave, mallory — signed up in the real accounts), it is sent over gRPC by the
 /// right caller, and the answer is compared with the response fixture, ignoring its
 /// `# generated:` fields.
-@Suite("Social: contract fixtures against the live service")
+@Suite("Social: contract fixtures against the live service", .serialized)
 struct ContractFixtureTests {
     static let fixtures = ContractPaths.locate().root + "/Tests/Fixtures/social"
 

@@ -6,7 +6,7 @@ import ServiceKitTesting
 import Social
 import Testing
 
-@Suite("Social: hostile and racing clients")
+@Suite("Social: hostile and racing clients", .serialized)
 struct HostileTests {
     static func codes(_ n: Int, _ call: @escaping @Sendable () async throws -> Void) async -> [StatusCode] {
         await withTaskGroup(of: StatusCode.self) { group in

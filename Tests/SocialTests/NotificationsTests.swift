@@ -8,7 +8,7 @@ import Social
 import Synchronization
 import Testing
 
-@Suite("Social: the inbox, settings and live streams")
+@Suite("Social: the inbox, settings and live streams", .serialized)
 struct NotificationsTests {
     @Test func sendNotificationStoresOncePerEventSkipsUnknownRecipientsAndValidatesEveryField() async throws {
         try await withSocial { env in

@@ -1,4 +1,5 @@
 import Accounts
+import ContractTesting
 import Contracts
 import Foundation
 import Logging
@@ -14,38 +15,47 @@ import Testing
 
 /// The real `social-service` executable as a child process under `timeout -s KILL` (it stops by
 /// itself even if the test runner dies), with a real accounts (in this process) as its peer and
-/// token issuer. Its output is drained continuously and scanned for "listening on".
+/// token issuer. Started through `posix_spawn` (ContractTesting's `Subprocess`), not
+/// `Foundation.Process`, which can crash the test process when several suites start processes at
+/// once; its environment is set by `env(1)`, its output goes to a file scanned for "listening on".
 final class SocialProcess: @unchecked Sendable {
-    let process = Process()
     let dataDir: String
-    private let output = Shared<String>("")
+    let logPath: String
+    let spawned: pid_t
+    private let exit = Shared<Int32?>(nil)
     private(set) var pid: Int32?
 
     init(dataDir: String, accountsPort: Int, environment: [String: String] = [:], arguments: [String] = []) throws {
         self.dataDir = dataDir
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/timeout")
-        process.arguments =
-            ["-s", "KILL", "300", builtProduct("social-service"), "--host", "127.0.0.1", "--port", "0", "--data-dir", dataDir] + arguments
-        var env = ProcessInfo.processInfo.environment
-        env["SERVICE_TOKEN"] = TestCredentials.serviceToken
-        env["GATEWAY_TOKEN"] = TestCredentials.gatewayToken
-        env["ACCOUNTS_ADDR"] = "127.0.0.1:\(accountsPort)"
-        env["TASKS_ADDR"] = "127.0.0.1:\(closedPort())"
-        env["LOG_LEVEL"] = "info"
+        try? FileManager.default.createDirectory(atPath: dataDir, withIntermediateDirectories: true)
+        logPath = dataDir + "-\(UUID().uuidString.prefix(8)).log"
+        var env = [
+            "SERVICE_TOKEN": TestCredentials.serviceToken, "GATEWAY_TOKEN": TestCredentials.gatewayToken,
+            "ACCOUNTS_ADDR": "127.0.0.1:\(accountsPort)", "TASKS_ADDR": "127.0.0.1:\(closedPort())", "LOG_LEVEL": "info",
+        ]
         for (k, v) in environment { env[k] = v }
-        process.environment = env
-        let pipe = Pipe()
-        process.standardError = pipe
-        process.standardOutput = pipe
-        let output = self.output
-        pipe.fileHandleForReading.readabilityHandler = { handle in
-            let data = handle.availableData
-            if !data.isEmpty { output.withLock { $0 += String(decoding: data, as: UTF8.self) } }
-        }
-        try process.run()
+        let assignments = env.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
+        spawned = try Subprocess.spawn(
+            "/usr/bin/env",
+            assignments + [
+                "/usr/bin/timeout", "-s", "KILL", "300", builtProduct("social-service"), "--host", "127.0.0.1", "--port", "0",
+                "--data-dir", dataDir,
+            ] + arguments,
+            stdinPath: "/dev/null", stdoutPath: logPath, stderrPath: logPath)
     }
 
-    var log: String { output.withLock { $0 } }
+    var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
+
+    /// Whether the child (timeout) still runs; records its exit status once it ended.
+    var isRunning: Bool {
+        if exit.withLock({ $0 }) != nil { return false }
+        var status: Int32 = 0
+        let r = waitpid(spawned, &status, WNOHANG)
+        guard r == spawned else { return r == 0 }
+        let signal = status & 0x7f
+        exit.withLock { $0 = signal == 0 ? (status >> 8) & 0xff : 128 + signal }
+        return false
+    }
 
     func waitUntilListening(timeout: Duration = .seconds(30)) async throws -> Int {
         let deadline = ContinuousClock.now + timeout
@@ -58,23 +68,25 @@ final class SocialProcess: @unchecked Sendable {
                 }
                 return Int(match[match.index(after: match.lastIndex(of: ":")!)...])!
             }
-            if !process.isRunning { break }
+            if !isRunning { break }
             try await Task.sleep(for: .milliseconds(20))
         }
         throw RPCError(.unavailable, "social-service did not start:\n\(log)")
     }
 
-    func signal(_ sig: Int32) { if let pid, process.isRunning, pid != getpid() { kill(pid, sig) } }
+    func signal(_ sig: Int32) { if let pid, isRunning, pid != getpid() { kill(pid, sig) } }
 
     func waitForExit(timeout: Duration = .seconds(30)) async -> Int32? {
         let deadline = ContinuousClock.now + timeout
-        while process.isRunning && ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(20)) }
-        return process.isRunning ? nil : process.terminationStatus
+        while isRunning && ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(20)) }
+        return exit.withLock { $0 }
     }
 
     func forceStop() {
         signal(SIGKILL)
-        if process.isRunning { kill(process.processIdentifier, SIGTERM) }
+        if isRunning { kill(spawned, SIGTERM) }  // no pid yet: timeout passes SIGTERM on
+        _ = isRunning
+        try? FileManager.default.removeItem(atPath: logPath)
     }
 }
 

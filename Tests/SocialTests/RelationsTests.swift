@@ -7,7 +7,7 @@ import ServiceKitTesting
 import Social
 import Testing
 
-@Suite("Social: friends, blocks and follows")
+@Suite("Social: friends, blocks and follows", .serialized)
 struct RelationsTests {
     static func by(_ u: User, id: Bool = false) -> Social_V1_UserSelector {
         var s = Social_V1_UserSelector()

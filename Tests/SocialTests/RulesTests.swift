@@ -6,7 +6,7 @@ import Social
 import Synchronization
 import Testing
 
-@Suite("Social: pure rules and the hub")
+@Suite("Social: pure rules and the hub", .serialized)
 struct RulesTests {
     @Test func inviteCodesAreEightCrockfordSymbolsMatchedLeniently() {
         var seen = Set<String>()

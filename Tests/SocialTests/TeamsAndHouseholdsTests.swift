@@ -6,7 +6,7 @@ import ServiceKitTesting
 import Social
 import Testing
 
-@Suite("Social: teams and the ranking")
+@Suite("Social: teams and the ranking", .serialized)
 struct TeamsTests {
     static func create(_ env: SocialEnv, _ by: User, _ name: String = "Night Owls", members: [String]) async throws -> Social_V1_Team {
         var r = Social_V1_CreateTeamRequest()
@@ -136,7 +136,7 @@ struct TeamsTests {
     }
 }
 
-@Suite("Social: households and invite codes")
+@Suite("Social: households and invite codes", .serialized)
 struct HouseholdsTests {
     static func create(
         _ env: SocialEnv, _ by: User, _ name: String = "Maple Street 12", invite: [String] = []
