@@ -16,6 +16,7 @@ let package = Package(
         .executable(name: "interop-client", targets: ["interop-client"]),
         .executable(name: "protoc-gen-swiftpbc", targets: ["protoc-gen-swiftpbc"]),
         .executable(name: "accounts-service", targets: ["accounts-service"]),
+        .executable(name: "social-service", targets: ["social-service"]),
         .executable(name: "gateway", targets: ["gateway"]),
     ],
     dependencies: [
@@ -156,6 +157,26 @@ let package = Package(
             swiftSettings: strict
         ),
 
+        // social: teams, households, friends, follows, notifications. Library + thin executable.
+        .target(
+            name: "Social",
+            dependencies: [
+                "Storage", "Security", "ServiceKit", "Contracts", "GRPCContracts", "RPCCore", "RPCProtobuf",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            exclude: ["README.md"],
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "social-service",
+            dependencies: [
+                "Social", "ServiceKit", "Contracts", "RPCTransport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
+
         // gateway: the public API (gRPC proxy, auth and limits, Connect JSON). Library + thin executable.
         .target(
             name: "Gateway",
@@ -225,6 +246,14 @@ let package = Package(
             dependencies: [
                 "Accounts", "accounts-service", "Storage", "Security", "ServiceKit", "Contracts", "GRPCContracts",
                 "RPCCore", "RPCTransport", "RPCServices", "RPCProtobuf", "ContractTesting",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .testTarget(
+            name: "SocialTests",
+            dependencies: [
+                "Social", "social-service", "Accounts", "accounts-service", "ServiceKit", "ServiceKitTesting", "Storage", "Security",
+                "Contracts", "GRPCContracts", "RPCCore", "RPCTransport", "RPCServices", "RPCProtobuf", "ContractTesting",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
