@@ -63,7 +63,8 @@ enum AccountRules {
         return v
     }
 
-    static func contactInfo(_ raw: Accounts_V1_ContactInfo, field: String = "contact_info", into errors: inout FieldErrors) -> Accounts_V1_ContactInfo {
+    static func contactInfo(_ raw: Accounts_V1_ContactInfo, field: String = "contact_info", into errors: inout FieldErrors) -> Accounts_V1_ContactInfo
+    {
         var out = Accounts_V1_ContactInfo()
         let phone = trimmed(raw.phoneNumber)
         if length(phone) > phoneMax {

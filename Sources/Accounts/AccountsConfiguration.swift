@@ -53,13 +53,11 @@ public struct AccountsConfiguration: Sendable {
     public var maxAvatarBytes = 1 << 20
 
     /// The largest request message the server should accept: an avatar upload plus room for its
-    /// framing. Anything larger is refused by the transport (RESOURCE_EXHAUSTED) before it is read.
+    /// framing. Anything larger is refused by the transport (RESOURCE_EXHAUSTED) before it is read;
+    /// each method's own limit from the contracts (`(common.v1.max_request_bytes)`) applies below
+    /// it. No window needs sizing for it: the transport releases a message's bytes to flow control
+    /// as they arrive (docs/architecture.md, "Flow control is backpressure").
     public var maxRequestBytes: Int { maxAvatarBytes + 64 * 1024 }
-
-    /// The HTTP/2 stream window the server should announce: larger than any accepted request.
-    /// (The transport opens the window per complete message, so a message larger than the window
-    /// could never arrive; see the README.)
-    public var streamWindowBytes: Int { max(1 << 20, maxRequestBytes * 2) }
 
     /// Where mail goes: a Maildir under the data directory, or SMTP.
     public var mail: MailConfiguration
@@ -76,7 +74,9 @@ public struct AccountsConfiguration: Sendable {
     /// `_R`, `_P`, `ACCOUNTS_SIGNING_KEY_MAX_AGE_DAYS`, `ACCOUNTS_SIGNUPS_PER_ADDRESS`,
     /// `ACCOUNTS_GUESTS_PER_ADDRESS`, `ACCOUNTS_HASHING_QUEUE`, `SMTP_HOST`, `SMTP_PORT`,
     /// `SMTP_HELO`, `MAIL_FROM`, `ACCOUNTS_MAILDIR`. A malformed value refuses the start.
-    public static func fromEnvironment(dataDirectory: String, _ env: [String: String] = ProcessInfo.processInfo.environment) throws -> AccountsConfiguration {
+    public static func fromEnvironment(
+        dataDirectory: String, _ env: [String: String] = ProcessInfo.processInfo.environment
+    ) throws -> AccountsConfiguration {
         try from(Settings(environment: env), dataDirectory: dataDirectory)
     }
 
@@ -117,4 +117,3 @@ public enum MailConfiguration: Sendable, Equatable {
     /// Sent to an SMTP relay, plain SMTP without TLS or AUTH (a local relay, e.g. a sidecar).
     case smtp(host: String, port: Int, helo: String)
 }
-

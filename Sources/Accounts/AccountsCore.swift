@@ -45,12 +45,14 @@ public final class AccountsCore: Sendable {
     public init(configuration: AccountsConfiguration, logger: Logger = Logger(label: "accounts")) throws {
         self.configuration = configuration
         self.logger = logger
-        database = try Database.open(directory: configuration.dataDirectory, fileName: AccountsSchema.fileName,
-                                     migrations: AccountsSchema.migrations, logger: logger)
+        database = try Database.open(
+            directory: configuration.dataDirectory, fileName: AccountsSchema.fileName,
+            migrations: AccountsSchema.migrations, logger: logger)
         store = ServiceStore(database: database, uniqueFields: Self.uniqueFields, logger: logger)
         do {
-            keys = try SigningKeyRing(database: database, dataDirectory: configuration.dataDirectory,
-                                      tokenLifetime: configuration.accessTokenLifetime, logger: logger)
+            keys = try SigningKeyRing(
+                database: database, dataDirectory: configuration.dataDirectory,
+                tokenLifetime: configuration.accessTokenLifetime, logger: logger)
             hasher = try PasswordHasher(parameters: configuration.passwordParameters)
             switch configuration.mail {
             case .maildir(let path): mail = try MaildirSink(path: path)
@@ -221,8 +223,9 @@ public final class AccountsCore: Sendable {
                 let idle = configuration.refreshTokenLifetime.milliseconds
                 try await database.write { tx in
                     // A session whose latest refresh token expired is over; its rows go a month later.
-                    try tx.execute("UPDATE sessions SET revoked_at = ?, revoke_reason = 'expired' WHERE revoked_at IS NULL AND refreshed_at < ?",
-                                   now, now - idle)
+                    try tx.execute(
+                        "UPDATE sessions SET revoked_at = ?, revoke_reason = 'expired' WHERE revoked_at IS NULL AND refreshed_at < ?",
+                        now, now - idle)
                     try tx.execute("DELETE FROM refresh_tokens WHERE expires_at < ?", now)
                     try tx.execute(
                         "DELETE FROM sessions WHERE revoked_at < ? AND NOT EXISTS (SELECT 1 FROM refresh_tokens r WHERE r.session_id = sessions.id)",
@@ -234,9 +237,12 @@ public final class AccountsCore: Sendable {
                 if expired > 0 { logger.notice("unused guest accounts deleted", metadata: ["count": "\(expired)"]) }
                 let pending = try await database.pendingOutbox(limit: 1000)
                 if let oldest = pending.first {
-                    logger.warning("account-deletion events waiting for their services (sqlite3 <data-dir>/accounts.sqlite 'select * from outbox where delivered_at is null')",
-                                   metadata: ["pending": "\(pending.count)", "oldest": "\(oldest.createdAt)",
-                                              "destinations": "\(Set(pending.map(\.destination)).sorted().joined(separator: ","))"])
+                    logger.warning(
+                        "account-deletion events waiting for their services (sqlite3 <data-dir>/accounts.sqlite 'select * from outbox where delivered_at is null')",
+                        metadata: [
+                            "pending": "\(pending.count)", "oldest": "\(oldest.createdAt)",
+                            "destinations": "\(Set(pending.map(\.destination)).sorted().joined(separator: ","))",
+                        ])
                 }
             } catch {
                 logger.error("maintenance failed", metadata: ["error": "\(error)"])
@@ -245,4 +251,3 @@ public final class AccountsCore: Sendable {
         }
     }
 }
-

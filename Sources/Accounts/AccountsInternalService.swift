@@ -22,8 +22,11 @@ public struct AccountsInternalService: Accounts_V1_AccountsInternalService {
 
     /// Checks the batch, then looks each distinct value up in one read: the references found by
     /// value, and the values not found (in request order).
-    func lookUp(_ values: [String], field: String, _ find: @escaping @Sendable (Connection, String) throws -> UserRecord?)
-        async throws -> (found: [String: Common_V1_UserRef], unknown: [String]) {
+    func lookUp(
+        _ values: [String], field: String, _ find: @escaping @Sendable (Connection, String) throws -> UserRecord?
+    )
+        async throws -> (found: [String: Common_V1_UserRef], unknown: [String])
+    {
         try Self.checkBatch(values, field: field)
         let distinct = Self.distinct(values)
         let records = try await core.read { c in try distinct.map { try find(c, $0) } }
@@ -43,7 +46,9 @@ public struct AccountsInternalService: Accounts_V1_AccountsInternalService {
         return response
     }
 
-    public func resolveUsernames(request: Accounts_V1_ResolveUsernamesRequest, context: ServerContext) async throws -> Accounts_V1_ResolveUsernamesResponse {
+    public func resolveUsernames(
+        request: Accounts_V1_ResolveUsernamesRequest, context: ServerContext
+    ) async throws -> Accounts_V1_ResolveUsernamesResponse {
         let (found, unknown) = try await lookUp(request.usernames, field: "usernames") { c, name in
             try UserQueries.byUsername(c, AccountRules.trimmed(name))
         }
@@ -89,8 +94,9 @@ public struct AccountsInternalService: Accounts_V1_AccountsInternalService {
         // crashed half-way, finished now with the same mail id.
         let candidate = ULID.make()
         let (mailID, state) = try await core.write { tx -> (String, String) in
-            try tx.execute("INSERT OR IGNORE INTO mail_events (event_id, mail_id, state, created_at) VALUES (?, ?, 'pending', ?)",
-                           eventID, candidate, SystemClock.nowMilliseconds())
+            try tx.execute(
+                "INSERT OR IGNORE INTO mail_events (event_id, mail_id, state, created_at) VALUES (?, ?, 'pending', ?)",
+                eventID, candidate, SystemClock.nowMilliseconds())
             let row = try tx.queryOne("SELECT mail_id, state FROM mail_events WHERE event_id = ?", eventID)!
             return (try row.get("mail_id"), try row.get("state"))
         }
@@ -104,8 +110,9 @@ public struct AccountsInternalService: Accounts_V1_AccountsInternalService {
         // delivery that crashed half-way needs the look.
         let delivered = mailID != candidate ? await core.mail.contains(mailID: mailID) : false
         if !delivered {
-            let mail = MailMessage(mailID: mailID, kind: request.kind, from: core.configuration.mailFrom, to: to, subject: subject,
-                                   body: request.bodyText, data: request.data, createdAt: SystemClock.nowMilliseconds())
+            let mail = MailMessage(
+                mailID: mailID, kind: request.kind, from: core.configuration.mailFrom, to: to, subject: subject,
+                body: request.bodyText, data: request.data, createdAt: SystemClock.nowMilliseconds())
             do { try await core.mail.deliver(mail) } catch {
                 core.logger.error("mail not delivered", metadata: ["event": "\(eventID)", "error": "\(error)"])
                 throw RPCError(.unavailable, "the mail could not be delivered now: retry later")

@@ -46,8 +46,9 @@ extension AccountsService {
         let user = try await core.write { tx -> UserRecord in
             _ = try core.callerRecord(tx, caller)
             let now = SystemClock.nowMilliseconds()
-            try tx.execute("INSERT INTO avatar_images (user_id, data) VALUES (?, ?) ON CONFLICT(user_id) DO UPDATE SET data = excluded.data",
-                           caller.userID, image)
+            try tx.execute(
+                "INSERT INTO avatar_images (user_id, data) VALUES (?, ?) ON CONFLICT(user_id) DO UPDATE SET data = excluded.data",
+                caller.userID, image)
             try tx.execute(
                 "UPDATE users SET avatar_builtin = NULL, avatar_format = ?, avatar_size = ?, avatar_uploaded_at = ?, updated_at = ? WHERE id = ?",
                 Int64(format.rawValue), image.count, now, now, caller.userID)
@@ -85,7 +86,9 @@ extension AccountsService {
         guard !userID.isEmpty else { throw FieldErrors.single(.invalidArgument, field: "user_id", "required") }
         let found = try await core.read { c -> (UserRecord, [UInt8]?)? in
             guard let user = try UserQueries.byID(c, userID) else { return nil }
-            let data = user.avatarFormat == nil ? nil
+            let data =
+                user.avatarFormat == nil
+                ? nil
                 : try c.queryOne("SELECT data FROM avatar_images WHERE user_id = ?", userID)?.get(0, as: [UInt8].self)
             return (user, data)
         }
@@ -103,7 +106,9 @@ extension AccountsService {
         return response
     }
 
-    public func listBuiltinAvatars(request: Accounts_V1_ListBuiltinAvatarsRequest, context: ServerContext) async throws -> Accounts_V1_ListBuiltinAvatarsResponse {
+    public func listBuiltinAvatars(
+        request: Accounts_V1_ListBuiltinAvatarsRequest, context: ServerContext
+    ) async throws -> Accounts_V1_ListBuiltinAvatarsResponse {
         _ = try core.caller(context)
         var response = Accounts_V1_ListBuiltinAvatarsResponse()
         response.avatars = BuiltinAvatars.all.compactMap { BuiltinAvatars.named($0.id) }
@@ -117,8 +122,11 @@ extension AccountsService {
         let user = try await core.read { c in try core.callerRecord(c, caller) }
         if let stored = user.passwordHash {
             guard !request.password.isEmpty else { throw FieldErrors.single(.invalidArgument, field: "password", "required") }
-            guard try await core.checkPassword(request.password, against: stored, account: "user:\(user.id)",
-                                               address: core.clientAddress(context)) else {
+            guard
+                try await core.checkPassword(
+                    request.password, against: stored, account: "user:\(user.id)",
+                    address: core.clientAddress(context))
+            else {
                 throw FieldErrors.single(.invalidArgument, field: "password", "is not the password of this account")
             }
         } else if !request.password.isEmpty {
@@ -181,8 +189,9 @@ enum AccountDeletion {
         event.deletedAt = Google_Protobuf_Timestamp(milliseconds: now)
         let payload = event.serializedBytes()
         for (destination, _) in OutboxCall.eraseUserPaths where destination != "accounts" {
-            try tx.enqueueOutbox(eventID: "\(eventID):\(destination)", destination: destination, kind: AccountDeletion.userDeletedKind,
-                                 payload: payload)
+            try tx.enqueueOutbox(
+                eventID: "\(eventID):\(destination)", destination: destination, kind: AccountDeletion.userDeletedKind,
+                payload: payload)
         }
         return (now, revoked)
     }

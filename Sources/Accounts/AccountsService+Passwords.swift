@@ -5,7 +5,8 @@ import ServiceKit
 import Storage
 
 extension AccountsService {
-    public func changePassword(request: Accounts_V1_ChangePasswordRequest, context: ServerContext) async throws -> Accounts_V1_ChangePasswordResponse {
+    public func changePassword(request: Accounts_V1_ChangePasswordRequest, context: ServerContext) async throws -> Accounts_V1_ChangePasswordResponse
+    {
         let caller = try core.caller(context)
         var errors = FieldErrors()
         if request.currentPassword.isEmpty { errors.add("current_password", "required") }
@@ -20,15 +21,19 @@ extension AccountsService {
             throw RPCError(.failedPrecondition, "a guest account has no password: use UpgradeGuest to set one")
         }
         // The current password is a guessable secret too: same throttle as logins.
-        guard try await core.checkPassword(request.currentPassword, against: stored, account: "user:\(user.id)",
-                                           address: core.clientAddress(context)) else {
+        guard
+            try await core.checkPassword(
+                request.currentPassword, against: stored, account: "user:\(user.id)",
+                address: core.clientAddress(context))
+        else {
             throw FieldErrors.single(.invalidArgument, field: "current_password", "is not the current password")
         }
         let hash = try await core.hashPassword(request.newPassword)
         let revokedIDs = try await core.write { tx -> [String] in
             let now = SystemClock.nowMilliseconds()
-            try tx.execute("UPDATE users SET password_hash = ?, updated_at = ? WHERE id = ? AND password_hash = ? AND deleted_at IS NULL",
-                           hash, now, caller.userID, stored)
+            try tx.execute(
+                "UPDATE users SET password_hash = ?, updated_at = ? WHERE id = ? AND password_hash = ? AND deleted_at IS NULL",
+                hash, now, caller.userID, stored)
             guard tx.changes == 1 else { throw RPCError(.aborted, "the password changed meanwhile: try again") }
             // Reset mails sent before the change must not undo it.
             try tx.execute("UPDATE password_resets SET used_at = ? WHERE user_id = ? AND used_at IS NULL", now, caller.userID)
@@ -41,7 +46,9 @@ extension AccountsService {
         return response
     }
 
-    public func requestPasswordReset(request: Accounts_V1_RequestPasswordResetRequest, context: ServerContext) async throws -> Accounts_V1_RequestPasswordResetResponse {
+    public func requestPasswordReset(
+        request: Accounts_V1_RequestPasswordResetRequest, context: ServerContext
+    ) async throws -> Accounts_V1_RequestPasswordResetResponse {
         var errors = FieldErrors()
         let email = AccountRules.email(request.email, into: &errors)
         try errors.throwIfAny()
@@ -85,8 +92,9 @@ extension AccountsService {
         let hash = try await core.hashPassword(request.newPassword)
         let outcome = try await core.write { tx -> ResetOutcome in
             let now = SystemClock.nowMilliseconds()
-            guard let row = try tx.queryOne(
-                "SELECT user_id FROM password_resets WHERE token_hash = ? AND used_at IS NULL AND expires_at > ?", tokenHash, now)
+            guard
+                let row = try tx.queryOne(
+                    "SELECT user_id FROM password_resets WHERE token_hash = ? AND used_at IS NULL AND expires_at > ?", tokenHash, now)
             else { return .invalid }
             let userID: String = try row.get(0)
             guard try UserQueries.byID(tx, userID) != nil else { return .invalid }

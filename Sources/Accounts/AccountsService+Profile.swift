@@ -54,13 +54,15 @@ extension AccountsService {
             }
             if let email, email != current.email {
                 if AccountRules.key(email) != AccountRules.key(current.email),
-                   !(try UserQueries.taken(tx, username: nil, email: email, except: current.id)).isEmpty {
+                    !(try UserQueries.taken(tx, username: nil, email: email, except: current.id)).isEmpty
+                {
                     throw Self.alreadyTaken(["email"])
                 }
                 sets.append("email = ?, email_key = ?")
                 args += [.text(email), .text(AccountRules.key(email))]
                 // Reset mails went to the old address: they stop working.
-                try tx.execute("UPDATE password_resets SET used_at = ? WHERE user_id = ? AND used_at IS NULL", SystemClock.nowMilliseconds(), current.id)
+                try tx.execute(
+                    "UPDATE password_resets SET used_at = ? WHERE user_id = ? AND used_at IS NULL", SystemClock.nowMilliseconds(), current.id)
             }
             if let contact, contact != current.contact {
                 sets.append("phone_number = ?, public_email = ?, has_contact = 1")

@@ -48,19 +48,19 @@ public struct AccountsService: Accounts_V1_AccountsService {
         let user: UserRecord
         do {
             user = try await core.write { tx in
-            let taken = try UserQueries.taken(tx, username: username, email: email)
-            if !taken.isEmpty { throw Self.alreadyTaken(taken) }
-            try tx.execute(
-                """
-                INSERT INTO users (id, username, username_key, email, email_key, password_hash, display_name,
-                                   phone_number, public_email, has_contact, guest, created_at, updated_at)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)
-                """,
-                userID, username, AccountRules.key(username), email, AccountRules.key(email), hash, displayName,
-                contact?.phoneNumber ?? "", contact?.publicEmail ?? "", contact != nil, session.now, session.now
-            )
-            try session.insert(tx)
-            return try UserQueries.byID(tx, userID)!
+                let taken = try UserQueries.taken(tx, username: username, email: email)
+                if !taken.isEmpty { throw Self.alreadyTaken(taken) }
+                try tx.execute(
+                    """
+                    INSERT INTO users (id, username, username_key, email, email_key, password_hash, display_name,
+                                       phone_number, public_email, has_contact, guest, created_at, updated_at)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)
+                    """,
+                    userID, username, AccountRules.key(username), email, AccountRules.key(email), hash, displayName,
+                    contact?.phoneNumber ?? "", contact?.publicEmail ?? "", contact != nil, session.now, session.now
+                )
+                try session.insert(tx)
+                return try UserQueries.byID(tx, userID)!
             }
         } catch {
             signUp.release()  // not an account made: it does not count against the address
@@ -149,19 +149,21 @@ public struct AccountsService: Accounts_V1_AccountsService {
         case reused(sessionID: String)
     }
 
-    public func refreshSession(request: Accounts_V1_RefreshSessionRequest, context: ServerContext) async throws -> Accounts_V1_RefreshSessionResponse {
+    public func refreshSession(request: Accounts_V1_RefreshSessionRequest, context: ServerContext) async throws -> Accounts_V1_RefreshSessionResponse
+    {
         let token = AccountRules.trimmed(request.refreshToken)
         guard !token.isEmpty else { throw FieldErrors.single(.invalidArgument, field: "refresh_token", "required") }
         guard token.utf8.count <= 256 else { throw RPCError(.unauthenticated, "unknown refresh token: log in again") }
         let hash = SHA256.hash(token)
         let lifetime = core.sessionLifetime
         let outcome = try await core.write { tx -> RefreshOutcome in
-            guard let row = try tx.queryOne(
-                """
-                SELECT r.session_id, r.expires_at, r.rotated_at, s.user_id, s.revoked_at, u.guest, u.deleted_at
-                FROM refresh_tokens r JOIN sessions s ON s.id = r.session_id JOIN users u ON u.id = s.user_id
-                WHERE r.token_hash = ?
-                """, hash)
+            guard
+                let row = try tx.queryOne(
+                    """
+                    SELECT r.session_id, r.expires_at, r.rotated_at, s.user_id, s.revoked_at, u.guest, u.deleted_at
+                    FROM refresh_tokens r JOIN sessions s ON s.id = r.session_id JOIN users u ON u.id = s.user_id
+                    WHERE r.token_hash = ?
+                    """, hash)
             else { return .unknown }
             let sessionID: String = try row.get("session_id")
             let now = SystemClock.nowMilliseconds()
@@ -291,7 +293,8 @@ public struct AccountsService: Accounts_V1_AccountsService {
 
     // MARK: Keys
 
-    public func getSigningKeys(request: Accounts_V1_GetSigningKeysRequest, context: ServerContext) async throws -> Accounts_V1_GetSigningKeysResponse {
+    public func getSigningKeys(request: Accounts_V1_GetSigningKeysRequest, context: ServerContext) async throws -> Accounts_V1_GetSigningKeysResponse
+    {
         var response = Accounts_V1_GetSigningKeysResponse()
         response.keys = core.keys.published.map { k in
             var key = Accounts_V1_SigningKey()

@@ -1,7 +1,7 @@
 import Contracts
-import ServiceKit
 import Foundation
 import Security
+import ServiceKit
 
 /// One mail as accounts sends it, and its RFC 5322 form. The machine-readable parts (id, kind,
 /// data map) travel in `X-Mail-*` headers so ListSentMail can read a Maildir back without parsing
@@ -16,8 +16,10 @@ struct MailMessage: Sendable, Equatable {
     var data: [String: String]
     var createdAt: Int64
 
-    init(mailID: String, kind: Accounts_V1_MailKind, from: String, to: String, subject: String, body: String,
-         data: [String: String], createdAt: Int64) {
+    init(
+        mailID: String, kind: Accounts_V1_MailKind, from: String, to: String, subject: String, body: String,
+        data: [String: String], createdAt: Int64
+    ) {
         (self.mailID, self.kind, self.from, self.to) = (mailID, kind, from, to)
         (self.subject, self.body, self.data, self.createdAt) = (subject, body, data, createdAt)
     }

@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import ServiceKit
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -44,7 +45,8 @@ struct MaildirSink: MailSink {
         self.path = path
         self.hostname = ProcessInfo.processInfo.hostName.replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: ":", with: "_")
         for sub in ["tmp", "new", "cur"] {
-            try FileManager.default.createDirectory(atPath: "\(path)/\(sub)", withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            try FileManager.default.createDirectory(
+                atPath: "\(path)/\(sub)", withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         }
     }
 
@@ -84,7 +86,7 @@ struct MaildirSink: MailSink {
                 let dir = "\(path)/\(sub)"
                 for name in (try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? [] where !name.hasPrefix(".") {
                     guard let data = FileManager.default.contents(atPath: "\(dir)/\(name)"), data.count <= 1 << 20,
-                          let mail = MailMessage(rfc5322: [UInt8](data))
+                        let mail = MailMessage(rfc5322: [UInt8](data))
                     else { continue }
                     mails.append(mail)
                 }
@@ -95,13 +97,14 @@ struct MaildirSink: MailSink {
 
     func contains(mailID: String) async -> Bool {
         let path = self.path
-        return (try? await MailIO.run {
-            for sub in ["new", "cur"] {
-                let names = (try? FileManager.default.contentsOfDirectory(atPath: "\(path)/\(sub)")) ?? []
-                if names.contains(where: { $0.split(separator: ".").dropFirst().first.map(String.init) == mailID }) { return true }
-            }
-            return false
-        }) ?? false
+        return
+            (try? await MailIO.run {
+                for sub in ["new", "cur"] {
+                    let names = (try? FileManager.default.contentsOfDirectory(atPath: "\(path)/\(sub)")) ?? []
+                    if names.contains(where: { $0.split(separator: ".").dropFirst().first.map(String.init) == mailID }) { return true }
+                }
+                return false
+            }) ?? false
     }
 }
 

@@ -1,7 +1,7 @@
 import Contracts
-import ServiceKit
 import Logging
 import Security
+import ServiceKit
 import Storage
 import Synchronization
 
@@ -38,14 +38,17 @@ final class ResetMailer: Sendable {
         do {
             // Most requests name no account (typos, probing): a read answers those without
             // taking the writer.
-            guard try await core.database.read({ c in
-                try UserQueries.byEmail(c, email).map { !$0.guest && $0.passwordHash != nil } ?? false
-            }) else { return }
+            guard
+                try await core.database.read({ c in
+                    try UserQueries.byEmail(c, email).map { !$0.guest && $0.passwordHash != nil } ?? false
+                })
+            else { return }
             user = try await core.database.write { tx -> UserRecord? in
                 guard let user = try UserQueries.byEmail(tx, email), !user.guest, user.passwordHash != nil else { return nil }
                 let now = SystemClock.nowMilliseconds()
-                try tx.execute("INSERT INTO password_resets (token_hash, user_id, created_at, expires_at) VALUES (?, ?, ?, ?)",
-                               SHA256.hash(token), user.id, now, now + lifetime.milliseconds)
+                try tx.execute(
+                    "INSERT INTO password_resets (token_hash, user_id, created_at, expires_at) VALUES (?, ?, ?, ?)",
+                    SHA256.hash(token), user.id, now, now + lifetime.milliseconds)
                 return user
             }
         } catch {

@@ -1,7 +1,7 @@
 import Contracts
-import ServiceKit
 import RPCCore
 import Security
+import ServiceKit
 import Storage
 import Synchronization
 
@@ -34,8 +34,9 @@ struct NewSession: Sendable {
 
     /// Inserts the refresh token only (a rotation of an existing session).
     func insertToken(_ tx: Transaction) throws {
-        try tx.execute("INSERT INTO refresh_tokens (token_hash, session_id, issued_at, expires_at) VALUES (?, ?, ?, ?)",
-                       refreshHash, sessionID, now, refreshExpiresAt)
+        try tx.execute(
+            "INSERT INTO refresh_tokens (token_hash, session_id, issued_at, expires_at) VALUES (?, ?, ?, ?)",
+            refreshHash, sessionID, now, refreshExpiresAt)
     }
 
     /// The token pair the client keeps, with a freshly signed access token.
@@ -43,8 +44,9 @@ struct NewSession: Sendable {
         let (pair, keyID) = keys.current
         let issuedAt = now / 1000
         let expiresAt = issuedAt + accessLifetime.components.seconds
-        let claims = AccessTokenClaims(userID: userID, sessionID: sessionID, expiresAt: expiresAt, issuedAt: issuedAt,
-                                       keyID: keyID, kind: guest ? .guest : .user)
+        let claims = AccessTokenClaims(
+            userID: userID, sessionID: sessionID, expiresAt: expiresAt, issuedAt: issuedAt,
+            keyID: keyID, kind: guest ? .guest : .user)
         var s = Accounts_V1_Session()
         s.sessionId = sessionID
         s.accessToken = AccessToken.sign(claims, with: pair)

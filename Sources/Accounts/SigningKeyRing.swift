@@ -57,7 +57,8 @@ public final class SigningKeyRing: Sendable {
         try database.writeSync { tx in
             // A key that comes back (an older key file restored, or the file of before a rotation
             // that a crash did not persist) is current again, not retired.
-            try tx.execute("""
+            try tx.execute(
+                """
                 INSERT INTO signing_keys (key_id, public_key, created_at) VALUES (?, ?, ?)
                 ON CONFLICT(key_id) DO UPDATE SET retired_at = NULL
                 """, id, raw, now)

@@ -13,10 +13,13 @@ public struct UserDeletionDeliverer: Sendable {
     let delivery: OutboxDelivery
 
     /// `client(destination)` returns a client for that service carrying the service credential.
-    public init(core: AccountsCore, retry: OutboxRetryPolicy = OutboxRetryPolicy(), pollInterval: Duration = .seconds(5),
-                client: @escaping @Sendable (String) -> RPCClient) {
-        delivery = OutboxDelivery(database: core.database, retry: retry, pollInterval: pollInterval, logger: core.logger,
-                                  deliver: core.outboxSenders(peers: PeerClients(make: client)).deliver)
+    public init(
+        core: AccountsCore, retry: OutboxRetryPolicy = OutboxRetryPolicy(), pollInterval: Duration = .seconds(5),
+        client: @escaping @Sendable (String) -> RPCClient
+    ) {
+        delivery = OutboxDelivery(
+            database: core.database, retry: retry, pollInterval: pollInterval, logger: core.logger,
+            deliver: core.outboxSenders(peers: PeerClients(make: client)).deliver)
     }
 
     public func run() async { await delivery.run() }

@@ -111,24 +111,30 @@ enum UserQueries {
     }
 
     static func byUsername(_ db: some SQLReader, _ username: String) throws -> UserRecord? {
-        try db.queryOne("SELECT \(UserRecord.columns) FROM users WHERE username_key = ? AND deleted_at IS NULL", arguments: [.text(AccountRules.key(username))])
-            .map(UserRecord.init(row:))
+        try db.queryOne(
+            "SELECT \(UserRecord.columns) FROM users WHERE username_key = ? AND deleted_at IS NULL", arguments: [.text(AccountRules.key(username))]
+        )
+        .map(UserRecord.init(row:))
     }
 
     static func byEmail(_ db: some SQLReader, _ email: String) throws -> UserRecord? {
-        try db.queryOne("SELECT \(UserRecord.columns) FROM users WHERE email_key = ? AND deleted_at IS NULL", arguments: [.text(AccountRules.key(email))])
-            .map(UserRecord.init(row:))
+        try db.queryOne(
+            "SELECT \(UserRecord.columns) FROM users WHERE email_key = ? AND deleted_at IS NULL", arguments: [.text(AccountRules.key(email))]
+        )
+        .map(UserRecord.init(row:))
     }
 
     /// Which of the fields name an existing account (for ALREADY_EXISTS naming each).
     static func taken(_ db: some SQLReader, username: String?, email: String?, except userID: String? = nil) throws -> [String] {
         var fields: [String] = []
         if let username, let row = try db.queryOne("SELECT id FROM users WHERE username_key = ?", arguments: [.text(AccountRules.key(username))]),
-           try row.get(0, as: String.self) != userID {
+            try row.get(0, as: String.self) != userID
+        {
             fields.append("username")
         }
         if let email, let row = try db.queryOne("SELECT id FROM users WHERE email_key = ?", arguments: [.text(AccountRules.key(email))]),
-           try row.get(0, as: String.self) != userID {
+            try row.get(0, as: String.self) != userID
+        {
             fields.append("email")
         }
         return fields

@@ -18,7 +18,9 @@ extension ContractCatalog {
             ContractRPC(Accounts_V1_AccountsMethods.createGuest, Accounts_V1_CreateGuestRequest.self, Accounts_V1_CreateGuestResponse.self),
             ContractRPC(Accounts_V1_AccountsMethods.upgradeGuest, Accounts_V1_UpgradeGuestRequest.self, Accounts_V1_UpgradeGuestResponse.self),
             ContractRPC(Accounts_V1_AccountsMethods.changePassword, Accounts_V1_ChangePasswordRequest.self, Accounts_V1_ChangePasswordResponse.self),
-            ContractRPC(Accounts_V1_AccountsMethods.requestPasswordReset, Accounts_V1_RequestPasswordResetRequest.self, Accounts_V1_RequestPasswordResetResponse.self),
+            ContractRPC(
+                Accounts_V1_AccountsMethods.requestPasswordReset, Accounts_V1_RequestPasswordResetRequest.self,
+                Accounts_V1_RequestPasswordResetResponse.self),
             ContractRPC(Accounts_V1_AccountsMethods.resetPassword, Accounts_V1_ResetPasswordRequest.self, Accounts_V1_ResetPasswordResponse.self),
             ContractRPC(Accounts_V1_AccountsMethods.getMyProfile, Accounts_V1_GetMyProfileRequest.self, Accounts_V1_GetMyProfileResponse.self),
             ContractRPC(Accounts_V1_AccountsMethods.getProfile, Accounts_V1_GetProfileRequest.self, Accounts_V1_GetProfileResponse.self),
@@ -27,13 +29,20 @@ extension ContractCatalog {
             ContractRPC(Accounts_V1_AccountsMethods.uploadAvatar, Accounts_V1_UploadAvatarRequest.self, Accounts_V1_UploadAvatarResponse.self),
             ContractRPC(Accounts_V1_AccountsMethods.chooseAvatar, Accounts_V1_ChooseAvatarRequest.self, Accounts_V1_ChooseAvatarResponse.self),
             ContractRPC(Accounts_V1_AccountsMethods.getAvatar, Accounts_V1_GetAvatarRequest.self, Accounts_V1_GetAvatarResponse.self),
-            ContractRPC(Accounts_V1_AccountsMethods.listBuiltinAvatars, Accounts_V1_ListBuiltinAvatarsRequest.self, Accounts_V1_ListBuiltinAvatarsResponse.self),
+            ContractRPC(
+                Accounts_V1_AccountsMethods.listBuiltinAvatars, Accounts_V1_ListBuiltinAvatarsRequest.self,
+                Accounts_V1_ListBuiltinAvatarsResponse.self),
             ContractRPC(Accounts_V1_AccountsMethods.deleteAccount, Accounts_V1_DeleteAccountRequest.self, Accounts_V1_DeleteAccountResponse.self),
             ContractRPC(Accounts_V1_AccountsMethods.getSigningKeys, Accounts_V1_GetSigningKeysRequest.self, Accounts_V1_GetSigningKeysResponse.self),
-            ContractRPC(Accounts_V1_AccountsInternalMethods.getUsersByIds, Accounts_V1_GetUsersByIdsRequest.self, Accounts_V1_GetUsersByIdsResponse.self),
-            ContractRPC(Accounts_V1_AccountsInternalMethods.resolveUsernames, Accounts_V1_ResolveUsernamesRequest.self, Accounts_V1_ResolveUsernamesResponse.self),
-            ContractRPC(Accounts_V1_AccountsInternalMethods.resolveEmails, Accounts_V1_ResolveEmailsRequest.self, Accounts_V1_ResolveEmailsResponse.self),
+            ContractRPC(
+                Accounts_V1_AccountsInternalMethods.getUsersByIds, Accounts_V1_GetUsersByIdsRequest.self, Accounts_V1_GetUsersByIdsResponse.self),
+            ContractRPC(
+                Accounts_V1_AccountsInternalMethods.resolveUsernames, Accounts_V1_ResolveUsernamesRequest.self,
+                Accounts_V1_ResolveUsernamesResponse.self),
+            ContractRPC(
+                Accounts_V1_AccountsInternalMethods.resolveEmails, Accounts_V1_ResolveEmailsRequest.self, Accounts_V1_ResolveEmailsResponse.self),
             ContractRPC(Accounts_V1_AccountsInternalMethods.sendMail, Accounts_V1_SendMailRequest.self, Accounts_V1_SendMailResponse.self),
-            ContractRPC(Accounts_V1_AccountsInternalMethods.listSentMail, Accounts_V1_ListSentMailRequest.self, Accounts_V1_ListSentMailResponse.self),
+            ContractRPC(
+                Accounts_V1_AccountsInternalMethods.listSentMail, Accounts_V1_ListSentMailRequest.self, Accounts_V1_ListSentMailResponse.self),
         ])
 }

@@ -24,7 +24,8 @@ extension ContractCatalog {
             ContractRPC(Social_V1_SocialMethods.listHousemates, Social_V1_ListHousematesRequest.self, Social_V1_ListHousematesResponse.self),
             ContractRPC(Social_V1_SocialMethods.getHousehold, Social_V1_GetHouseholdRequest.self, Social_V1_GetHouseholdResponse.self),
             ContractRPC(Social_V1_SocialMethods.listMyHouseholds, Social_V1_ListMyHouseholdsRequest.self, Social_V1_ListMyHouseholdsResponse.self),
-            ContractRPC(Social_V1_SocialMethods.getHousemateProfile, Social_V1_GetHousemateProfileRequest.self, Social_V1_GetHousemateProfileResponse.self),
+            ContractRPC(
+                Social_V1_SocialMethods.getHousemateProfile, Social_V1_GetHousemateProfileRequest.self, Social_V1_GetHousemateProfileResponse.self),
             ContractRPC(Social_V1_SocialMethods.addFriend, Social_V1_AddFriendRequest.self, Social_V1_AddFriendResponse.self),
             ContractRPC(Social_V1_SocialMethods.removeFriend, Social_V1_RemoveFriendRequest.self, Social_V1_RemoveFriendResponse.self),
             ContractRPC(Social_V1_SocialMethods.listFriends, Social_V1_ListFriendsRequest.self, Social_V1_ListFriendsResponse.self),
@@ -32,24 +33,44 @@ extension ContractCatalog {
             ContractRPC(Social_V1_SocialMethods.unblockUser, Social_V1_UnblockUserRequest.self, Social_V1_UnblockUserResponse.self),
             ContractRPC(Social_V1_SocialMethods.listBlockedUsers, Social_V1_ListBlockedUsersRequest.self, Social_V1_ListBlockedUsersResponse.self),
             ContractRPC(Social_V1_SocialMethods.requestFollow, Social_V1_RequestFollowRequest.self, Social_V1_RequestFollowResponse.self),
-            ContractRPC(Social_V1_SocialMethods.acceptFollowRequest, Social_V1_AcceptFollowRequestRequest.self, Social_V1_AcceptFollowRequestResponse.self),
-            ContractRPC(Social_V1_SocialMethods.declineFollowRequest, Social_V1_DeclineFollowRequestRequest.self, Social_V1_DeclineFollowRequestResponse.self),
+            ContractRPC(
+                Social_V1_SocialMethods.acceptFollowRequest, Social_V1_AcceptFollowRequestRequest.self, Social_V1_AcceptFollowRequestResponse.self),
+            ContractRPC(
+                Social_V1_SocialMethods.declineFollowRequest, Social_V1_DeclineFollowRequestRequest.self, Social_V1_DeclineFollowRequestResponse.self),
             ContractRPC(Social_V1_SocialMethods.unfollow, Social_V1_UnfollowRequest.self, Social_V1_UnfollowResponse.self),
             ContractRPC(Social_V1_SocialMethods.listFollowers, Social_V1_ListFollowersRequest.self, Social_V1_ListFollowersResponse.self),
             ContractRPC(Social_V1_SocialMethods.listFollowing, Social_V1_ListFollowingRequest.self, Social_V1_ListFollowingResponse.self),
-            ContractRPC(Social_V1_SocialMethods.listFollowRequests, Social_V1_ListFollowRequestsRequest.self, Social_V1_ListFollowRequestsResponse.self),
+            ContractRPC(
+                Social_V1_SocialMethods.listFollowRequests, Social_V1_ListFollowRequestsRequest.self, Social_V1_ListFollowRequestsResponse.self),
             ContractRPC(Social_V1_SocialMethods.listNotifications, Social_V1_ListNotificationsRequest.self, Social_V1_ListNotificationsResponse.self),
-            ContractRPC(Social_V1_SocialMethods.markNotificationsRead, Social_V1_MarkNotificationsReadRequest.self, Social_V1_MarkNotificationsReadResponse.self),
-            ContractRPC(Social_V1_SocialMethods.subscribeNotifications, Social_V1_SubscribeNotificationsRequest.self, Social_V1_SubscribeNotificationsResponse.self),
-            ContractRPC(Social_V1_SocialMethods.getNotificationSettings, Social_V1_GetNotificationSettingsRequest.self, Social_V1_GetNotificationSettingsResponse.self),
-            ContractRPC(Social_V1_SocialMethods.muteHelpNotifications, Social_V1_MuteHelpNotificationsRequest.self, Social_V1_MuteHelpNotificationsResponse.self),
-            ContractRPC(Social_V1_SocialMethods.snoozeNotifications, Social_V1_SnoozeNotificationsRequest.self, Social_V1_SnoozeNotificationsResponse.self),
-            ContractRPC(Social_V1_SocialInternalMethods.sendNotification, Social_V1_SendNotificationRequest.self, Social_V1_SendNotificationResponse.self),
-            ContractRPC(Social_V1_SocialInternalMethods.checkRelationship, Social_V1_CheckRelationshipRequest.self, Social_V1_CheckRelationshipResponse.self),
-            ContractRPC(Social_V1_SocialInternalMethods.listFollowedUserIds, Social_V1_ListFollowedUserIdsRequest.self, Social_V1_ListFollowedUserIdsResponse.self),
-            ContractRPC(Social_V1_SocialInternalMethods.checkHouseholdMembership, Social_V1_CheckHouseholdMembershipRequest.self, Social_V1_CheckHouseholdMembershipResponse.self),
+            ContractRPC(
+                Social_V1_SocialMethods.markNotificationsRead, Social_V1_MarkNotificationsReadRequest.self,
+                Social_V1_MarkNotificationsReadResponse.self),
+            ContractRPC(
+                Social_V1_SocialMethods.subscribeNotifications, Social_V1_SubscribeNotificationsRequest.self,
+                Social_V1_SubscribeNotificationsResponse.self),
+            ContractRPC(
+                Social_V1_SocialMethods.getNotificationSettings, Social_V1_GetNotificationSettingsRequest.self,
+                Social_V1_GetNotificationSettingsResponse.self),
+            ContractRPC(
+                Social_V1_SocialMethods.muteHelpNotifications, Social_V1_MuteHelpNotificationsRequest.self,
+                Social_V1_MuteHelpNotificationsResponse.self),
+            ContractRPC(
+                Social_V1_SocialMethods.snoozeNotifications, Social_V1_SnoozeNotificationsRequest.self, Social_V1_SnoozeNotificationsResponse.self),
+            ContractRPC(
+                Social_V1_SocialInternalMethods.sendNotification, Social_V1_SendNotificationRequest.self, Social_V1_SendNotificationResponse.self),
+            ContractRPC(
+                Social_V1_SocialInternalMethods.checkRelationship, Social_V1_CheckRelationshipRequest.self, Social_V1_CheckRelationshipResponse.self),
+            ContractRPC(
+                Social_V1_SocialInternalMethods.listFollowedUserIds, Social_V1_ListFollowedUserIdsRequest.self,
+                Social_V1_ListFollowedUserIdsResponse.self),
+            ContractRPC(
+                Social_V1_SocialInternalMethods.checkHouseholdMembership, Social_V1_CheckHouseholdMembershipRequest.self,
+                Social_V1_CheckHouseholdMembershipResponse.self),
             ContractRPC(Social_V1_SocialInternalMethods.getTeamOfUser, Social_V1_GetTeamOfUserRequest.self, Social_V1_GetTeamOfUserResponse.self),
-            ContractRPC(Social_V1_SocialInternalMethods.recordTeamTaskCompleted, Social_V1_RecordTeamTaskCompletedRequest.self, Social_V1_RecordTeamTaskCompletedResponse.self),
+            ContractRPC(
+                Social_V1_SocialInternalMethods.recordTeamTaskCompleted, Social_V1_RecordTeamTaskCompletedRequest.self,
+                Social_V1_RecordTeamTaskCompletedResponse.self),
             ContractRPC(Social_V1_SocialInternalMethods.eraseUser, Social_V1_EraseUserRequest.self, Social_V1_EraseUserResponse.self),
         ])
 }

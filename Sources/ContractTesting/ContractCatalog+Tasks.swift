@@ -14,17 +14,25 @@ extension ContractCatalog {
             ContractRPC(Tasks_V1_TasksMethods.createTeamTask, Tasks_V1_CreateTeamTaskRequest.self, Tasks_V1_CreateTeamTaskResponse.self),
             ContractRPC(Tasks_V1_TasksMethods.listMyTeamTasks, Tasks_V1_ListMyTeamTasksRequest.self, Tasks_V1_ListMyTeamTasksResponse.self),
             ContractRPC(Tasks_V1_TasksMethods.getTeamTask, Tasks_V1_GetTeamTaskRequest.self, Tasks_V1_GetTeamTaskResponse.self),
-            ContractRPC(Tasks_V1_TasksMethods.listTeamTaskComments, Tasks_V1_ListTeamTaskCommentsRequest.self, Tasks_V1_ListTeamTaskCommentsResponse.self),
+            ContractRPC(
+                Tasks_V1_TasksMethods.listTeamTaskComments, Tasks_V1_ListTeamTaskCommentsRequest.self, Tasks_V1_ListTeamTaskCommentsResponse.self),
             ContractRPC(Tasks_V1_TasksMethods.addTeamTaskComment, Tasks_V1_AddTeamTaskCommentRequest.self, Tasks_V1_AddTeamTaskCommentResponse.self),
             ContractRPC(Tasks_V1_TasksMethods.optOutOfTeamTask, Tasks_V1_OptOutOfTeamTaskRequest.self, Tasks_V1_OptOutOfTeamTaskResponse.self),
-            ContractRPC(Tasks_V1_TasksMethods.setTeamTaskCompletion, Tasks_V1_SetTeamTaskCompletionRequest.self, Tasks_V1_SetTeamTaskCompletionResponse.self),
+            ContractRPC(
+                Tasks_V1_TasksMethods.setTeamTaskCompletion, Tasks_V1_SetTeamTaskCompletionRequest.self, Tasks_V1_SetTeamTaskCompletionResponse.self),
             ContractRPC(Tasks_V1_TasksMethods.createTeamTaskLink, Tasks_V1_CreateTeamTaskLinkRequest.self, Tasks_V1_CreateTeamTaskLinkResponse.self),
             ContractRPC(Tasks_V1_TasksMethods.revokeTeamTaskLink, Tasks_V1_RevokeTeamTaskLinkRequest.self, Tasks_V1_RevokeTeamTaskLinkResponse.self),
             ContractRPC(Tasks_V1_TasksMethods.getPublicTeamTask, Tasks_V1_GetPublicTeamTaskRequest.self, Tasks_V1_GetPublicTeamTaskResponse.self),
-            ContractRPC(Tasks_V1_TasksMethods.createTeamTaskUploadToken, Tasks_V1_CreateTeamTaskUploadTokenRequest.self, Tasks_V1_CreateTeamTaskUploadTokenResponse.self),
-            ContractRPC(Tasks_V1_TasksMethods.uploadTeamTaskAttachment, Tasks_V1_UploadTeamTaskAttachmentRequest.self, Tasks_V1_UploadTeamTaskAttachmentResponse.self),
-            ContractRPC(Tasks_V1_TasksMethods.getTeamTaskAttachment, Tasks_V1_GetTeamTaskAttachmentRequest.self, Tasks_V1_GetTeamTaskAttachmentResponse.self),
-            ContractRPC(Tasks_V1_TasksMethods.requestTeamTaskHelp, Tasks_V1_RequestTeamTaskHelpRequest.self, Tasks_V1_RequestTeamTaskHelpResponse.self),
+            ContractRPC(
+                Tasks_V1_TasksMethods.createTeamTaskUploadToken, Tasks_V1_CreateTeamTaskUploadTokenRequest.self,
+                Tasks_V1_CreateTeamTaskUploadTokenResponse.self),
+            ContractRPC(
+                Tasks_V1_TasksMethods.uploadTeamTaskAttachment, Tasks_V1_UploadTeamTaskAttachmentRequest.self,
+                Tasks_V1_UploadTeamTaskAttachmentResponse.self),
+            ContractRPC(
+                Tasks_V1_TasksMethods.getTeamTaskAttachment, Tasks_V1_GetTeamTaskAttachmentRequest.self, Tasks_V1_GetTeamTaskAttachmentResponse.self),
+            ContractRPC(
+                Tasks_V1_TasksMethods.requestTeamTaskHelp, Tasks_V1_RequestTeamTaskHelpRequest.self, Tasks_V1_RequestTeamTaskHelpResponse.self),
             ContractRPC(Tasks_V1_TasksMethods.offerTeamTaskHelp, Tasks_V1_OfferTeamTaskHelpRequest.self, Tasks_V1_OfferTeamTaskHelpResponse.self),
             ContractRPC(Tasks_V1_TasksMethods.createChore, Tasks_V1_CreateChoreRequest.self, Tasks_V1_CreateChoreResponse.self),
             ContractRPC(Tasks_V1_TasksMethods.getChore, Tasks_V1_GetChoreRequest.self, Tasks_V1_GetChoreResponse.self),
@@ -32,8 +40,10 @@ extension ContractCatalog {
             ContractRPC(Tasks_V1_TasksMethods.finishChore, Tasks_V1_FinishChoreRequest.self, Tasks_V1_FinishChoreResponse.self),
             ContractRPC(Tasks_V1_TasksMethods.skipChore, Tasks_V1_SkipChoreRequest.self, Tasks_V1_SkipChoreResponse.self),
             ContractRPC(Tasks_V1_TasksMethods.deleteChore, Tasks_V1_DeleteChoreRequest.self, Tasks_V1_DeleteChoreResponse.self),
-            ContractRPC(Tasks_V1_TasksMethods.remindChoreAssignee, Tasks_V1_RemindChoreAssigneeRequest.self, Tasks_V1_RemindChoreAssigneeResponse.self),
-            ContractRPC(Tasks_V1_TasksMethods.requestOnDemandChore, Tasks_V1_RequestOnDemandChoreRequest.self, Tasks_V1_RequestOnDemandChoreResponse.self),
+            ContractRPC(
+                Tasks_V1_TasksMethods.remindChoreAssignee, Tasks_V1_RemindChoreAssigneeRequest.self, Tasks_V1_RemindChoreAssigneeResponse.self),
+            ContractRPC(
+                Tasks_V1_TasksMethods.requestOnDemandChore, Tasks_V1_RequestOnDemandChoreRequest.self, Tasks_V1_RequestOnDemandChoreResponse.self),
             ContractRPC(Tasks_V1_TasksMethods.createMarketTask, Tasks_V1_CreateMarketTaskRequest.self, Tasks_V1_CreateMarketTaskResponse.self),
             ContractRPC(Tasks_V1_TasksMethods.getMarketTask, Tasks_V1_GetMarketTaskRequest.self, Tasks_V1_GetMarketTaskResponse.self),
             ContractRPC(Tasks_V1_TasksMethods.getMarketTaskPhoto, Tasks_V1_GetMarketTaskPhotoRequest.self, Tasks_V1_GetMarketTaskPhotoResponse.self),
@@ -47,7 +57,9 @@ extension ContractCatalog {
             ContractRPC(Tasks_V1_TasksMethods.acceptBid, Tasks_V1_AcceptBidRequest.self, Tasks_V1_AcceptBidResponse.self),
             ContractRPC(Tasks_V1_TasksMethods.declineBid, Tasks_V1_DeclineBidRequest.self, Tasks_V1_DeclineBidResponse.self),
             ContractRPC(Tasks_V1_TasksMethods.markMarketTaskDone, Tasks_V1_MarkMarketTaskDoneRequest.self, Tasks_V1_MarkMarketTaskDoneResponse.self),
-            ContractRPC(Tasks_V1_TasksMethods.markMarketTaskNotComplete, Tasks_V1_MarkMarketTaskNotCompleteRequest.self, Tasks_V1_MarkMarketTaskNotCompleteResponse.self),
+            ContractRPC(
+                Tasks_V1_TasksMethods.markMarketTaskNotComplete, Tasks_V1_MarkMarketTaskNotCompleteRequest.self,
+                Tasks_V1_MarkMarketTaskNotCompleteResponse.self),
             ContractRPC(Tasks_V1_TasksMethods.createHabit, Tasks_V1_CreateHabitRequest.self, Tasks_V1_CreateHabitResponse.self),
             ContractRPC(Tasks_V1_TasksMethods.getHabit, Tasks_V1_GetHabitRequest.self, Tasks_V1_GetHabitResponse.self),
             ContractRPC(Tasks_V1_TasksMethods.updateHabit, Tasks_V1_UpdateHabitRequest.self, Tasks_V1_UpdateHabitResponse.self),
@@ -60,8 +72,11 @@ extension ContractCatalog {
             ContractRPC(Tasks_V1_TasksMethods.updateHabitEvent, Tasks_V1_UpdateHabitEventRequest.self, Tasks_V1_UpdateHabitEventResponse.self),
             ContractRPC(Tasks_V1_TasksMethods.deleteHabitEvent, Tasks_V1_DeleteHabitEventRequest.self, Tasks_V1_DeleteHabitEventResponse.self),
             ContractRPC(Tasks_V1_TasksMethods.listHabitHistory, Tasks_V1_ListHabitHistoryRequest.self, Tasks_V1_ListHabitHistoryResponse.self),
-            ContractRPC(Tasks_V1_TasksInternalMethods.listTasksAssignedToUser, Tasks_V1_ListTasksAssignedToUserRequest.self, Tasks_V1_ListTasksAssignedToUserResponse.self),
-            ContractRPC(Tasks_V1_TasksInternalMethods.endHouseholdChores, Tasks_V1_EndHouseholdChoresRequest.self, Tasks_V1_EndHouseholdChoresResponse.self),
+            ContractRPC(
+                Tasks_V1_TasksInternalMethods.listTasksAssignedToUser, Tasks_V1_ListTasksAssignedToUserRequest.self,
+                Tasks_V1_ListTasksAssignedToUserResponse.self),
+            ContractRPC(
+                Tasks_V1_TasksInternalMethods.endHouseholdChores, Tasks_V1_EndHouseholdChoresRequest.self, Tasks_V1_EndHouseholdChoresResponse.self),
             ContractRPC(Tasks_V1_TasksInternalMethods.eraseUser, Tasks_V1_EraseUserRequest.self, Tasks_V1_EraseUserResponse.self),
         ])
 }

@@ -59,8 +59,9 @@ public final class ContractHarness: Sendable {
             throw ContractError("\(requestFixture) is a \(requestFixture.messageName), \(rpc.descriptor) takes \(rpc.descriptor.inputType)")
         }
         let bytes = try await protoc.encode(requestFixture.messageName, text: requestFixture.text, files: paths.protoFiles(service: service))
-        return try await send(rpc, service: service, requestBytes: bytes, metadata: metadata, bearerToken: bearerToken,
-                              alsoIgnoring: alsoIgnoring, timeout: timeout, maxStreamMessages: maxStreamMessages)
+        return try await send(
+            rpc, service: service, requestBytes: bytes, metadata: metadata, bearerToken: bearerToken,
+            alsoIgnoring: alsoIgnoring, timeout: timeout, maxStreamMessages: maxStreamMessages)
     }
 
     /// Like `check(service:method:…)` with a request of the caller's own (when the fixture's ids
@@ -75,9 +76,10 @@ public final class ContractHarness: Sendable {
         guard type(of: request).protoMessageName == rpc.descriptor.inputType else {
             throw ContractError("\(rpc.descriptor) takes \(rpc.descriptor.inputType), not \(type(of: request).protoMessageName)")
         }
-        return try await send(rpc, service: service, requestBytes: request.serializedBytes(), metadata: metadata,
-                              bearerToken: bearerToken, alsoIgnoring: alsoIgnoring, timeout: timeout,
-                              maxStreamMessages: maxStreamMessages)
+        return try await send(
+            rpc, service: service, requestBytes: request.serializedBytes(), metadata: metadata,
+            bearerToken: bearerToken, alsoIgnoring: alsoIgnoring, timeout: timeout,
+            maxStreamMessages: maxStreamMessages)
     }
 
     /// Compares response bytes with a response fixture, ignoring its generated fields and

@@ -38,7 +38,8 @@ public struct Protoc: Sendable {
             throw ContractError("cannot run \(executable): \(error)")
         }
         guard result.status == 0 else {
-            throw ContractError("protoc \(arguments.joined(separator: " ")) failed (exit \(result.status)):\n\(String(decoding: result.stderr, as: UTF8.self))")
+            throw ContractError(
+                "protoc \(arguments.joined(separator: " ")) failed (exit \(result.status)):\n\(String(decoding: result.stderr, as: UTF8.self))")
         }
         return result.stdout
     }

@@ -51,7 +51,9 @@ public enum Subprocess {
     }
 
     /// Runs to completion; the wait happens on a Dispatch thread, not the cooperative pool.
-    public static func run(_ executable: String, _ arguments: [String], stdinPath: String, stdoutPath: String, stderrPath: String) async throws -> Int32 {
+    public static func run(
+        _ executable: String, _ arguments: [String], stdinPath: String, stdoutPath: String, stderrPath: String
+    ) async throws -> Int32 {
         let pid = try spawn(executable, arguments, stdinPath: stdinPath, stdoutPath: stdoutPath, stderrPath: stderrPath)
         return await withCheckedContinuation { continuation in
             DispatchQueue.global().async { continuation.resume(returning: wait(pid)) }
@@ -60,7 +62,9 @@ public enum Subprocess {
 
     /// Runs with `input` on stdin; returns stdout and stderr. Streams go through files in a
     /// private temporary directory, so no pipe can fill up and block either side.
-    public static func capture(_ executable: String, _ arguments: [String], input: [UInt8]) async throws -> (status: Int32, stdout: [UInt8], stderr: [UInt8]) {
+    public static func capture(
+        _ executable: String, _ arguments: [String], input: [UInt8]
+    ) async throws -> (status: Int32, stdout: [UInt8], stderr: [UInt8]) {
         let files = try Files(input: input)
         defer { files.remove() }
         let status = try await run(executable, arguments, stdinPath: files.input, stdoutPath: files.output, stderrPath: files.error)
@@ -68,7 +72,9 @@ public enum Subprocess {
     }
 
     /// Blocking form of `capture`.
-    public static func captureSync(_ executable: String, _ arguments: [String], input: [UInt8]) throws -> (status: Int32, stdout: [UInt8], stderr: [UInt8]) {
+    public static func captureSync(
+        _ executable: String, _ arguments: [String], input: [UInt8]
+    ) throws -> (status: Int32, stdout: [UInt8], stderr: [UInt8]) {
         let files = try Files(input: input)
         defer { files.remove() }
         let status = try run(executable, arguments, stdinPath: files.input, stdoutPath: files.output, stderrPath: files.error)

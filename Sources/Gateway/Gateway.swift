@@ -45,8 +45,10 @@ public final class Gateway: Sendable {
 
     /// - Parameter extraRoutes: more services to relay, by service name, with the upstream
     ///   serving them (tests use it for call kinds no public contract has yet).
-    public init(configuration: GatewayConfiguration, logger: Logger = Logger(label: "gateway"),
-                extraRoutes: [String: (upstream: String, methods: [MethodDescriptor])] = [:]) throws {
+    public init(
+        configuration: GatewayConfiguration, logger: Logger = Logger(label: "gateway"),
+        extraRoutes: [String: (upstream: String, methods: [MethodDescriptor])] = [:]
+    ) throws {
         self.configuration = configuration
         self.logger = logger
         let descriptors = Self.descriptors
@@ -59,12 +61,15 @@ public final class Gateway: Sendable {
             channel.connectTimeout = configuration.upstreamConnectTimeout
             channel.maxBackoff = configuration.upstreamMaxBackoff
             channel.initialBackoff = .milliseconds(50)
-            // The transport opens a stream's receive window per complete message, so the window
-            // must hold the largest message (a 1 MiB avatar), on both sides of the gateway.
+            // Partial messages' bytes are released as they arrive, so the window need not hold
+            // the largest response (a 1 MiB avatar): the default 1 MiB keeps a relay at full
+            // speed. (It opened per complete message once, and had to.)
             channel.maxReceiveMessageSize = configuration.maxResponseBytes
-            channel.initialWindowSize = max(channel.initialWindowSize, configuration.maxResponseBytes + 64 * 1024)
-            pools[u.name] = UpstreamPool(name: u.name, configuration: channel, fallbackLoop: ownGroup.next(),
-                                         streamsPerConnection: configuration.streamsPerUpstreamConnection)
+            channel.keepaliveTime = configuration.upstreamKeepaliveTime
+            channel.keepaliveTimeout = configuration.upstreamKeepaliveTimeout
+            pools[u.name] = UpstreamPool(
+                name: u.name, configuration: channel, fallbackLoop: ownGroup.next(),
+                streamsPerConnection: configuration.streamsPerUpstreamConnection)
         }
         self.pools = pools
 
@@ -77,15 +82,17 @@ public final class Gateway: Sendable {
             let methods = route.methods
             let upstream = route.upstream.isEmpty ? Self.upstreamName(ofService: service) : route.upstream
             guard let pool = pools[upstream] else { continue }
-            let proxy = Proxy(pool: pool, gatewayToken: configuration.gatewayToken, maxDeadline: configuration.maxDeadline,
-                              maxStreamDeadline: configuration.maxStreamDeadline, sweeper: sweeper)
+            let proxy = Proxy(
+                pool: pool, gatewayToken: configuration.gatewayToken, maxDeadline: configuration.maxDeadline,
+                maxStreamDeadline: configuration.maxStreamDeadline, sweeper: sweeper)
             services.append(ProxyService(serviceName: service, methods: methods.map { ServerMethod($0, proxy.handler(for: $0)) }))
             healthUpstreams[upstream, default: []].append(service)
         }
 
-        let keys: any SigningKeySource = pools["accounts"].map {
-            RemoteSigningKeys(client: RPCClient(transport: $0), minRefreshInterval: configuration.keyRefreshInterval, logger: logger)
-        } ?? StaticSigningKeys { [:] }
+        let keys: any SigningKeySource =
+            pools["accounts"].map {
+                RemoteSigningKeys(client: RPCClient(transport: $0), minRefreshInterval: configuration.keyRefreshInterval, logger: logger)
+            } ?? StaticSigningKeys { [:] }
         // The gateway never accepts a credential from outside (it strips them), so it holds none
         // to check: it only verifies users' tokens.
         let verifier = AuthInterceptor(keys: keys, serviceToken: "")
@@ -105,16 +112,24 @@ public final class Gateway: Sendable {
 
         var config = ServerConfiguration(host: configuration.host, port: configuration.port, tls: configuration.tls)
         config.acceptHTTP1 = true
+        // Each method's own limit (from the contracts) applies below this one; this one lets
+        // the largest method through (5 MiB attachments). Stream windows stay at the transport's
+        // default: large messages are admitted against the request budgets instead.
         config.maxReceiveMessageSize = configuration.maxRequestBytes
-        config.initialWindowSize = max(config.initialWindowSize, configuration.maxRequestBytes + 64 * 1024)
+        config.maxBufferedRequestBytesPerConnection = configuration.maxRequestBytes + 64 * 1024
+        config.maxBufferedRequestBytesPerProcess = configuration.maxBufferedRequestBytes
         config.maxConcurrentStreams = configuration.maxConcurrentStreams
+        config.maxConnections = configuration.maxConnections
         if let t = configuration.threads { config.threads = t }
         config.interceptors = [policy]
         let health = self.health
         let upstreamList = configuration.upstreams
-        config.httpHandler = ConnectHandler(
+        var connect = ConnectHandler(
             router: Router(services: services), interceptors: [policy], transcoder: JSONTranscoder(registry: registry), logger: logger,
             statusPage: { await Self.statusPage(health: health, upstreams: upstreamList, services: publicNames) })
+        connect.maxRequestBytes = configuration.maxRequestBytes
+        config.httpHandler = connect
+        configuration.adjustServer(&config)
         server = RPCServer(configuration: config, services: services, logger: logger)
     }
 
@@ -136,7 +151,8 @@ public final class Gateway: Sendable {
                 }
             }
         }
-        logger.info("gateway listening on \(configuration.host):\(port) (gRPC, Connect JSON; HTTP/2 and HTTP/1.1\(configuration.tls == nil ? "" : ", TLS"))")
+        logger.info(
+            "gateway listening on \(configuration.host):\(port) (gRPC, Connect JSON; HTTP/2 and HTTP/1.1\(configuration.tls == nil ? "" : ", TLS"))")
         return port
     }
 
@@ -154,7 +170,9 @@ public final class Gateway: Sendable {
     }
 
     private func stopBackground() async {
-        let task = background.withLock { t in defer { t = nil }; return t }
+        let task = background.withLock { t in
+            defer { t = nil }; return t
+        }
         task?.cancel()
         await task?.value
         for pool in pools.values { await pool.close() }
@@ -164,12 +182,16 @@ public final class Gateway: Sendable {
     /// Calls in flight to each upstream (tests, status page).
     public func activeUpstreamCalls(_ upstream: String) -> Int { pools[upstream]?.activeCalls ?? 0 }
 
-    static func statusPage(health: GatewayHealth, upstreams: [GatewayConfiguration.Upstream],
-                           services: [String]) async -> (serving: Bool, text: String) {
+    static func statusPage(
+        health: GatewayHealth, upstreams: [GatewayConfiguration.Upstream],
+        services: [String]
+    ) async -> (serving: Bool, text: String) {
         await health.refreshIfStale()
         let serving = health.overall == .serving
-        var lines = ["backend gateway: \(serving ? "SERVING" : "NOT SERVING")", "",
-                     "gRPC (h2c/TLS) and Connect JSON (POST /<package>.<Service>/<Method>) on this port.", "", "upstreams:"]
+        var lines = [
+            "backend gateway: \(serving ? "SERVING" : "NOT SERVING")", "",
+            "gRPC (h2c/TLS) and Connect JSON (POST /<package>.<Service>/<Method>) on this port.", "", "upstreams:",
+        ]
         for u in upstreams {
             lines.append("  \(u.name)  \(u.host):\(u.port)  \(health.isServing(upstream: u.name) ? "serving" : "not serving")")
         }

@@ -28,14 +28,17 @@ extension GatewayConfiguration {
             }
             required = Set(names)
         }
-        var c = GatewayConfiguration(host: settings.host, port: settings.port, upstreams: upstreams, requiredUpstreams: required,
-                                     gatewayToken: settings.gatewayToken)
+        var c = GatewayConfiguration(
+            host: settings.host, port: settings.port, upstreams: upstreams, requiredUpstreams: required,
+            gatewayToken: settings.gatewayToken)
         if let cert = settings.tlsCert, let key = settings.tlsKey {
             c.tls = try TLSConfiguration.server(certificateChainPEMFile: cert, privateKeyPEMFile: key, alpn: ["h2", "http/1.1"])
         }
         let unbounded = 0...Int.max
         if let n = try env.int("gateway.max.request.bytes", range: unbounded) { c.maxRequestBytes = max(1024, n) }
         if let n = try env.int("gateway.max.response.bytes", range: unbounded) { c.maxResponseBytes = max(1024, n) }
+        if let n = try env.int("gateway.max.buffered.request.bytes", range: unbounded) { c.maxBufferedRequestBytes = max(64 * 1024, n) }
+        if let n = try env.int("gateway.max.connections", range: unbounded) { c.maxConnections = max(1, n) }
         if let n = try env.int("gateway.max.concurrent.streams", range: unbounded) { c.maxConcurrentStreams = max(1, n) }
         if let n = try env.int("gateway.max.deadline.ms", range: unbounded) { c.maxDeadline = .milliseconds(max(1, n)) }
         if let n = try env.int("gateway.max.stream.deadline.ms", range: unbounded) { c.maxStreamDeadline = .milliseconds(max(1, n)) }

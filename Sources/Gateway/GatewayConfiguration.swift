@@ -1,4 +1,5 @@
 import RPCTLS
+import RPCTransport
 
 /// Everything the gateway needs to start. `GatewayConfiguration.from(settings:)`
 /// reads the environment variables `docs/gateway.md` lists; tests build one directly.
@@ -26,12 +27,23 @@ public struct GatewayConfiguration: Sendable {
     /// never holds the service credential.
     public var gatewayToken: String
 
-    /// Largest request message (gRPC) or body (Connect): RESOURCE_EXHAUSTED / 413 past it.
-    public var maxRequestBytes = 4 * 1024 * 1024
+    /// Largest request message (gRPC) or body (Connect) of any method: RESOURCE_EXHAUSTED / 413
+    /// past it. Each method's `(common.v1.max_request_bytes)` (64 KiB unless set) applies below
+    /// it; 6 MiB lets the largest, a 5 MiB attachment, through.
+    public var maxRequestBytes = 6 * 1024 * 1024
+    /// Bytes of large requests the gateway holds at once, all connections together
+    /// (`ServerConfiguration.maxBufferedRequestBytesPerProcess`): past it, RESOURCE_EXHAUSTED
+    /// with a retry hint.
+    public var maxBufferedRequestBytes = 32 * 1024 * 1024
     /// Largest response message accepted from an upstream (accounts serves 1 MiB avatars).
     public var maxResponseBytes = 4 * 1024 * 1024
     /// Concurrent streams per client connection (HTTP/2 SETTINGS).
     public var maxConcurrentStreams = 100
+    /// Open client connections (`ServerConfiguration.maxConnections`).
+    public var maxConnections = 10_000
+    /// Last word on the server's settings (connection management timeouts...): tests shorten
+    /// them here.
+    public var adjustServer: @Sendable (inout ServerConfiguration) -> Void = { _ in }
     /// Deadline cap for unary and client-streaming calls, also their deadline when none is set.
     public var maxDeadline: Duration = .seconds(30)
     /// Deadline cap for server-streaming and bidirectional calls.
@@ -49,6 +61,11 @@ public struct GatewayConfiguration: Sendable {
     public var healthInterval: Duration = .seconds(2)
     /// Connection timeout to an upstream (a down upstream fails calls fast with UNAVAILABLE).
     public var upstreamConnectTimeout: Duration = .seconds(1)
+    /// Keepalive PINGs on upstream connections: after this long without reading, a PING; no
+    /// answer within the timeout closes the connection and fails its calls with UNAVAILABLE (a
+    /// relayed notification stream notices a dead service). nil: none.
+    public var upstreamKeepaliveTime: Duration? = .seconds(30)
+    public var upstreamKeepaliveTimeout: Duration = .seconds(10)
     /// Longest wait between reconnection attempts to a down upstream.
     public var upstreamMaxBackoff: Duration = .seconds(1)
     /// Streams per upstream connection before another connection is opened.
@@ -58,8 +75,10 @@ public struct GatewayConfiguration: Sendable {
 
     public static let allUpstreams = ["accounts", "social", "tasks", "finance", "matchmaking"]
 
-    public init(host: String = "127.0.0.1", port: Int = 0, upstreams: [Upstream], requiredUpstreams: Set<String>? = nil,
-                gatewayToken: String) {
+    public init(
+        host: String = "127.0.0.1", port: Int = 0, upstreams: [Upstream], requiredUpstreams: Set<String>? = nil,
+        gatewayToken: String
+    ) {
         self.host = host
         self.port = port
         self.upstreams = upstreams

@@ -30,8 +30,10 @@ public final class GatewayHealth: Grpc_Health_V1_HealthService, Sendable {
     }
     private let state = Mutex(State())
 
-    init(upstreams: [Upstream], required: Set<String>, timeout: Duration = .seconds(1), maxAge: Duration = .milliseconds(500),
-         logger: Logger) {
+    init(
+        upstreams: [Upstream], required: Set<String>, timeout: Duration = .seconds(1), maxAge: Duration = .milliseconds(500),
+        logger: Logger
+    ) {
         self.upstreams = upstreams
         self.required = required
         self.timeout = timeout
@@ -125,8 +127,10 @@ public final class GatewayHealth: Grpc_Health_V1_HealthService, Sendable {
         return try await table.check(request: request, context: context)
     }
 
-    public func watch(request: Grpc_Health_V1_HealthCheckRequest, responses: ResponseWriter<Grpc_Health_V1_HealthCheckResponse>,
-                      context: ServerContext) async throws {
+    public func watch(
+        request: Grpc_Health_V1_HealthCheckRequest, responses: ResponseWriter<Grpc_Health_V1_HealthCheckResponse>,
+        context: ServerContext
+    ) async throws {
         try await table.watch(request: request, responses: responses, context: context)
     }
 }

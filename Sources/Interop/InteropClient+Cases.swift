@@ -162,10 +162,12 @@ extension InteropClient {
         let options = callOptions(metadata: metadata)
 
         func verify(_ initial: Metadata, _ trailers: Metadata, _ what: String) throws {
-            try check(initial[Self.echoInitialKey] == Self.echoInitialValue,
-                      "\(what): initial metadata \(initial) lacks \(Self.echoInitialKey): \(Self.echoInitialValue)")
-            try check(trailers.binary(Self.echoTrailingKey) == Self.echoTrailingValue,
-                      "\(what): trailing metadata \(trailers) lacks \(Self.echoTrailingKey): 0xababab")
+            try check(
+                initial[Self.echoInitialKey] == Self.echoInitialValue,
+                "\(what): initial metadata \(initial) lacks \(Self.echoInitialKey): \(Self.echoInitialValue)")
+            try check(
+                trailers.binary(Self.echoTrailingKey) == Self.echoTrailingValue,
+                "\(what): trailing metadata \(trailers) lacks \(Self.echoTrailingKey): 0xababab")
         }
 
         let unary = try await test.unaryCallWithMetadata(Self.largeRequest(), options: options)
@@ -285,8 +287,10 @@ extension InteropClient {
         }
         let raw = try await rawCall(
             Grpc_Testing_TestServiceMethods.streamingInputCall,
-            [(request(expectCompressed: true, size: 27_182).serializedBytes(), true),
-             (request(expectCompressed: false, size: 45_904).serializedBytes(), false)],
+            [
+                (request(expectCompressed: true, size: 27_182).serializedBytes(), true),
+                (request(expectCompressed: false, size: 45_904).serializedBytes(), false),
+            ],
             options: callOptions(compress: true))
         try raw.checkOK("StreamingInputCall")
         try check(raw.messages.count == 1, "\(raw.messages.count) response messages")
@@ -325,7 +329,8 @@ extension InteropClient {
             var request = Grpc_Health_V1_HealthCheckRequest()
             request.service = service
             let response = try await health.check(request, options: callOptions())
-            try check(response.status == .serving, "Check(\(service.debugDescription)) is \(response.status.protoName ?? "\(response.status.rawValue)")")
+            try check(
+                response.status == .serving, "Check(\(service.debugDescription)) is \(response.status.protoName ?? "\(response.status.rawValue)")")
         }
         var unknown = Grpc_Health_V1_HealthCheckRequest()
         unknown.service = "no.such.Service"

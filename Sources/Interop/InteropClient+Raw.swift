@@ -15,8 +15,10 @@ extension InteropClient {
     }
 
     /// Sends `requests` (each compressed or not), half-closes, reads every response and the status.
-    func rawCall(_ method: MethodDescriptor, _ requests: [(bytes: [UInt8], compress: Bool)],
-                 options: CallOptions) async throws -> RawResult {
+    func rawCall(
+        _ method: MethodDescriptor, _ requests: [(bytes: [UInt8], compress: Bool)],
+        options: CallOptions
+    ) async throws -> RawResult {
         let call = try await client.transport.startCall(method, options: options)
         return try await withTaskCancellationHandler {
             do {

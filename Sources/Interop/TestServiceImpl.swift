@@ -57,8 +57,10 @@ public struct TestServiceImpl: Grpc_Testing_TestService {
         try await unaryCall(request: request, context: context)
     }
 
-    static func stream(_ request: Grpc_Testing_StreamingOutputCallRequest,
-                       to responses: ResponseWriter<Grpc_Testing_StreamingOutputCallResponse>) async throws {
+    static func stream(
+        _ request: Grpc_Testing_StreamingOutputCallRequest,
+        to responses: ResponseWriter<Grpc_Testing_StreamingOutputCallResponse>
+    ) async throws {
         try checkStatus(request.hasResponseStatus ? request.responseStatus : nil)
         for parameters in request.responseParameters {
             if parameters.intervalUs > 0 { try await Task.sleep(for: .microseconds(Int(parameters.intervalUs))) }
@@ -68,15 +70,19 @@ public struct TestServiceImpl: Grpc_Testing_TestService {
         }
     }
 
-    public func streamingOutputCall(request: Grpc_Testing_StreamingOutputCallRequest,
-                                    responses: ResponseWriter<Grpc_Testing_StreamingOutputCallResponse>,
-                                    context: ServerContext) async throws {
+    public func streamingOutputCall(
+        request: Grpc_Testing_StreamingOutputCallRequest,
+        responses: ResponseWriter<Grpc_Testing_StreamingOutputCallResponse>,
+        context: ServerContext
+    ) async throws {
         Self.echoMetadata(context)
         try await Self.stream(request, to: responses)
     }
 
-    public func streamingInputCall(requests: MessageStream<Grpc_Testing_StreamingInputCallRequest>,
-                                   context: ServerContext) async throws -> Grpc_Testing_StreamingInputCallResponse {
+    public func streamingInputCall(
+        requests: MessageStream<Grpc_Testing_StreamingInputCallRequest>,
+        context: ServerContext
+    ) async throws -> Grpc_Testing_StreamingInputCallResponse {
         Self.echoMetadata(context)
         var total = 0
         for try await received in requests.withCompressionInfo {
@@ -91,9 +97,11 @@ public struct TestServiceImpl: Grpc_Testing_TestService {
         return response
     }
 
-    public func fullDuplexCall(requests: MessageStream<Grpc_Testing_StreamingOutputCallRequest>,
-                               responses: ResponseWriter<Grpc_Testing_StreamingOutputCallResponse>,
-                               context: ServerContext) async throws {
+    public func fullDuplexCall(
+        requests: MessageStream<Grpc_Testing_StreamingOutputCallRequest>,
+        responses: ResponseWriter<Grpc_Testing_StreamingOutputCallResponse>,
+        context: ServerContext
+    ) async throws {
         Self.echoMetadata(context)
         try await responses.sendInitialMetadata()
         for try await request in requests {
@@ -101,9 +109,11 @@ public struct TestServiceImpl: Grpc_Testing_TestService {
         }
     }
 
-    public func halfDuplexCall(requests: MessageStream<Grpc_Testing_StreamingOutputCallRequest>,
-                               responses: ResponseWriter<Grpc_Testing_StreamingOutputCallResponse>,
-                               context: ServerContext) async throws {
+    public func halfDuplexCall(
+        requests: MessageStream<Grpc_Testing_StreamingOutputCallRequest>,
+        responses: ResponseWriter<Grpc_Testing_StreamingOutputCallResponse>,
+        context: ServerContext
+    ) async throws {
         Self.echoMetadata(context)
         var all: [Grpc_Testing_StreamingOutputCallRequest] = []
         for try await request in requests { all.append(request) }

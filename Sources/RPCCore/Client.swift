@@ -102,7 +102,9 @@ public struct RPCClient: Sendable {
             try await call.send(request.serializedBytes(), compress: options.compressRequests)
             try await call.closeSend()
             return try await Self.single(call, Res.self)
-        } onCancel: { call.cancel() }
+        } onCancel: {
+            call.cancel()
+        }
     }
 
     public func serverStreaming<Req: ProtoMessage, Res: ProtoMessage, R: Sendable>(
@@ -124,7 +126,9 @@ public struct RPCClient: Sendable {
             for try await _ in call.responses {}
             _ = try await Self.throwIfFailed(call)
             return r
-        } onCancel: { call.cancel() }
+        } onCancel: {
+            call.cancel()
+        }
     }
 
     public func clientStreaming<Req: ProtoMessage, Res: ProtoMessage>(
@@ -143,7 +147,9 @@ public struct RPCClient: Sendable {
                 throw error
             }
             return try await Self.single(call, Res.self)
-        } onCancel: { call.cancel() }
+        } onCancel: {
+            call.cancel()
+        }
     }
 
     public func bidirectionalStreaming<Req: ProtoMessage, Res: ProtoMessage, R: Sendable>(
@@ -163,6 +169,8 @@ public struct RPCClient: Sendable {
             for try await _ in call.responses {}
             _ = try await Self.throwIfFailed(call)
             return r
-        } onCancel: { call.cancel() }
+        } onCancel: {
+            call.cancel()
+        }
     }
 }

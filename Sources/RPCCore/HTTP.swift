@@ -17,7 +17,11 @@ public struct HTTPRequest: Sendable {
         self.peer = peer
     }
 
-    public var path: Substring { target.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first ?? "" }
+    public var path: Substring { Self.path(of: target) }
+    /// The path part of a request target (before any `?`).
+    public static func path(of target: String) -> Substring {
+        target.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
+    }
     public func header(_ name: String) -> String? {
         let n = name.lowercased()
         return headers.first { $0.name == n }?.value
@@ -39,4 +43,13 @@ public struct HTTPResponse: Sendable {
 /// Serves non-gRPC requests. Without one, a server answers them 415 with a gRPC error.
 public protocol HTTPHandler: Sendable {
     func handle(_ request: HTTPRequest) async -> HTTPResponse
+    /// The largest body the server should read for a request, asked when its head arrives: a
+    /// declared `content-length` above it is answered 413 at once (and the body never read), a
+    /// body growing past it is cut off with 413. nil: the server's own limit. Called on the event
+    /// loop: quick, non-blocking.
+    func maxBodyBytes(method: String, path: Substring) -> Int?
+}
+
+extension HTTPHandler {
+    public func maxBodyBytes(method: String, path: Substring) -> Int? { nil }
 }

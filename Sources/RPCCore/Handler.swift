@@ -9,14 +9,18 @@ public enum RawHandler: Sendable {
     case unary(@Sendable (_ request: [UInt8], _ context: ServerContext) async throws -> [UInt8])
     case serverStreaming(@Sendable (_ request: [UInt8], _ responses: any ServerResponseSink, _ context: ServerContext) async throws -> Void)
     case clientStreaming(@Sendable (_ requests: RawMessageStream, _ context: ServerContext) async throws -> [UInt8])
-    case bidirectionalStreaming(@Sendable (_ requests: RawMessageStream, _ responses: any ServerResponseSink, _ context: ServerContext) async throws -> Void)
+    case bidirectionalStreaming(
+        @Sendable (_ requests: RawMessageStream, _ responses: any ServerResponseSink, _ context: ServerContext) async throws -> Void)
     /// A unary handler that answers through a callback instead of returning from a task: for
     /// handlers that only pass the call on (the gateway's relay). The transport calls it on the
     /// connection's event loop, without starting a task when every interceptor decides at once;
     /// it must not block, and must call `done` exactly once, from any thread. `cancellation`
     /// fires when the call ends early (client cancelled, deadline passed).
-    case unaryForwarding(@Sendable (_ request: [UInt8], _ context: ServerContext, _ cancellation: CallCancellation,
-                                    _ done: @escaping @Sendable (Result<[UInt8], any Error>) -> Void) -> Void)
+    case unaryForwarding(
+        @Sendable (
+            _ request: [UInt8], _ context: ServerContext, _ cancellation: CallCancellation,
+            _ done: @escaping @Sendable (Result<[UInt8], any Error>) -> Void
+        ) -> Void)
 
     public var kind: CallKind {
         switch self {
@@ -40,7 +44,9 @@ public enum RawHandler: Sendable {
                     try await withCheckedThrowingContinuation { continuation in
                         body(request, context, cancellation) { continuation.resume(with: $0) }
                     }
-                } onCancel: { cancellation.cancel() }
+                } onCancel: {
+                    cancellation.cancel()
+                }
             }
         default:
             return nil
@@ -112,10 +118,65 @@ public protocol ServerInterceptor: Sendable {
     /// transport then calls `intercept` with the same context (where anything already done can
     /// be noted, so it is not done twice). Lets it run `unaryForwarding` handlers without a task.
     func interceptImmediately(_ context: ServerContext) throws -> Bool
+    /// Decides from the request headers alone, when they arrive and before any request byte is
+    /// read or buffered: an error refuses the call at once (the client gets it as a Trailers-Only
+    /// response; its body is discarded unread), nil lets it go on to `intercept` as usual. Must
+    /// be quick and must not block: the transport calls it on the connection's event loop for
+    /// every routed call. The default objects to nothing. `CredentialCheck.missingCredential`
+    /// is the check every process wants: no credential at all on a method that needs one.
+    func rejectAtHeaders(_ method: MethodDescriptor, _ metadata: Metadata) -> RPCError?
 }
 
 extension ServerInterceptor {
     public func interceptImmediately(_ context: ServerContext) throws -> Bool { false }
+    public func rejectAtHeaders(_ method: MethodDescriptor, _ metadata: Metadata) -> RPCError? { nil }
+}
+
+/// The header-time check behind `ServerInterceptor.rejectAtHeaders`: is there a credential at
+/// all where the method's marking needs one? It does not verify anything (the interceptor's
+/// `intercept` still does); it only turns away, before their bodies are read, calls that would be
+/// refused whatever they carry, so an anonymous client cannot make a process buffer large
+/// requests (an avatar, an attachment) that authentication would reject afterwards.
+public enum CredentialCheck {
+    /// The header carrying the cluster's service credential (as `ServiceKit.AuthInterceptor`).
+    public static let serviceTokenHeader = "x-service-token"
+
+    /// - internal methods: no service credential → PERMISSION_DENIED (`serviceCredential` false:
+    ///   the process accepts none, as the gateway, → UNIMPLEMENTED, as if it did not exist);
+    /// - authenticated methods: neither `authorization: Bearer …` nor a service credential →
+    ///   UNAUTHENTICATED;
+    /// - public methods, and services in `open` (health, reflection): nil.
+    /// The messages are the ones the full check would give.
+    public static func missingCredential(
+        _ method: MethodDescriptor, _ metadata: Metadata, open: Set<String> = [],
+        serviceCredential: Bool = true
+    ) -> RPCError? {
+        switch method.visibility {
+        case .publicAnonymous:
+            return nil
+        case .publicAuthenticated:
+            if open.contains(method.service) || hasBearer(metadata) { return nil }
+            if serviceCredential && metadata[serviceTokenHeader] != nil { return nil }
+            return RPCError(.unauthenticated, "\(method.path) needs 'authorization: Bearer <access token>'")
+        case .internal:
+            if open.contains(method.service) { return nil }
+            guard serviceCredential else { return RPCError(.unimplemented, "Method not found: \(method.path)") }
+            if metadata[serviceTokenHeader] != nil { return nil }
+            return RPCError(.permissionDenied, "\(method.path) is internal: only other services may call it")
+        }
+    }
+
+    /// `authorization: Bearer <non-empty token>` is present (not checked further). Allocates
+    /// nothing: it runs on every authenticated call.
+    public static func hasBearer(_ metadata: Metadata) -> Bool {
+        guard let value = metadata["authorization"] else { return false }
+        var bytes = value.utf8.makeIterator()
+        for expected in "bearer ".utf8 {
+            guard let b = bytes.next(), b | 0x20 == expected else { return false }  // ASCII case-insensitive
+        }
+        while let b = bytes.next() { if b != UInt8(ascii: " ") { return true } }
+        return false
+    }
 }
 
 /// Something the end of a call can cancel (the upstream call a relay started).

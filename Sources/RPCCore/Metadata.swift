@@ -89,12 +89,13 @@ public struct Metadata: Sendable, Hashable, Sequence, CustomStringConvertible {
         for e in entries { h.combine(e.key); h.combine(e.value) }
     }
     public var description: String {
-        "[" + entries.map { e in
-            switch e.value {
-            case .string(let s): "\(e.key): \(s)"
-            case .binary(let b): "\(e.key): <\(b.count) bytes>"
-            }
-        }.joined(separator: ", ") + "]"
+        "["
+            + entries.map { e in
+                switch e.value {
+                case .string(let s): "\(e.key): \(s)"
+                case .binary(let b): "\(e.key): <\(b.count) bytes>"
+                }
+            }.joined(separator: ", ") + "]"
     }
 
     /// Header names the gRPC protocol reserves: never user metadata, never forwarded as such.

@@ -34,23 +34,36 @@ public final class MethodDescriptor: Sendable, Hashable, CustomStringConvertible
     public let outputType: String
     /// The HTTP/2 `:path`: `/package.Service/Method`.
     public let path: String
+    /// Largest request message this method accepts (bytes of the protobuf encoding), from the
+    /// contracts' `(common.v1.max_request_bytes)` option; for our contracts an unset option means
+    /// `defaultMaxRequestBytes`. nil (methods of protos without our options: health, reflection,
+    /// the interop test service): only the server's own limit applies. A server refuses a larger
+    /// message from its length prefix: the limit is `min(server limit, this)`.
+    public let maxRequestBytes: Int?
 
-    public init(service: String, method: String, kind: CallKind, visibility: MethodVisibility = .internal,
-                inputType: String = "", outputType: String = "") {
+    /// What `(common.v1.max_request_bytes)` means when a method of our contracts does not set it.
+    public static let defaultMaxRequestBytes = 64 * 1024
+
+    public init(
+        service: String, method: String, kind: CallKind, visibility: MethodVisibility = .internal,
+        inputType: String = "", outputType: String = "", maxRequestBytes: Int? = nil
+    ) {
         self.service = service
         self.method = method
         self.kind = kind
         self.visibility = visibility
         self.inputType = inputType
         self.outputType = outputType
+        self.maxRequestBytes = maxRequestBytes
         self.path = "/\(service)/\(method)"
     }
 
     public var description: String { path }
 
     public static func == (a: MethodDescriptor, b: MethodDescriptor) -> Bool {
-        a === b || (a.path == b.path && a.kind == b.kind && a.visibility == b.visibility
-                    && a.inputType == b.inputType && a.outputType == b.outputType)
+        a === b
+            || (a.path == b.path && a.kind == b.kind && a.visibility == b.visibility
+                && a.inputType == b.inputType && a.outputType == b.outputType && a.maxRequestBytes == b.maxRequestBytes)
     }
 
     public func hash(into h: inout Hasher) { h.combine(path) }

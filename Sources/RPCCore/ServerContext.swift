@@ -27,9 +27,11 @@ public final class ServerContext: Sendable {
     }
     private let state: Mutex<State>
 
-    public init(method: MethodDescriptor, requestMetadata: Metadata, deadline: ContinuousClock.Instant?,
-                peer: String, peerHost: String? = nil, authority: String = "", requestCompressed: Bool = false,
-                compressResponses: Bool = false) {
+    public init(
+        method: MethodDescriptor, requestMetadata: Metadata, deadline: ContinuousClock.Instant?,
+        peer: String, peerHost: String? = nil, authority: String = "", requestCompressed: Bool = false,
+        compressResponses: Bool = false
+    ) {
         self.method = method
         self.requestMetadata = requestMetadata
         self.deadline = deadline

@@ -71,8 +71,10 @@ public struct RPCError: Error, Sendable, Hashable, CustomStringConvertible {
     /// Not part of equality: two errors with the same status are the same answer.
     public var cause: (any Error & Sendable)?
 
-    public init(_ code: StatusCode, _ message: String, trailers: Metadata = Metadata(), details: [UInt8]? = nil,
-                cause: (any Error & Sendable)? = nil) {
+    public init(
+        _ code: StatusCode, _ message: String, trailers: Metadata = Metadata(), details: [UInt8]? = nil,
+        cause: (any Error & Sendable)? = nil
+    ) {
         self.code = code
         self.message = message
         self.trailers = trailers

@@ -15,8 +15,10 @@ public struct ProtoDescriptorSet: Sendable {
     /// Fully qualified names of the services the module generated code for, sorted.
     public var services: [String]
 
-    public init(files: [String: [UInt8]] = [:], dependencies: [String: [String]] = [:],
-                symbols: [String: String] = [:], services: [String] = []) {
+    public init(
+        files: [String: [UInt8]] = [:], dependencies: [String: [String]] = [:],
+        symbols: [String: String] = [:], services: [String] = []
+    ) {
         self.files = files
         self.dependencies = dependencies
         self.symbols = symbols

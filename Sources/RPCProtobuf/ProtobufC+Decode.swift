@@ -67,7 +67,9 @@ extension ProtobufC {
 
     /// A repeated message field.
     @inlinable
-    public static func messages<M: ProtobufCConvertible, C>(_ p: UnsafeMutablePointer<UnsafeMutablePointer<C>?>?, _ count: Int, as type: M.Type) throws -> [M] {
+    public static func messages<M: ProtobufCConvertible, C>(
+        _ p: UnsafeMutablePointer<UnsafeMutablePointer<C>?>?, _ count: Int, as type: M.Type
+    ) throws -> [M] {
         try array(p, count) { entry in
             guard let entry else { return M() }
             return try M(_protobufC: UnsafeRawPointer(entry))

@@ -14,7 +14,9 @@ enum WireDepth {
 
     /// Returns false only when nesting exceeds `limit`. Malformed input returns true: protobuf-c
     /// rejects it properly afterwards.
-    private static func scan(_ p: UnsafePointer<UInt8>, _ count: Int, _ descriptor: UnsafePointer<ProtobufCMessageDescriptor>, depth: Int, limit: Int) -> Bool {
+    private static func scan(
+        _ p: UnsafePointer<UInt8>, _ count: Int, _ descriptor: UnsafePointer<ProtobufCMessageDescriptor>, depth: Int, limit: Int
+    ) -> Bool {
         if depth > limit { return false }
         var i = 0
         func varint() -> UInt64? {
@@ -40,9 +42,10 @@ enum WireDepth {
                 guard let length = varint(), length <= UInt64(count - i) else { return true }
                 let len = Int(length)
                 if fieldNumber <= UInt64(UInt32.max),
-                   let field = protobuf_c_message_descriptor_get_field(descriptor, UInt32(fieldNumber)),
-                   field.pointee.type == PROTOBUF_C_TYPE_MESSAGE,
-                   let sub = field.pointee.descriptor {
+                    let field = protobuf_c_message_descriptor_get_field(descriptor, UInt32(fieldNumber)),
+                    field.pointee.type == PROTOBUF_C_TYPE_MESSAGE,
+                    let sub = field.pointee.descriptor
+                {
                     let subDescriptor = sub.assumingMemoryBound(to: ProtobufCMessageDescriptor.self)
                     if !scan(p + i, len, subDescriptor, depth: depth + 1, limit: limit) { return false }
                 }

@@ -48,8 +48,10 @@ public final class HealthService: Grpc_Health_V1_HealthService, Sendable {
         return response
     }
 
-    public func watch(request: Grpc_Health_V1_HealthCheckRequest, responses: ResponseWriter<Grpc_Health_V1_HealthCheckResponse>,
-                      context: ServerContext) async throws {
+    public func watch(
+        request: Grpc_Health_V1_HealthCheckRequest, responses: ResponseWriter<Grpc_Health_V1_HealthCheckResponse>,
+        context: ServerContext
+    ) async throws {
         let (stream, continuation) = AsyncStream<Status>.makeStream(bufferingPolicy: .bufferingNewest(1))
         let (id, current) = state.withLock { s -> (Int, Status) in
             let id = s.nextID

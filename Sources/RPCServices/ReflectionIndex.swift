@@ -48,7 +48,8 @@ public struct ReflectionIndex: Sendable {
 
     public func fileContainingExtension(type: String, number: Int32) -> Answer {
         if type == "google.protobuf.MethodOptions" && number == 50001, let file = descriptors.symbols["common.v1.access"],
-           let files = withDependencies(file) {
+            let files = withDependencies(file)
+        {
             return .files(files)
         }
         return .error(code: 5, message: "extension \(number) of '\(type)' not found")

@@ -108,10 +108,12 @@ public enum AccessToken {
         return try result.get()
     }
 
-    private static func verifySignature(utf8: UnsafeBufferPointer<UInt8>, keys: [String: Ed25519PublicKey]) throws(AccessTokenError) -> AccessTokenClaims {
+    private static func verifySignature(
+        utf8: UnsafeBufferPointer<UInt8>, keys: [String: Ed25519PublicKey]
+    ) throws(AccessTokenError) -> AccessTokenClaims {
         guard let firstDot = utf8.firstIndex(of: UInt8(ascii: ".")),
-              let secondDot = utf8[(firstDot + 1)...].firstIndex(of: UInt8(ascii: ".")),
-              !utf8[(secondDot + 1)...].contains(UInt8(ascii: "."))
+            let secondDot = utf8[(firstDot + 1)...].firstIndex(of: UInt8(ascii: ".")),
+            !utf8[(secondDot + 1)...].contains(UInt8(ascii: "."))
         else { throw .malformed("expected three segments separated by '.'") }
         let headerPart = UnsafeBufferPointer(rebasing: utf8[0..<firstDot])
         let payloadPart = UnsafeBufferPointer(rebasing: utf8[(firstDot + 1)..<secondDot])

@@ -138,7 +138,8 @@ public final class Ed25519KeyPair: Sendable {
     public var rawPrivateKey: [UInt8] {
         var raw = [UInt8](repeating: 0, count: 32)
         var length = 32
-        precondition(EVP_PKEY_get_raw_private_key(key.pointer, &raw, &length) == 1 && length == 32, "\(openSSLErrors("EVP_PKEY_get_raw_private_key"))")
+        precondition(
+            EVP_PKEY_get_raw_private_key(key.pointer, &raw, &length) == 1 && length == 32, "\(openSSLErrors("EVP_PKEY_get_raw_private_key"))")
         return raw
     }
 
@@ -203,8 +204,9 @@ public final class Ed25519KeyPair: Sendable {
             throw SecurityError.io("cannot write \(path): \(reason)")
         }
         // The rename itself is durable only once the directory is synced.
-        let directory = open((path as NSString).deletingLastPathComponent.isEmpty ? "." : (path as NSString).deletingLastPathComponent,
-                             O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        let directory = open(
+            (path as NSString).deletingLastPathComponent.isEmpty ? "." : (path as NSString).deletingLastPathComponent,
+            O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         if directory >= 0 {
             fsync(directory)
             close(directory)

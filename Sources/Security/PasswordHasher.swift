@@ -42,7 +42,9 @@ public struct PasswordHasher: Sendable {
         /// What `verify` accepts from a stored string: bounded so a tampered or corrupt database row
         /// cannot make one login allocate gigabytes or run for minutes.
         func validate() throws {
-            guard n >= 2, n & (n - 1) == 0, n <= 1 << 20 else { throw SecurityError.invalidParameters("scrypt N must be a power of two in 2...2^20, got \(n)") }
+            guard n >= 2, n & (n - 1) == 0, n <= 1 << 20 else {
+                throw SecurityError.invalidParameters("scrypt N must be a power of two in 2...2^20, got \(n)")
+            }
             guard (1...32).contains(r) else { throw SecurityError.invalidParameters("scrypt r must be in 1...32, got \(r)") }
             guard (1...16).contains(p) else { throw SecurityError.invalidParameters("scrypt p must be in 1...16, got \(p)") }
             guard 128 * UInt64(r) * n <= 256 << 20 else { throw SecurityError.invalidParameters("scrypt memory 128·r·N exceeds 256 MiB") }
@@ -71,7 +73,8 @@ public struct PasswordHasher: Sendable {
     /// A new encoded hash of `password` with a fresh random salt. Blocks for the scrypt time.
     public func hash(_ password: String) throws -> String {
         let salt = SecureRandom.bytes(parameters.saltLength)
-        let key = try Self.scrypt(password: Self.normalized(password), salt: salt, n: parameters.n, r: parameters.r, p: parameters.p, length: parameters.keyLength)
+        let key = try Self.scrypt(
+            password: Self.normalized(password), salt: salt, n: parameters.n, r: parameters.r, p: parameters.p, length: parameters.keyLength)
         return Self.encode(parameters, salt: salt, key: key)
     }
 
@@ -79,10 +82,12 @@ public struct PasswordHasher: Sendable {
     /// never a crash. The comparison is constant-time. Blocks for the scrypt time.
     public func verify(_ password: String, against encoded: String) -> Bool {
         guard let stored = Self.decode(encoded), (try? stored.parameters.validate()) != nil else { return false }
-        guard let key = try? Self.scrypt(
-            password: Self.normalized(password), salt: stored.salt,
-            n: stored.parameters.n, r: stored.parameters.r, p: stored.parameters.p, length: stored.key.count
-        ) else { return false }
+        guard
+            let key = try? Self.scrypt(
+                password: Self.normalized(password), salt: stored.salt,
+                n: stored.parameters.n, r: stored.parameters.r, p: stored.parameters.p, length: stored.key.count
+            )
+        else { return false }
         return ConstantTime.equals(key, stored.key)
     }
 
@@ -96,7 +101,9 @@ public struct PasswordHasher: Sendable {
     /// Spends the time of a `verify` without a stored hash: for a login with an unknown user, so
     /// response time does not reveal which usernames exist.
     public func simulateVerify(_ password: String) {
-        _ = try? Self.scrypt(password: Self.normalized(password), salt: [UInt8](repeating: 0, count: parameters.saltLength), n: parameters.n, r: parameters.r, p: parameters.p, length: parameters.keyLength)
+        _ = try? Self.scrypt(
+            password: Self.normalized(password), salt: [UInt8](repeating: 0, count: parameters.saltLength), n: parameters.n, r: parameters.r,
+            p: parameters.p, length: parameters.keyLength)
     }
 
     // MARK: Off the caller's thread
@@ -180,8 +187,8 @@ public struct PasswordHasher: Sendable {
     static func decode(_ encoded: String) -> (parameters: Parameters, salt: [UInt8], key: [UInt8])? {
         let parts = encoded.split(separator: "$", omittingEmptySubsequences: false)
         guard parts.count == 6, parts[0] == "scrypt",
-              let n = UInt64(parts[1]), let r = UInt32(parts[2]), let p = UInt32(parts[3]),
-              let salt = Base64URL.decode(parts[4]), let key = Base64URL.decode(parts[5])
+            let n = UInt64(parts[1]), let r = UInt32(parts[2]), let p = UInt32(parts[3]),
+            let salt = Base64URL.decode(parts[4]), let key = Base64URL.decode(parts[5])
         else { return nil }
         return (Parameters(n: n, r: r, p: p, keyLength: key.count, saltLength: salt.count), salt, key)
     }

@@ -1,8 +1,8 @@
 import Logging
-import Synchronization
 import RPCCore
 import RPCServices
 import Security
+import Synchronization
 
 /// The policy every service (and the gateway) applies before a handler runs, from the method's
 /// access marking in the contracts:
@@ -41,8 +41,10 @@ public final class AuthInterceptor: ServerInterceptor {
     /// - Parameters:
     ///   - serviceToken: the credential that opens internal methods ("" → none does).
     ///   - gatewayToken: the gateway's credential ("" → no call is taken as relayed).
-    public init(keys: any SigningKeySource, serviceToken: String, gatewayToken: String = "",
-                keyRefreshInterval: Duration = AuthInterceptor.defaultKeyRefreshInterval) {
+    public init(
+        keys: any SigningKeySource, serviceToken: String, gatewayToken: String = "",
+        keyRefreshInterval: Duration = AuthInterceptor.defaultKeyRefreshInterval
+    ) {
         self.keys = keys
         self.serviceToken = Array(serviceToken.utf8)
         self.gatewayToken = Array(gatewayToken.utf8)
@@ -77,6 +79,13 @@ public final class AuthInterceptor: ServerInterceptor {
             }
             try await attachIdentity(token, context)
         }
+    }
+
+    /// At the request headers, before any body is read: a call that carries no credential at all
+    /// where its method needs one is refused now (an anonymous client cannot make the process
+    /// buffer a large request that `intercept` would refuse afterwards). Verifies nothing.
+    public func rejectAtHeaders(_ method: MethodDescriptor, _ metadata: Metadata) -> RPCError? {
+        CredentialCheck.missingCredential(method, metadata, open: Self.open, serviceCredential: !serviceToken.isEmpty)
     }
 
     static func bearer(_ context: ServerContext) -> String? { bearer(context.requestMetadata) }

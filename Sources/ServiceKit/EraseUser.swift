@@ -8,8 +8,10 @@ public enum EraseUser {
     /// Validates `eventID` and `userID` (INVALID_ARGUMENT naming them), then runs `erase(tx, userID)`
     /// in one write transaction the first time `eventID` is seen (needs `Migration.inbox`).
     /// Returns true when it was a redelivery (nothing done).
-    public static func receive(eventID: String, userID: String, store: ServiceStore,
-                               _ erase: @escaping @Sendable (Transaction, String) throws -> Void) async throws -> Bool {
+    public static func receive(
+        eventID: String, userID: String, store: ServiceStore,
+        _ erase: @escaping @Sendable (Transaction, String) throws -> Void
+    ) async throws -> Bool {
         var errors = FieldErrors()
         FieldRules.eventID(eventID, into: &errors)
         let user = FieldRules.id(userID, field: "user_id", into: &errors)

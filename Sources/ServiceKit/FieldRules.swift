@@ -36,15 +36,20 @@ public enum FieldRules {
     /// A trimmed text field of `range` scalars (an empty range start of 0 makes it optional);
     /// `multiline` allows line breaks and tabs.
     @discardableResult
-    public static func text(_ raw: String, field: String, _ range: ClosedRange<Int>, multiline: Bool = false,
-                            into errors: inout FieldErrors) -> String {
+    public static func text(
+        _ raw: String, field: String, _ range: ClosedRange<Int>, multiline: Bool = false,
+        into errors: inout FieldErrors
+    ) -> String {
         let v = trimmed(raw)
         let n = length(v)
         if n == 0 && range.lowerBound > 0 {
             errors.add(field, "required")
         } else if !range.contains(n) {
-            errors.add(field, range.lowerBound <= 1 ? "must be at most \(range.upperBound) characters"
-                                                     : "must be \(range.lowerBound) to \(range.upperBound) characters")
+            errors.add(
+                field,
+                range.lowerBound <= 1
+                    ? "must be at most \(range.upperBound) characters"
+                    : "must be \(range.lowerBound) to \(range.upperBound) characters")
         } else if multiline ? hasControlCharactersExceptLineBreaks(v) : hasControlCharacters(v) {
             errors.add(field, "must not contain control characters")
         }
@@ -65,8 +70,10 @@ public enum FieldRules {
 
     /// A list of ids: at least `minimum`, at most `maximum`, each an id; exact duplicates removed
     /// (request order kept).
-    public static func ids(_ raw: [String], field: String, minimum: Int = 1, maximum: Int = 200,
-                           into errors: inout FieldErrors) -> [String] {
+    public static func ids(
+        _ raw: [String], field: String, minimum: Int = 1, maximum: Int = 200,
+        into errors: inout FieldErrors
+    ) -> [String] {
         if raw.count < minimum { errors.add(field, minimum == 1 ? "at least one is required" : "at least \(minimum) are required") }
         if raw.count > maximum { errors.add(field, "at most \(maximum) are allowed") }
         var seen = Set<String>()
@@ -79,8 +86,10 @@ public enum FieldRules {
     }
 
     /// Page size rule of every list: negative rejected, 0 = `defaultSize`, clamped to 100.
-    public static func pageSize(_ requested: Int32, field: String = "page_size", defaultSize: Int = 20,
-                                into errors: inout FieldErrors) -> Int {
+    public static func pageSize(
+        _ requested: Int32, field: String = "page_size", defaultSize: Int = 20,
+        into errors: inout FieldErrors
+    ) -> Int {
         if requested < 0 {
             errors.add(field, "must not be negative")
             return defaultSize
@@ -91,8 +100,10 @@ public enum FieldRules {
     /// `idempotency_key`: 1..64 printable ASCII characters, chosen by the client per logical
     /// operation (Proto/README.md, "Idempotency"). Not trimmed: the client's bytes are the key.
     @discardableResult
-    public static func idempotencyKey(_ v: String, field: String = "idempotency_key", required: Bool = true,
-                                      into errors: inout FieldErrors) -> String {
+    public static func idempotencyKey(
+        _ v: String, field: String = "idempotency_key", required: Bool = true,
+        into errors: inout FieldErrors
+    ) -> String {
         if v.isEmpty {
             if required { errors.add(field, "required (1 to 64 printable ASCII characters, one per logical operation)") }
         } else if v.utf8.count > 64 || !v.utf8.allSatisfy({ (0x21...0x7E).contains($0) }) {

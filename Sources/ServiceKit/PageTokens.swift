@@ -29,7 +29,7 @@ public struct PageTokens: Sendable {
     public func open(_ token: String, filters: String, parts: Int) -> [String]? {
         let pieces = token.split(separator: ".", omittingEmptySubsequences: false)
         guard pieces.count == 2, let body = Base64URL.decode(pieces[0]), let tag = Base64URL.decode(pieces[1]),
-              ConstantTime.equals(tag, mac(body, filters))
+            ConstantTime.equals(tag, mac(body, filters))
         else { return nil }
         let cursor = String(decoding: body, as: UTF8.self).split(separator: "\u{0}", omittingEmptySubsequences: false).map(String.init)
         return cursor.count == parts ? cursor : nil
@@ -58,7 +58,9 @@ public enum Secrets {
     public static func getOrCreate(_ database: Database, name: String) throws -> [UInt8] {
         if let existing = try database.readSync({ c in
             try c.queryOne("SELECT value FROM secrets WHERE name = ?", name)?.get(0, as: [UInt8].self)
-        }) { return existing }
+        }) {
+            return existing
+        }
         return try database.writeSync { tx in
             try tx.execute("INSERT OR IGNORE INTO secrets (name, value) VALUES (?, ?)", name, SecureRandom.bytes(32))
             return try tx.queryOne("SELECT value FROM secrets WHERE name = ?", name)!.get(0, as: [UInt8].self)

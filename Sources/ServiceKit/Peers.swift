@@ -39,7 +39,9 @@ public final class PeerClients: Sendable {
 
     /// Closes the connections this made (process shutdown).
     public func close() async {
-        let all = channels.withLock { c in defer { c = [] }; return c }
+        let all = channels.withLock { c in
+            defer { c = [] }; return c
+        }
         for channel in all { await channel.close() }
     }
 }
@@ -106,8 +108,9 @@ extension Transaction {
     /// (and only if it does), in order with the other events to that service. `eventID` must be
     /// unique; choose it deterministic where a retried request must not produce a second event.
     public func enqueueCall(_ method: MethodDescriptor, _ request: some ProtoMessage, eventID: String) throws {
-        try enqueueOutbox(eventID: eventID, destination: OutboxCall.destination(of: method), kind: method.path,
-                          payload: request.serializedBytes())
+        try enqueueOutbox(
+            eventID: eventID, destination: OutboxCall.destination(of: method), kind: method.path,
+            payload: request.serializedBytes())
     }
 
     /// Queues a call by path (a method of a service this one has no generated types for).
@@ -153,8 +156,9 @@ public struct OutboxSenders: Sendable {
         var s = OutboxSenders()
         s.fallback = { event in
             let (path, payload) = try routes[event.kind].map { try $0(event) } ?? (event.kind, event.payload)
-            try await Self.call(path: path, payload: payload, eventID: event.eventID, client: peers.client(event.destination),
-                                timeout: timeout)
+            try await Self.call(
+                path: path, payload: payload, eventID: event.eventID, client: peers.client(event.destination),
+                timeout: timeout)
         }
         return s
     }

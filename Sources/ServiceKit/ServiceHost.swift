@@ -37,47 +37,81 @@ public enum ServiceHost {
 
     /// Serves `services` until SIGTERM/SIGINT, with `background` jobs (each runs until cancelled)
     /// and the `outbox` delivered, then shuts down gracefully and returns.
-    public static func run(settings: ServiceSettings, services: [any RPCService], descriptors: ProtoDescriptorSet,
-                           keys: any SigningKeySource, logger: Logger,
-                           background: [@Sendable () async -> Void] = [],
-                           outbox: Outbox? = nil, peers: PeerClients? = nil,
-                           configure: (inout ServerConfiguration) -> Void = { _ in }) async throws {
+    public static func run(
+        settings: ServiceSettings, services: [any RPCService], descriptors: ProtoDescriptorSet,
+        keys: any SigningKeySource, logger: Logger,
+        background: [@Sendable () async -> Void] = [],
+        outbox: Outbox? = nil, peers: PeerClients? = nil,
+        configure: (inout ServerConfiguration) -> Void = { _ in }
+    ) async throws {
         var config = try serverConfiguration(settings: settings)
         config.interceptors = [AuthInterceptor(keys: keys, serviceToken: settings.serviceToken, gatewayToken: settings.gatewayToken)]
         configure(&config)
+        try applyServerSettings(settings, to: &config)
         let (health, all) = StandardServices.make(for: services, descriptors: descriptors)
         let server = RPCServer(configuration: config, services: all, logger: logger)
         let peers = peers ?? PeerClients(settings: settings)
 
         var jobs = background
         if let outbox {
-            let delivery = OutboxDelivery(database: outbox.database, retry: outbox.retry, logger: logger,
-                                          deliver: (outbox.senders ?? .rpc(peers: peers)).deliver)
+            let delivery = OutboxDelivery(
+                database: outbox.database, retry: outbox.retry, logger: logger,
+                deliver: (outbox.senders ?? .rpc(peers: peers)).deliver)
             jobs.append { await delivery.run() }
         }
         ShutdownSignals.install()  // SIGTERM ignored (kept for the group) before we say we listen
         // Reverse order on shutdown: the server drains first, then the jobs stop.
-        let group = ServiceGroup(configuration: ServiceGroupConfiguration(
-            services: jobs.map {
-                // A job ends only when cancelled: one that returns by itself is a bug, and the
-                // process shuts down gracefully rather than serve without it.
-                .init(service: BackgroundJob(job: $0), successTerminationBehavior: .gracefullyShutdownGroup,
-                      failureTerminationBehavior: .gracefullyShutdownGroup)
-            } + [.init(service: ServerService(server: server, health: health, settings: settings, logger: logger))],
-            gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        let group = ServiceGroup(
+            configuration: ServiceGroupConfiguration(
+                services: jobs.map {
+                    // A job ends only when cancelled: one that returns by itself is a bug, and the
+                    // process shuts down gracefully rather than serve without it.
+                    .init(
+                        service: BackgroundJob(job: $0), successTerminationBehavior: .gracefullyShutdownGroup,
+                        failureTerminationBehavior: .gracefullyShutdownGroup)
+                } + [.init(service: ServerService(server: server, health: health, settings: settings, logger: logger))],
+                gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         try await group.run()
         await peers.close()
         logger.info("stopped")
     }
 
-    /// The server settings every process shares: address, TLS, connection limits from the
-    /// environment (`docs/architecture.md`, "Settings").
+    /// The server settings every process shares: address and TLS.
     public static func serverConfiguration(settings: ServiceSettings) throws -> ServerConfiguration {
         var config = ServerConfiguration(host: settings.host, port: settings.port)
         if let cert = settings.tlsCert, let key = settings.tlsKey {
             config.tls = try TLSConfiguration.server(certificateChainPEMFile: cert, privateKeyPEMFile: key, alpn: ["h2"])
         }
         return config
+    }
+
+    /// The transport's limits and connection management from the environment, each
+    /// `<SERVICE>_<NAME>` for one process or `SERVER_<NAME>` for every process (docs/architecture.md,
+    /// "Server settings"); unset ones keep the transport's (or the service's) defaults. Durations
+    /// are milliseconds; 0 turns an optional timer off.
+    public static func applyServerSettings(_ settings: ServiceSettings, to config: inout ServerConfiguration) throws {
+        let s = settings.settings, name = settings.name
+        func int(_ key: String, _ range: ClosedRange<Int>) throws -> Int? {
+            try s.int("\(name).\(key)", range: range) ?? s.int("server.\(key)", range: range)
+        }
+        func optionalTimer(_ key: String) throws -> Duration?? {
+            guard let ms = try int(key, 0...Int(Int32.max)) else { return nil }
+            return .some(ms == 0 ? nil : .milliseconds(ms))
+        }
+        if let n = try int("max.connections", 1...10_000_000) { config.maxConnections = n }
+        if let n = try int("max.concurrent.streams", 1...100_000) { config.maxConcurrentStreams = n }
+        if let n = try int("max.request.bytes", 1024...(1 << 30)) { config.maxReceiveMessageSize = n }
+        if let n = try int("max.buffered.request.bytes.per.connection", 64 * 1024...(1 << 30)) { config.maxBufferedRequestBytesPerConnection = n }
+        if let n = try int("max.buffered.request.bytes", 64 * 1024...(1 << 32)) { config.maxBufferedRequestBytesPerProcess = n }
+        if let n = try int("initial.window.bytes", 16 * 1024...Int(Int32.max)) { config.initialWindowSize = n }
+        if let n = try int("threads", 1...256) { config.threads = n }
+        if let t = try optionalTimer("first.request.timeout.ms") { config.firstRequestTimeout = t }
+        if let t = try optionalTimer("keepalive.time.ms") { config.keepaliveTime = t }
+        if let n = try int("keepalive.timeout.ms", 1...Int(Int32.max)) { config.keepaliveTimeout = .milliseconds(n) }
+        if let t = try optionalTimer("max.connection.idle.ms") { config.maxConnectionIdle = t }
+        if let t = try optionalTimer("max.connection.age.ms") { config.maxConnectionAge = t }
+        if let n = try int("max.connection.age.grace.ms", 0...Int(Int32.max)) { config.maxConnectionAgeGrace = .milliseconds(n) }
+        if let t = try optionalTimer("http1.idle.timeout.ms") { config.http1IdleTimeout = t }
     }
 
     /// A client for another service of the cluster, carrying the service credential.

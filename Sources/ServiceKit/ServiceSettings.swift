@@ -13,8 +13,9 @@ public struct ServiceOptions: ParsableArguments {
     @Option(name: .customLong("tls-cert"), help: "PEM certificate chain: serve TLS (ALPN h2).") public var tlsCert: String?
     @Option(name: .customLong("tls-key"), help: "PEM private key for --tls-cert.") public var tlsKey: String?
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error (env LOG_LEVEL).") public var logLevel: String?
-    @Flag(name: .customLong("dev-credentials"),
-          help: "Development only (env ALLOW_DEV_CREDENTIALS=1): make missing credentials under $DATA_DIR and accept weak ones.")
+    @Flag(
+        name: .customLong("dev-credentials"),
+        help: "Development only (env ALLOW_DEV_CREDENTIALS=1): make missing credentials under $DATA_DIR and accept weak ones.")
     public var devCredentials = false
     public init() {}
 
@@ -56,14 +57,18 @@ public struct ServiceSettings: Sendable {
     let environment: [String: String]
 
     /// Default ports of the whole system (DESIGN.md).
-    public static let defaultPorts = ["gateway": 8080, "accounts": 9101, "tasks": 9102, "finance": 9103,
-                                      "social": 9104, "matchmaking": 9105]
+    public static let defaultPorts = [
+        "gateway": 8080, "accounts": 9101, "tasks": 9102, "finance": 9103,
+        "social": 9104, "matchmaking": 9105,
+    ]
 
     /// Reads the settings of process `name`. `credentials` says which the process needs: a
     /// service needs both (it presents the service credential and recognises the gateway's),
     /// the gateway only its own.
-    public init(name: String, options: ServiceOptions, environment: [String: String] = ProcessInfo.processInfo.environment,
-                credentials: Credentials.Needs = .service) throws {
+    public init(
+        name: String, options: ServiceOptions, environment: [String: String] = ProcessInfo.processInfo.environment,
+        credentials: Credentials.Needs = .service
+    ) throws {
         let settings = Settings(environment: environment, flags: options.flags(for: name))
         self.settings = settings
         self.name = name
@@ -99,11 +104,17 @@ public struct ServiceSettings: Sendable {
     }
 
     /// How this process connects to a peer: fail fast while it is down (a short connect timeout
-    /// and backoff), so a synchronous read of a peer answers its degraded form quickly.
+    /// and backoff), so a synchronous read of a peer answers its degraded form quickly; and
+    /// keepalive PINGs while calls are open (`PEER_KEEPALIVE_TIME_MS`, default 30 s; 0 = off;
+    /// `PEER_KEEPALIVE_TIMEOUT_MS`, default 10 s), so a peer that vanished without closing is
+    /// noticed and its calls fail over instead of hanging.
     public func peerChannelConfiguration(host: String, port: Int) -> ChannelConfiguration {
         var c = ChannelConfiguration(host: host, port: port)
         c.connectTimeout = .seconds(1)
         c.maxBackoff = .seconds(2)
+        let keepalive = ((try? settings.int("peer.keepalive.time.ms", range: 0...Int(Int32.max))) ?? nil) ?? 30_000
+        c.keepaliveTime = keepalive == 0 ? nil : .milliseconds(keepalive)
+        c.keepaliveTimeout = .milliseconds(((try? settings.int("peer.keepalive.timeout.ms", range: 1...Int(Int32.max))) ?? nil) ?? 10_000)
         return c
     }
 }
@@ -161,15 +172,17 @@ public struct Credentials: Sendable {
         }
         if let value {
             if let problem = Self.weakness(value), !development {
-                throw ValidationError("\(variable) \(problem): use at least \(Self.minimumLength) random characters "
-                                      + "(e.g. `openssl rand -base64 33`), or set ALLOW_DEV_CREDENTIALS=1 on a development machine")
+                throw ValidationError(
+                    "\(variable) \(problem): use at least \(Self.minimumLength) random characters "
+                        + "(e.g. `openssl rand -base64 33`), or set ALLOW_DEV_CREDENTIALS=1 on a development machine")
             }
             return value
         }
         guard development else {
-            throw ValidationError("\(variable) is not set (nor \(variable)_FILE): set it to at least \(Self.minimumLength) random "
-                                  + "characters shared by the cluster, or set ALLOW_DEV_CREDENTIALS=1 on a development machine "
-                                  + "to use one generated under $DATA_DIR")
+            throw ValidationError(
+                "\(variable) is not set (nor \(variable)_FILE): set it to at least \(Self.minimumLength) random "
+                    + "characters shared by the cluster, or set ALLOW_DEV_CREDENTIALS=1 on a development machine "
+                    + "to use one generated under $DATA_DIR")
         }
         return try Self.shared(root: root, fileName: kind.fileName)
     }

@@ -164,18 +164,20 @@ extension Transaction {
     ) throws -> (response: Response, replayed: Bool) {
         if let row = try queryOne("SELECT request_hash, response FROM idempotency_keys WHERE scope = ? AND key = ?", scope, key) {
             guard try row.get("request_hash", as: [UInt8].self) == fingerprint else {
-                throw FieldErrors.single(.failedPrecondition, field: field,
-                                         "was used for a different request: choose a new key for a new operation")
+                throw FieldErrors.single(
+                    .failedPrecondition, field: field,
+                    "was used for a different request: choose a new key for a new operation")
             }
             do {
                 return (try Response(serializedBytes: try row.get("response", as: [UInt8].self)), true)
             } catch {
-                throw RPCError(.internal, "internal error", cause: error as? any Error & Sendable ?? StorageError.misuse("\(error)"))
+                throw RPCError(.internal, "internal error", cause: error)
             }
         }
         let response = try make()
-        try execute("INSERT INTO idempotency_keys (scope, key, request_hash, response, created_at) VALUES (?, ?, ?, ?, ?)",
-                    scope, key, fingerprint, response.serializedBytes(), now)
+        try execute(
+            "INSERT INTO idempotency_keys (scope, key, request_hash, response, created_at) VALUES (?, ?, ?, ?, ?)",
+            scope, key, fingerprint, response.serializedBytes(), now)
         return (response, false)
     }
 }

@@ -19,7 +19,9 @@ public struct Settings: Sendable {
     ///   - flags: values of flags given on the command line, by key; they win over the environment.
     public init(environment: [String: String] = ProcessInfo.processInfo.environment, flags: [String: String] = [:]) {
         var values: [AbsoluteConfigKey: ConfigValue] = [:]
-        for (key, value) in flags { values[AbsoluteConfigKey(key.split(separator: ".").map(String.init))] = ConfigValue(.string(value), isSecret: false) }
+        for (key, value) in flags {
+            values[AbsoluteConfigKey(key.split(separator: ".").map(String.init))] = ConfigValue(.string(value), isSecret: false)
+        }
         reader = ConfigReader(providers: [
             InMemoryProvider(name: "flags", values: values),
             EnvironmentVariablesProvider(

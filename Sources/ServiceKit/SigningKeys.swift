@@ -61,8 +61,9 @@ public final class RemoteSigningKeys: SigningKeySource {
             // Tried a moment ago: keep the minimum interval while accounts is away.
             if let last = s.lastFetch, ContinuousClock.now - last < minRefreshInterval {
                 if !s.keys.isEmpty { return .cached(s.keys) }
-                return .fail("cannot fetch token keys from accounts: \(s.lastError ?? "no answer yet")"
-                             + " (tried less than \(minRefreshInterval) ago)")
+                return .fail(
+                    "cannot fetch token keys from accounts: \(s.lastError ?? "no answer yet")"
+                        + " (tried less than \(minRefreshInterval) ago)")
             }
             return .await(startFetch(&s), cached: s.keys)
         }

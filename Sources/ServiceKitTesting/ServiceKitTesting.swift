@@ -28,8 +28,9 @@ public final class TestTokens: Sendable {
     /// An access token for `user` (a fresh session id unless given), valid `expiresIn` seconds.
     public func token(user: String, session: String? = nil, expiresIn: Int64 = 900, guest: Bool = false) -> String {
         let now = AccessToken.currentTime()
-        let claims = AccessTokenClaims(userID: user, sessionID: session ?? "s-\(user)", expiresAt: now + expiresIn,
-                                       issuedAt: min(now, now + expiresIn - 1), keyID: keyID, kind: guest ? .guest : .user)
+        let claims = AccessTokenClaims(
+            userID: user, sessionID: session ?? "s-\(user)", expiresAt: now + expiresIn,
+            issuedAt: min(now, now + expiresIn - 1), keyID: keyID, kind: guest ? .guest : .user)
         return AccessToken.sign(claims, with: pair)
     }
 
@@ -49,12 +50,17 @@ public final class TestServer: Sendable {
 
     /// - Parameter keys: the token keys the policy verifies with (`TestTokens.source`, or a real
     ///   accounts' `signingKeySource`).
-    public init(services: [any RPCService], keys: any SigningKeySource, logger: Logger = Logger(label: "test-server"),
-                configure: (inout ServerConfiguration) -> Void = { _ in }) async throws {
+    public init(
+        services: [any RPCService], keys: any SigningKeySource, logger: Logger = Logger(label: "test-server"),
+        configure: (inout ServerConfiguration) -> Void = { _ in }
+    ) async throws {
         var config = ServerConfiguration(host: "127.0.0.1", port: 0)
         config.threads = 1
-        config.interceptors = [AuthInterceptor(keys: keys, serviceToken: TestCredentials.serviceToken,
-                                               gatewayToken: TestCredentials.gatewayToken)]
+        config.interceptors = [
+            AuthInterceptor(
+                keys: keys, serviceToken: TestCredentials.serviceToken,
+                gatewayToken: TestCredentials.gatewayToken)
+        ]
         configure(&config)
         let (_, all) = StandardServices.make(for: services, descriptors: ContractsDescriptors.descriptorSet)
         server = RPCServer(configuration: config, services: all, logger: logger)
@@ -131,9 +137,11 @@ extension RPCError {
 /// Runs `body`, expects it to fail with `code` (and, when given, exactly the BadRequest `fields`),
 /// and returns what the failure said.
 @discardableResult
-public func expectFailure<T>(_ code: StatusCode, fields: [String]? = nil, _ comment: Comment? = nil,
-                             sourceLocation: SourceLocation = #_sourceLocation,
-                             _ body: () async throws -> T) async -> CallFailure? {
+public func expectFailure<T>(
+    _ code: StatusCode, fields: [String]? = nil, _ comment: Comment? = nil,
+    sourceLocation: SourceLocation = #_sourceLocation,
+    _ body: () async throws -> T
+) async -> CallFailure? {
     do {
         _ = try await body()
         Issue.record("expected \(code.name), the call succeeded. \(comment?.description ?? "")", sourceLocation: sourceLocation)

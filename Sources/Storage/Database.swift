@@ -43,8 +43,10 @@ public final class Database: Sendable {
         /// without bound. A few thousand is tens of milliseconds of work at this store's speed.
         public var maxQueuedJobs: Int
 
-        public init(synchronous: Synchronous = .full, busyTimeout: Duration = .seconds(5), readerCount: Int = 3,
-                    maxQueuedJobs: Int = 2048) {
+        public init(
+            synchronous: Synchronous = .full, busyTimeout: Duration = .seconds(5), readerCount: Int = 3,
+            maxQueuedJobs: Int = 2048
+        ) {
             self.synchronous = synchronous
             self.busyTimeout = busyTimeout
             self.readerCount = readerCount
@@ -68,8 +70,9 @@ public final class Database: Sendable {
         self.logger = logger
         self.lock = lock
         let name = URL(fileURLWithPath: path).deletingPathExtension().lastPathComponent
-        self.writer = ConnectionWorkers(name: "db-\(name)-writer", connections: [writer], groupCommit: options.synchronous == .full,
-                                        maxQueued: options.maxQueuedJobs)
+        self.writer = ConnectionWorkers(
+            name: "db-\(name)-writer", connections: [writer], groupCommit: options.synchronous == .full,
+            maxQueued: options.maxQueuedJobs)
         self.readers = ConnectionWorkers(name: "db-\(name)-reader", connections: readers, maxQueued: options.maxQueuedJobs)
     }
 

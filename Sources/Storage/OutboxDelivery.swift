@@ -215,8 +215,9 @@ public final class OutboxDelivery: Sendable {
                     try tx.execute("UPDATE outbox SET delivered_at = ?, attempts = attempts + 1, last_error = NULL WHERE id = ?", now, id)
                 }
                 if let (id, attempts, next, message) = failed {
-                    try tx.execute("UPDATE outbox SET attempts = ?, next_attempt_at = ?, last_error = ? WHERE id = ?",
-                                   attempts, next, message, id)
+                    try tx.execute(
+                        "UPDATE outbox SET attempts = ?, next_attempt_at = ?, last_error = ? WHERE id = ?",
+                        attempts, next, message, id)
                 }
             }
         } catch {
@@ -250,7 +251,11 @@ final class WakeSignal: Sendable {
 
     /// Returns when signalled (or a signal is pending), after `timeout`, or when cancelled.
     func wait(upTo timeout: Duration) async {
-        if state.withLock({ s in defer { s.pending = false }; return s.pending }) { return }
+        if state.withLock({ s in
+            defer { s.pending = false }; return s.pending
+        }) {
+            return
+        }
         await withTaskGroup(of: Void.self) { group in
             group.addTask { try? await Task.sleep(for: timeout) }
             group.addTask { await self.waitForSignal() }

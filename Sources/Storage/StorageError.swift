@@ -44,16 +44,21 @@ public enum StorageError: Error, Sendable, Hashable, CustomStringConvertible {
     public var description: String {
         switch self {
         case .cannotOpen(let path, let reason):
-            return "cannot open database \(path): \(reason). Check that the data directory exists, is writable by this user, and that the path is a file."
+            return
+                "cannot open database \(path): \(reason). Check that the data directory exists, is writable by this user, and that the path is a file."
         case .notADatabase(let path):
-            return "\(path) is not an SQLite database (garbage, encrypted or truncated). Move it aside and restore the latest backup, or point --data-dir at the right directory."
+            return
+                "\(path) is not an SQLite database (garbage, encrypted or truncated). Move it aside and restore the latest backup, or point --data-dir at the right directory."
         case .locked(let path, let holder):
             let who = holder.map { "process \($0)" } ?? "another process"
-            return "database \(path) is in use by \(who) (its lock file \(path).lock is held). Stop the other instance, or give this one its own --data-dir."
+            return
+                "database \(path) is in use by \(who) (its lock file \(path).lock is held). Stop the other instance, or give this one its own --data-dir."
         case .newerSchema(let path, let unknown):
-            return "database \(path) was migrated by a newer version of this service (unknown migrations: \(unknown.joined(separator: ", "))). Refusing to start so the data is not damaged: run the newer version, or restore a backup taken before the upgrade."
+            return
+                "database \(path) was migrated by a newer version of this service (unknown migrations: \(unknown.joined(separator: ", "))). Refusing to start so the data is not damaged: run the newer version, or restore a backup taken before the upgrade."
         case .migrationFailed(let name, let reason):
-            return "migration \(name) failed and was rolled back: \(reason). Fix the migration or the data; the service cannot start on a half-migrated schema."
+            return
+                "migration \(name) failed and was rolled back: \(reason). Fix the migration or the data; the service cannot start on a half-migrated schema."
         case .uniqueViolation(let columns, let index):
             if let index { return "unique constraint failed: index \(index)" }
             return "unique constraint failed: \(columns.joined(separator: ", "))"
@@ -64,7 +69,8 @@ public enum StorageError: Error, Sendable, Hashable, CustomStringConvertible {
         case .diskFull(let path):
             return "disk full while writing \(path): free space on its volume; writes fail until then, reads still work."
         case .corrupt(let path, let message):
-            return "database \(path) is corrupt (\(message)). Stop the service, run `sqlite3 \(path) 'PRAGMA integrity_check'`, and restore the latest backup."
+            return
+                "database \(path) is corrupt (\(message)). Stop the service, run `sqlite3 \(path) 'PRAGMA integrity_check'`, and restore the latest backup."
         case .typeMismatch(let column, let expected, let actual):
             return "column \(column) holds \(actual), not \(expected)"
         case .noSuchColumn(let name):

@@ -15,7 +15,9 @@ struct AccountsServiceCommand: AsyncParsableCommand {
         abstract: "The accounts service: sign-up, log-in, sessions, profiles, avatars (gRPC).")
 
     @OptionGroup var options: ServiceOptions
-    @Flag(name: .customLong("rotate-signing-key"), help: "Replace the token signing key at startup (the old one keeps verifying until its tokens expire).")
+    @Flag(
+        name: .customLong("rotate-signing-key"),
+        help: "Replace the token signing key at startup (the old one keeps verifying until its tokens expire).")
     var rotateSigningKey = false
 
     func run() async throws {
@@ -34,7 +36,6 @@ struct AccountsServiceCommand: AsyncParsableCommand {
             outbox: .init(database: core.database, senders: core.outboxSenders(peers: peers)), peers: peers
         ) { server in
             server.maxReceiveMessageSize = configuration.maxRequestBytes
-            server.initialWindowSize = configuration.streamWindowBytes
         }
     }
 }

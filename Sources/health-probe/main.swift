@@ -8,8 +8,9 @@ import RPCTransport
 /// Check over real gRPC (TLS when given the certificate to trust); exit 0 when SERVING. Used by scripts/run to wait for processes and by compose health checks.
 @main
 struct HealthProbe: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "health-probe",
-                                                    abstract: "Exit 0 if a gRPC server reports SERVING.")
+    static let configuration = CommandConfiguration(
+        commandName: "health-probe",
+        abstract: "Exit 0 if a gRPC server reports SERVING.")
     @Option(help: "host:port of the server.") var addr: String
     @Option(help: "Service name to check (empty: the whole server).") var service = ""
     @Option(help: "Seconds to wait for the answer.") var timeout = 2.0

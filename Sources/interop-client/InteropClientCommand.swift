@@ -31,8 +31,10 @@ struct InteropClientCommand: AsyncParsableCommand {
     var caFile: String?
     @Option(name: .customLong("server_host_override"), help: "Name checked against the server certificate, sent as SNI and :authority.")
     var serverHostOverride: String?
-    @Flag(name: .customLong("no_compression_probe"),
-          help: "Skip the INVALID_ARGUMENT feature probe of client_compressed_* (for servers that cannot see a message's compressed flag, like grpcio).")
+    @Flag(
+        name: .customLong("no_compression_probe"),
+        help: "Skip the INVALID_ARGUMENT feature probe of client_compressed_* (for servers that cannot see a message's compressed flag, like grpcio)."
+    )
     var noCompressionProbe = false
     @Option(help: "Seconds to wait for the server to answer before the first case.")
     var wait: Double = 10
@@ -99,7 +101,9 @@ struct InteropClientCommand: AsyncParsableCommand {
             print("FAIL connect: no answer from \(host):\(port) within \(wait) s: \(problem)")
             failed = cases.count
         } else {
-            let results = await client.run(cases) { print($0.line); flushOutput() }
+            let results = await client.run(cases) {
+                print($0.line); flushOutput()
+            }
             passed = results.filter(\.passed).count
             failed = results.count - passed
         }

@@ -10,8 +10,9 @@ import RPCTransport
 /// for gRPC's interop tests and for the benchmark.
 @main
 struct InteropServer: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "interop-server",
-                                                    abstract: "gRPC interop test server (grpc.testing.TestService).")
+    static let configuration = CommandConfiguration(
+        commandName: "interop-server",
+        abstract: "gRPC interop test server (grpc.testing.TestService).")
     @Option(help: "Address to bind.") var host = "127.0.0.1"
     @Option(help: "Port to listen on (0 picks a free one).") var port = 50051
     @Option(help: "Event-loop threads (default: one per core).") var threads: Int?

@@ -123,7 +123,9 @@ struct FileEmitter {
                 for f in o.fields {
                     p.doc(comment(f.path))
                     p.block("public var \(SwiftNames.escaped(f.swiftName)): \(f.swiftType) {") { p in
-                        p.line("get { if case .\(SwiftNames.escaped(f.swiftName))(let v)? = \(SwiftNames.escaped(o.swiftName)) { return v }; return \(f.swiftDefault) }")
+                        p.line(
+                            "get { if case .\(SwiftNames.escaped(f.swiftName))(let v)? = \(SwiftNames.escaped(o.swiftName)) { return v }; return \(f.swiftDefault) }"
+                        )
                         p.line("set { \(SwiftNames.escaped(o.swiftName)) = .\(SwiftNames.escaped(f.swiftName))(newValue) }")
                     }
                 }
@@ -245,7 +247,9 @@ struct FileEmitter {
     func emitDecodeOneof(_ o: OneofModel, _ p: inout Printer) {
         p.switchBlock("switch c.pointee.\(o.cCaseName).rawValue {") { p in
             for f in o.fields {
-                p.line("case \(f.number): self.\(SwiftNames.escaped(o.swiftName)) = .\(SwiftNames.escaped(f.swiftName))(\(f.decodeValue("c.pointee.\(f.cName)")))")
+                p.line(
+                    "case \(f.number): self.\(SwiftNames.escaped(o.swiftName)) = .\(SwiftNames.escaped(f.swiftName))(\(f.decodeValue("c.pointee.\(f.cName)")))"
+                )
             }
             p.line("default: break")
         }

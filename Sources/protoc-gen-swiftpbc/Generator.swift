@@ -63,7 +63,8 @@ struct Generator {
         for file in model.files {
             let prefix = SwiftNames.packagePrefix(file.package)
             for m in file.messages {
-                m.swiftName = prefix + (prefix.isEmpty ? SwiftNames.nestedTypeName(m.name, suffix: "Message") : SwiftNames.upperCamelKeepingCase(m.name))
+                m.swiftName =
+                    prefix + (prefix.isEmpty ? SwiftNames.nestedTypeName(m.name, suffix: "Message") : SwiftNames.upperCamelKeepingCase(m.name))
                 nameNested(m)
             }
             for e in file.enums {

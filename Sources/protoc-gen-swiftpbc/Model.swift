@@ -7,7 +7,7 @@ import ContractsC
 /// `google.protobuf.FieldDescriptorProto.Type` numbers.
 enum ProtoType: Int {
     case double = 1, float, int64, uint64, int32, fixed64, fixed32, bool, string, group, message, bytes,
-         uint32, `enum`, sfixed32, sfixed64, sint32, sint64
+        uint32, `enum`, sfixed32, sfixed64, sint32, sint64
 }
 
 enum ProtoLabel: Int { case optional = 1, required, repeated }
@@ -159,6 +159,8 @@ final class MethodModel {
     let serverStreaming: Bool
     /// `(common.v1.access)`: 1 public, 2 authenticated, anything else internal.
     let access: UInt64?
+    /// `(common.v1.max_request_bytes)`, when set (and not 0).
+    let maxRequestBytes: UInt64?
     let path: [Int32]
     var input: MessageModel!
     var output: MessageModel!
@@ -171,6 +173,7 @@ final class MethodModel {
         clientStreaming = m.has_client_streaming != 0 && m.client_streaming != 0
         serverStreaming = m.has_server_streaming != 0 && m.server_streaming != 0
         access = m.options.flatMap { MethodModel.varintOption(&$0.pointee.base, field: 50001) }
+        maxRequestBytes = m.options.flatMap { MethodModel.varintOption(&$0.pointee.base, field: 50002) }.flatMap { $0 == 0 ? nil : $0 }
         self.path = path
     }
 
@@ -254,8 +257,10 @@ struct ModelBuilder {
         files.append(file)
     }
 
-    private mutating func message(_ d: Google__Protobuf__DescriptorProto, scope: String, file: FileModel,
-                                  path: [Int32]) -> MessageModel {
+    private mutating func message(
+        _ d: Google__Protobuf__DescriptorProto, scope: String, file: FileModel,
+        path: [Int32]
+    ) -> MessageModel {
         let name = cString(d.name)
         let m = MessageModel(name: name, fullName: scope + name, file: file, path: path)
         m.isMapEntry = d.options.map { $0.pointee.has_map_entry != 0 && $0.pointee.map_entry != 0 } ?? false
@@ -274,8 +279,10 @@ struct ModelBuilder {
             file.extensionNames.append(m.fullName + "." + cString(d.extension[i]!.pointee.name))
         }
         for i in 0..<d.n_nested_type {
-            m.nested.append(message(d.nested_type[i]!.pointee, scope: m.fullName + ".", file: file,
-                                    path: path + [3, Int32(i)]))
+            m.nested.append(
+                message(
+                    d.nested_type[i]!.pointee, scope: m.fullName + ".", file: file,
+                    path: path + [3, Int32(i)]))
         }
         for i in 0..<d.n_enum_type {
             m.enums.append(enumModel(d.enum_type[i]!.pointee, scope: m.fullName + ".", file: file, path: path + [4, Int32(i)]))
@@ -284,8 +291,10 @@ struct ModelBuilder {
         return m
     }
 
-    private mutating func enumModel(_ d: Google__Protobuf__EnumDescriptorProto, scope: String, file: FileModel,
-                                    path: [Int32]) -> EnumModel {
+    private mutating func enumModel(
+        _ d: Google__Protobuf__EnumDescriptorProto, scope: String, file: FileModel,
+        path: [Int32]
+    ) -> EnumModel {
         let name = cString(d.name)
         let e = EnumModel(name: name, fullName: scope + name, file: file, path: path)
         var seen = Set<Int32>()

@@ -10,6 +10,15 @@ struct ServiceEmitter {
     var methodsName: String { base + "Methods" }
     var clientName: String { base + "Client" }
 
+    /// `, maxRequestBytes: N` for methods of files that use our options (`common/v1/options.proto`):
+    /// the option's value, else the contracts' default (`MethodDescriptor.defaultMaxRequestBytes`,
+    /// 64 KiB). Nothing for other protos (gRPC's own), which only the server's limit governs.
+    func maxRequestBytesArgument(_ m: MethodModel) -> String {
+        guard file.dependencies.contains("common/v1/options.proto") else { return "" }
+        if let n = m.maxRequestBytes { return ", maxRequestBytes: \(n)" }
+        return ", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes"
+    }
+
     func emit(_ p: inout Printer) {
         let comment = file.comments[service.path]
         // Method table.
@@ -22,7 +31,7 @@ struct ServiceEmitter {
                 p.doc(file.comments[m.path])
                 p.line("public static let \(SwiftNames.escaped(m.swiftName)) = RPCCore.MethodDescriptor(")
                 p.line("    service: serviceName, method: \(m.name.swiftLiteral), kind: .\(m.kind), visibility: .\(m.visibility),")
-                p.line("    inputType: \(m.input.fullName.swiftLiteral), outputType: \(m.output.fullName.swiftLiteral))")
+                p.line("    inputType: \(m.input.fullName.swiftLiteral), outputType: \(m.output.fullName.swiftLiteral)\(maxRequestBytesArgument(m)))")
             }
             let all = service.methods.map { SwiftNames.escaped($0.swiftName) }.joined(separator: ", ")
             p.line("/// Every method, in `.proto` order.")
@@ -37,7 +46,9 @@ struct ServiceEmitter {
         p.block("public protocol \(protocolName): RPCCore.RPCService {") { p in
             for m in service.methods {
                 p.doc(file.comments[m.path])
-                p.line("func \(SwiftNames.escaped(m.swiftName))(\(serverParameters(m))) async throws\(!m.serverStreaming ? " -> " + m.output.swiftName : "")")
+                p.line(
+                    "func \(SwiftNames.escaped(m.swiftName))(\(serverParameters(m))) async throws\(!m.serverStreaming ? " -> " + m.output.swiftName : "")"
+                )
             }
         }
         p.line()
@@ -53,11 +64,17 @@ struct ServiceEmitter {
                         case (false, false):
                             p.line("RPCCore.ServerMethod(\(d), .unary(\(req).self, \(res).self) { try await self.\(fn)(request: $0, context: $1) }),")
                         case (false, true):
-                            p.line("RPCCore.ServerMethod(\(d), .serverStreaming(\(req).self, \(res).self) { try await self.\(fn)(request: $0, responses: $1, context: $2) }),")
+                            p.line(
+                                "RPCCore.ServerMethod(\(d), .serverStreaming(\(req).self, \(res).self) { try await self.\(fn)(request: $0, responses: $1, context: $2) }),"
+                            )
                         case (true, false):
-                            p.line("RPCCore.ServerMethod(\(d), .clientStreaming(\(req).self, \(res).self) { try await self.\(fn)(requests: $0, context: $1) }),")
+                            p.line(
+                                "RPCCore.ServerMethod(\(d), .clientStreaming(\(req).self, \(res).self) { try await self.\(fn)(requests: $0, context: $1) }),"
+                            )
                         case (true, true):
-                            p.line("RPCCore.ServerMethod(\(d), .bidirectionalStreaming(\(req).self, \(res).self) { try await self.\(fn)(requests: $0, responses: $1, context: $2) }),")
+                            p.line(
+                                "RPCCore.ServerMethod(\(d), .bidirectionalStreaming(\(req).self, \(res).self) { try await self.\(fn)(requests: $0, responses: $1, context: $2) }),"
+                            )
                         }
                     }
                 }
@@ -111,7 +128,9 @@ struct ServiceEmitter {
         case (false, true):
             docWithSeparator(file.comments[m.path], &p)
             p.line("/// `body` reads the responses; the call ends when it returns.")
-            p.block("public func \(fn)<R: Sendable>(_ request: \(req), \(opts), _ body: (RPCCore.ClientStreamingResponse<\(res)>) async throws -> R) async throws -> R {") { p in
+            p.block(
+                "public func \(fn)<R: Sendable>(_ request: \(req), \(opts), _ body: (RPCCore.ClientStreamingResponse<\(res)>) async throws -> R) async throws -> R {"
+            ) { p in
                 p.line("try await client.serverStreaming(\(d), request, as: \(res).self, options: options, body)")
             }
         case (true, false):
@@ -121,13 +140,17 @@ struct ServiceEmitter {
                 p.line("try await client.clientStreaming(\(d), as: \(res).self, options: options, send).message")
             }
             p.line("/// `\(m.swiftName)` with the response metadata.")
-            p.block("public func \(m.swiftName)WithMetadata(\(opts), _ send: (RPCCore.RequestWriter<\(req)>) async throws -> Void) async throws -> RPCCore.ClientResponse<\(res)> {") { p in
+            p.block(
+                "public func \(m.swiftName)WithMetadata(\(opts), _ send: (RPCCore.RequestWriter<\(req)>) async throws -> Void) async throws -> RPCCore.ClientResponse<\(res)> {"
+            ) { p in
                 p.line("try await client.clientStreaming(\(d), as: \(res).self, options: options, send)")
             }
         case (true, true):
             docWithSeparator(file.comments[m.path], &p)
             p.line("/// `body` writes requests and reads responses (concurrently if it wants); the call ends when it returns.")
-            p.block("public func \(fn)<R: Sendable>(\(opts), _ body: (RPCCore.RequestWriter<\(req)>, RPCCore.ClientStreamingResponse<\(res)>) async throws -> R) async throws -> R {") { p in
+            p.block(
+                "public func \(fn)<R: Sendable>(\(opts), _ body: (RPCCore.RequestWriter<\(req)>, RPCCore.ClientStreamingResponse<\(res)>) async throws -> R) async throws -> R {"
+            ) { p in
                 p.line("try await client.bidirectionalStreaming(\(d), as: \(res).self, options: options, body)")
             }
         }

@@ -65,9 +65,11 @@ func respond(files: [(String, String)], error: String?) {
 }
 
 let input = readStdin()
-guard let request = input.withUnsafeBufferPointer({
-    google__protobuf__compiler__code_generator_request__unpack(nil, $0.count, $0.baseAddress)
-}) else {
+guard
+    let request = input.withUnsafeBufferPointer({
+        google__protobuf__compiler__code_generator_request__unpack(nil, $0.count, $0.baseAddress)
+    })
+else {
     let message = Array("protoc-gen-swiftpbc: could not decode the CodeGeneratorRequest on stdin (run me from protoc)\n".utf8)
     _ = message.withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
     exit(1)

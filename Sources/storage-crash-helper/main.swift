@@ -1,3 +1,6 @@
+import Logging
+import Storage
+
 // Test helper for StorageTests' crash-durability test: writes acknowledged rows until killed.
 //
 // usage: storage-crash-helper <directory> [normal|full]
@@ -7,8 +10,6 @@
 #if canImport(Glibc)
 import Glibc
 #endif
-import Logging
-import Storage
 
 /// Unbuffered: a line is in the pipe before the next commit starts.
 func emit(_ line: String, to fd: Int32 = 1) {

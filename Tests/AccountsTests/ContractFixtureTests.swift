@@ -34,7 +34,9 @@ struct ContractFixtureTests {
             var bobContact = Accounts_V1_ContactInfo()
             bobContact.phoneNumber = "+48 22 555 01 77"
             let bob = try await env.signUp("bob_k", email: "bob.kowalski@example.com", displayName: "Bob Kowalski", contact: bobContact)
-            _ = try await runner.run("ChooseAvatar", Accounts_V1_ChooseAvatarRequest.self) { try await a.chooseAvatar($0, options: bearer(bob.session)) }
+            _ = try await runner.run("ChooseAvatar", Accounts_V1_ChooseAvatarRequest.self) {
+                try await a.chooseAvatar($0, options: bearer(bob.session))
+            }
             let carol = try await env.signUp("carol.w", displayName: "Carol Wong").session
             var choose = Accounts_V1_ChooseAvatarRequest()
             choose.builtinAvatarId = "blue-owl"
@@ -52,15 +54,21 @@ struct ContractFixtureTests {
             }
             _ = try await runner.run("GetProfile", Accounts_V1_GetProfileRequest.self) { try await a.getProfile($0, options: bearer(carol)) }
             _ = try await runner.run("SearchUsers", Accounts_V1_SearchUsersRequest.self) { try await a.searchUsers($0, options: bearer(carol)) }
-            _ = try await runner.run("ListBuiltinAvatars", Accounts_V1_ListBuiltinAvatarsRequest.self) { try await a.listBuiltinAvatars($0, options: bearer(carol)) }
-            _ = try await runner.run("GetUsersByIds", Accounts_V1_GetUsersByIdsRequest.self, rewrite: { ids(&$0.userIds) }) { try await i.getUsersByIds($0) }
+            _ = try await runner.run("ListBuiltinAvatars", Accounts_V1_ListBuiltinAvatarsRequest.self) {
+                try await a.listBuiltinAvatars($0, options: bearer(carol))
+            }
+            _ = try await runner.run("GetUsersByIds", Accounts_V1_GetUsersByIdsRequest.self, rewrite: { ids(&$0.userIds) }) {
+                try await i.getUsersByIds($0)
+            }
             _ = try await runner.run("ResolveUsernames", Accounts_V1_ResolveUsernamesRequest.self) { try await i.resolveUsernames($0) }
             _ = try await runner.run("ResolveEmails", Accounts_V1_ResolveEmailsRequest.self) { try await i.resolveEmails($0) }
             _ = try await runner.run("UpdateProfile", Accounts_V1_UpdateProfileRequest.self) { try await a.updateProfile($0, options: bearer(s1)) }
 
             // Guest → full account.
             let guest = try await runner.run("CreateGuest", Accounts_V1_CreateGuestRequest.self) { try await a.createGuest($0) }
-            _ = try await runner.run("UpgradeGuest", Accounts_V1_UpgradeGuestRequest.self) { try await a.upgradeGuest($0, options: bearer(guest.session)) }
+            _ = try await runner.run("UpgradeGuest", Accounts_V1_UpgradeGuestRequest.self) {
+                try await a.upgradeGuest($0, options: bearer(guest.session))
+            }
 
             // Passwords: alice has s1, s2 and one more session → ChangePassword revokes 2.
             _ = try await env.logIn("alice")
@@ -70,7 +78,9 @@ struct ContractFixtureTests {
             let listed = try await runner.run("ListSentMail", Accounts_V1_ListSentMailRequest.self) { try await i.listSentMail($0) }
             let token = try #require(listed.mails.first?.data["reset_token"])
             for _ in 0..<3 { _ = try await env.logIn("alice", "lantern-quartz-meadow-7") }  // with s1: 4 sessions
-            _ = try await runner.run("ResetPassword", Accounts_V1_ResetPasswordRequest.self, rewrite: { $0.resetToken = token }) { try await a.resetPassword($0) }
+            _ = try await runner.run("ResetPassword", Accounts_V1_ResetPasswordRequest.self, rewrite: { $0.resetToken = token }) {
+                try await a.resetPassword($0)
+            }
             var last = try await env.logIn("alice", "new-harbour-lights-19").session
             for _ in 0..<2 { last = try await env.logIn("alice", "new-harbour-lights-19").session }
             _ = try await runner.run("LogOut", Accounts_V1_LogOutRequest.self) { [last] in try await a.logOut($0, options: bearer(last)) }

@@ -14,13 +14,17 @@ final class FakeEraseReceiver: RPCService, Sendable {
     let serviceName = Tasks_V1_TasksInternalMethods.serviceName
     let received = Mutex<[Tasks_V1_EraseUserRequest]>([])
     var methods: [ServerMethod] {
-        [ServerMethod(Tasks_V1_TasksInternalMethods.eraseUser, .unary(Tasks_V1_EraseUserRequest.self, Tasks_V1_EraseUserResponse.self) { request, context in
-            guard context.requestMetadata[AuthInterceptor.serviceTokenHeader] == testServiceToken else {
-                throw RPCError(.permissionDenied, "no service credential")
-            }
-            self.received.withLock { $0.append(request) }
-            return Tasks_V1_EraseUserResponse()
-        })]
+        [
+            ServerMethod(
+                Tasks_V1_TasksInternalMethods.eraseUser,
+                .unary(Tasks_V1_EraseUserRequest.self, Tasks_V1_EraseUserResponse.self) { request, context in
+                    guard context.requestMetadata[AuthInterceptor.serviceTokenHeader] == testServiceToken else {
+                        throw RPCError(.permissionDenied, "no service credential")
+                    }
+                    self.received.withLock { $0.append(request) }
+                    return Tasks_V1_EraseUserResponse()
+                })
+        ]
     }
 }
 
@@ -39,8 +43,12 @@ struct DeletionTests {
             let second = try await env.logIn(name).session
             let viewer = try await env.signUp().session
 
-            await expectFailure(.invalidArgument, fields: ["password"]) { try await env.accounts.deleteAccount(delete("not it"), options: bearer(dana.session)) }
-            await expectFailure(.invalidArgument, fields: ["password"]) { try await env.accounts.deleteAccount(delete(""), options: bearer(dana.session)) }
+            await expectFailure(.invalidArgument, fields: ["password"]) {
+                try await env.accounts.deleteAccount(delete("not it"), options: bearer(dana.session))
+            }
+            await expectFailure(.invalidArgument, fields: ["password"]) {
+                try await env.accounts.deleteAccount(delete(""), options: bearer(dana.session))
+            }
             let deleted = try await env.accounts.deleteAccount(delete("correct horse battery staple"), options: bearer(dana.session))
             #expect(abs(deleted.deletedAt.seconds - Int64(Date().timeIntervalSince1970)) < 5)
 
@@ -77,9 +85,10 @@ struct DeletionTests {
             #expect(Set(try pending.map { try Accounts_V1_UserDeleted(serializedBytes: $0.payload).eventId }).count == 1)
 
             // Personal data is scrubbed; the name and email are free again.
-            let row = try #require(try env.core.database.readSync { c in
-                try c.queryOne("SELECT username, email, password_hash, display_name, deleted_at FROM users WHERE id = ?", dana.user.userId)
-            })
+            let row = try #require(
+                try env.core.database.readSync { c in
+                    try c.queryOne("SELECT username, email, password_hash, display_name, deleted_at FROM users WHERE id = ?", dana.user.userId)
+                })
             #expect(row["username"] == .null && row["email"] == .null && row["password_hash"] == .null)
             #expect(row["display_name"] == .text("") && row["deleted_at"] != .null)
             let again = try await env.signUp(name, email: dana.user.email)
@@ -90,7 +99,9 @@ struct DeletionTests {
     @Test func guestsDeleteWithoutAPassword() async throws {
         try await withAccounts { env in
             let guest = try await env.accounts.createGuest(Accounts_V1_CreateGuestRequest())
-            await expectFailure(.invalidArgument, fields: ["password"]) { try await env.accounts.deleteAccount(delete("x"), options: bearer(guest.session)) }
+            await expectFailure(.invalidArgument, fields: ["password"]) {
+                try await env.accounts.deleteAccount(delete("x"), options: bearer(guest.session))
+            }
             _ = try await env.accounts.deleteAccount(delete(""), options: bearer(guest.session))
             #expect(try await env.core.database.pendingOutbox().count == 4)
         }

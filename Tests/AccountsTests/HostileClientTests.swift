@@ -130,8 +130,9 @@ import Testing
             var loggedIn = false
             for _ in 0..<20 where !loggedIn {
                 do {
-                    _ = try await env.accounts.logIn(logInRequest(username: name, password: "correct horse battery staple"),
-                                                     options: CallOptions(timeout: .seconds(3)))
+                    _ = try await env.accounts.logIn(
+                        logInRequest(username: name, password: "correct horse battery staple"),
+                        options: CallOptions(timeout: .seconds(3)))
                     loggedIn = true
                 } catch let e as RPCError where e.code == .unavailable {
                     try await Task.sleep(for: .milliseconds(200))
@@ -162,8 +163,10 @@ import Testing
             for _ in 0..<2 { _ = try await env.accounts.createGuest(Accounts_V1_CreateGuestRequest()) }
             await expectFailure(.resourceExhausted) { try await env.accounts.createGuest(Accounts_V1_CreateGuestRequest()) }
             // Through the gateway, each client address has its own allowance.
-            let viaGateway = Accounts_V1_AccountsClient(RPCClient(transport: CredentialedTransport(base: env.channel, gatewayToken: testGatewayToken)))
-            _ = try await viaGateway.signUp(signUpRequest(uniqueName()), options: CallOptions(metadata: Metadata([("x-forwarded-for", "192.0.2.44")])))
+            let viaGateway = Accounts_V1_AccountsClient(
+                RPCClient(transport: CredentialedTransport(base: env.channel, gatewayToken: testGatewayToken)))
+            _ = try await viaGateway.signUp(
+                signUpRequest(uniqueName()), options: CallOptions(metadata: Metadata([("x-forwarded-for", "192.0.2.44")])))
         }
     }
 
@@ -181,9 +184,10 @@ import Testing
             _ = try await env.accounts.refreshSession(refresh)
             try await Task.sleep(for: .milliseconds(1200))
             #expect(try await env.core.expireUnusedGuests() == 1)
-            let row = try #require(try env.core.database.readSync { c in
-                try c.queryOne("SELECT deleted_at, username FROM users WHERE id = ?", guest.user.userId)
-            })
+            let row = try #require(
+                try env.core.database.readSync { c in
+                    try c.queryOne("SELECT deleted_at, username FROM users WHERE id = ?", guest.user.userId)
+                })
             #expect(row["deleted_at"] != .null && row["username"] == .null)
             let events = try await env.core.database.pendingOutbox().filter {
                 (try? Accounts_V1_UserDeleted(serializedBytes: $0.payload).userId) == guest.user.userId

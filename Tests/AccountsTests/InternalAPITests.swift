@@ -4,6 +4,7 @@ import Foundation
 import RPCCore
 import Synchronization
 import Testing
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -38,18 +39,24 @@ struct InternalAPITests {
             #expect(byEmail.usersByEmail[carol.email.lowercased()]?.userId == carol.userId)
             #expect(byEmail.unknownEmails == ["newcomer@example.org"])
 
-            await expectFailure(.invalidArgument, fields: ["user_ids"]) { try await env.internalAPI.getUsersByIds(Accounts_V1_GetUsersByIdsRequest()) }
+            await expectFailure(.invalidArgument, fields: ["user_ids"]) {
+                try await env.internalAPI.getUsersByIds(Accounts_V1_GetUsersByIdsRequest())
+            }
             ids.userIds = (0..<201).map { "id\($0)" }
             await expectFailure(.invalidArgument, fields: ["user_ids"]) { try await env.internalAPI.getUsersByIds(ids) }
-            await expectFailure(.invalidArgument, fields: ["usernames"]) { try await env.internalAPI.resolveUsernames(Accounts_V1_ResolveUsernamesRequest()) }
+            await expectFailure(.invalidArgument, fields: ["usernames"]) {
+                try await env.internalAPI.resolveUsernames(Accounts_V1_ResolveUsernamesRequest())
+            }
             await expectFailure(.invalidArgument, fields: ["emails"]) { try await env.internalAPI.resolveEmails(Accounts_V1_ResolveEmailsRequest()) }
             // Without the service credential: refused, whatever the caller has.
             await expectFailure(.permissionDenied) { try await Accounts_V1_AccountsInternalClient(env.channel.client).getUsersByIds(ids) }
         }
     }
 
-    static func invite(_ event: String, to: String = "newcomer@example.org",
-                       body: String = "Hi! Alice invited you.\nEnter the code K7P2-9XQM.\n.\nSee you — Zoë") -> Accounts_V1_SendMailRequest {
+    static func invite(
+        _ event: String, to: String = "newcomer@example.org",
+        body: String = "Hi! Alice invited you.\nEnter the code K7P2-9XQM.\n.\nSee you — Zoë"
+    ) -> Accounts_V1_SendMailRequest {
         var r = Accounts_V1_SendMailRequest()
         r.eventId = event
         r.kind = .householdInvite
@@ -88,7 +95,11 @@ struct InternalAPITests {
                 list.pageToken = page.nextPageToken
             } while !list.pageToken.isEmpty
             #expect(seen.count == 5 && seen == seen.sorted(by: >) && Set(seen).count == 5)
-            list.pageToken = try await env.internalAPI.listSentMail({ var r = Accounts_V1_ListSentMailRequest(); r.pageSize = 2; return r }()).nextPageToken
+            list.pageToken = try await env.internalAPI.listSentMail(
+                {
+                    var r = Accounts_V1_ListSentMailRequest(); r.pageSize = 2; return r
+                }()
+            ).nextPageToken
             list.kind = .passwordReset
             await expectFailure(.invalidArgument, fields: ["page_token"]) { try await env.internalAPI.listSentMail(list) }
             list = Accounts_V1_ListSentMailRequest()
@@ -197,10 +208,15 @@ final class FakeSMTPServer: @unchecked Sendable {
                     guard let nl = buffer.range(of: "\r\n") else { break }
                     let line = String(buffer[..<nl.lowerBound])
                     buffer = String(buffer[nl.upperBound...])
-                    if line.hasPrefix("EHLO") { say("250-fake\r\n250 8BITMIME\r\n") }
-                    else if line.hasPrefix("DATA") { say("354 go ahead\r\n"); inData = true }
-                    else if line.hasPrefix("QUIT") { say("221 bye\r\n"); break loop }
-                    else { say("250 ok\r\n") }
+                    if line.hasPrefix("EHLO") {
+                        say("250-fake\r\n250 8BITMIME\r\n")
+                    } else if line.hasPrefix("DATA") {
+                        say("354 go ahead\r\n"); inData = true
+                    } else if line.hasPrefix("QUIT") {
+                        say("221 bye\r\n"); break loop
+                    } else {
+                        say("250 ok\r\n")
+                    }
                 }
             }
             close(c)

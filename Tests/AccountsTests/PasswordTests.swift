@@ -164,8 +164,10 @@ struct PasswordTests {
             reset.newPassword = password + "-2"
             _ = try await env.accounts.resetPassword(reset)
 
-            let secrets = [password, password + "-2", signed.session.refreshToken, refreshed.refreshToken, token,
-                           signed.session.accessToken, refreshed.accessToken]
+            let secrets = [
+                password, password + "-2", signed.session.refreshToken, refreshed.refreshToken, token,
+                signed.session.accessToken, refreshed.accessToken,
+            ]
             // Not in the database (nor its WAL).
             let files = try FileManager.default.contentsOfDirectory(atPath: env.directory).filter { $0.hasPrefix("accounts.sqlite") }
             for file in files {
@@ -205,8 +207,10 @@ struct PasswordTests {
             #expect((attributes[.posixPermissions] as? Int) == 0o600)
             let text = String(decoding: try #require(FileManager.default.contents(atPath: "\(newDir)/\(name)")), as: UTF8.self)
             #expect(text.contains("\r\n\r\n"))
-            for header in ["Date: ", "From: ", "To: \(user.email)\r\n", "Subject: Reset your password\r\n", "Message-ID: <\(mail.mailId)@",
-                           "MIME-Version: 1.0", "Content-Type: text/plain; charset=utf-8"] {
+            for header in [
+                "Date: ", "From: ", "To: \(user.email)\r\n", "Subject: Reset your password\r\n", "Message-ID: <\(mail.mailId)@",
+                "MIME-Version: 1.0", "Content-Type: text/plain; charset=utf-8",
+            ] {
                 #expect(text.contains(header), "missing \(header)")
             }
             #expect(text.utf8.allSatisfy { $0 < 0x80 })

@@ -19,8 +19,11 @@ final class ServiceProcess: @unchecked Sendable {
     init(dataDir: String, extraArguments: [String] = [], environment: [String: String] = [:]) throws {
         self.dataDir = dataDir
         process.executableURL = URL(fileURLWithPath: "/usr/bin/timeout")
-        process.arguments = ["-s", "KILL", "300", builtProduct("accounts-service"), "--host", "127.0.0.1", "--port", "0",
-                             "--data-dir", dataDir] + extraArguments
+        process.arguments =
+            [
+                "-s", "KILL", "300", builtProduct("accounts-service"), "--host", "127.0.0.1", "--port", "0",
+                "--data-dir", dataDir,
+            ] + extraArguments
         var env = ProcessInfo.processInfo.environment
         env["SERVICE_TOKEN"] = testServiceToken
         env["ALLOW_DEV_CREDENTIALS"] = "1"  // the test credentials are short; the gateway's is generated
@@ -197,7 +200,8 @@ struct ProcessTests {
         defer { restarted.forceStop() }
         let port2 = try await restarted.waitUntilListening()
         let channel2 = RPCChannel(host: "127.0.0.1", port: port2)
-        let internalAPI = Accounts_V1_AccountsInternalClient(RPCClient(transport: CredentialedTransport(base: channel2, serviceToken: testServiceToken)))
+        let internalAPI = Accounts_V1_AccountsInternalClient(
+            RPCClient(transport: CredentialedTransport(base: channel2, serviceToken: testServiceToken)))
         var missing: [String] = []
         for start in stride(from: 0, to: acked.count, by: 200) {
             var r = Accounts_V1_ResolveUsernamesRequest()

@@ -31,7 +31,9 @@ struct ProfileTests {
             #expect(a.contactInfo == contact && !a.guest && a.createdAt == bob.user.createdAt)
             await expectFailure(.notFound) { try await env.accounts.getProfile(byID("01JD3KCW8S4B1C5D9E2F6G7H8J"), options: bearer(viewer)) }
             await expectFailure(.notFound) { try await env.accounts.getProfile(byUsername("nobody-here"), options: bearer(viewer)) }
-            await expectFailure(.invalidArgument, fields: ["user_id"]) { try await env.accounts.getProfile(Accounts_V1_GetProfileRequest(), options: bearer(viewer)) }
+            await expectFailure(.invalidArgument, fields: ["user_id"]) {
+                try await env.accounts.getProfile(Accounts_V1_GetProfileRequest(), options: bearer(viewer))
+            }
             await expectFailure(.unauthenticated) { try await env.accounts.getProfile(byID(bob.user.userId)) }
         }
     }
@@ -185,12 +187,17 @@ struct ProfileTests {
             let read = try await env.accounts.getAvatar(get, options: bearer(viewer))
             #expect(read.builtin.avatarId == "blue-owl" && read.builtin.name == "Blue owl")
             // The uploaded image is gone with the choice.
-            let blobs = try env.core.database.readSync { c in try c.query("SELECT user_id FROM avatar_images WHERE user_id = ?", me.user.userId).count }
+            let blobs = try env.core.database.readSync { c in try c.query("SELECT user_id FROM avatar_images WHERE user_id = ?", me.user.userId).count
+            }
             #expect(blobs == 0)
             choose.builtinAvatarId = "purple-unicorn"
-            await expectFailure(.invalidArgument, fields: ["builtin_avatar_id"]) { try await env.accounts.chooseAvatar(choose, options: bearer(me.session)) }
+            await expectFailure(.invalidArgument, fields: ["builtin_avatar_id"]) {
+                try await env.accounts.chooseAvatar(choose, options: bearer(me.session))
+            }
             choose.builtinAvatarId = ""
-            await expectFailure(.invalidArgument, fields: ["builtin_avatar_id"]) { try await env.accounts.chooseAvatar(choose, options: bearer(me.session)) }
+            await expectFailure(.invalidArgument, fields: ["builtin_avatar_id"]) {
+                try await env.accounts.chooseAvatar(choose, options: bearer(me.session))
+            }
             get.userId = "01JD3KCW8S4B1C5D9E2F6G7H8J"
             await expectFailure(.notFound) { try await env.accounts.getAvatar(get, options: bearer(viewer)) }
             get.userId = ""

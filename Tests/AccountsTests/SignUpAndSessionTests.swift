@@ -46,8 +46,13 @@ struct SignUpAndSessionTests {
             contact.phoneNumber = "call me maybe"
             contact.publicEmail = "not-an-email"
             var r = signUpRequest("x!", email: "nobody@", password: "short", displayName: String(repeating: "n", count: 65), contact: contact)
-            await expectFailure(.invalidArgument, fields: ["username", "email", "password", "display_name",
-                                                          "contact_info.phone_number", "contact_info.public_email"]) {
+            await expectFailure(
+                .invalidArgument,
+                fields: [
+                    "username", "email", "password", "display_name",
+                    "contact_info.phone_number", "contact_info.public_email",
+                ]
+            ) {
                 try await env.accounts.signUp(r)
             }
             r = Accounts_V1_SignUpRequest()
@@ -156,7 +161,8 @@ struct SignUpAndSessionTests {
             #expect((f?.retryDelaySeconds ?? 0) > 0)
 
             // Through the gateway (its credential), the client address is x-forwarded-for.
-            let viaGateway = Accounts_V1_AccountsClient(RPCClient(transport: CredentialedTransport(base: env.channel, gatewayToken: testGatewayToken)))
+            let viaGateway = Accounts_V1_AccountsClient(
+                RPCClient(transport: CredentialedTransport(base: env.channel, gatewayToken: testGatewayToken)))
             let forwarded = CallOptions(metadata: Metadata([("x-forwarded-for", "203.0.113.7")]))
             _ = try await viaGateway.logIn(logInRequest(username: name, password: "correct horse battery staple"), options: forwarded)
             // A client cannot pick its address without the credential: the header is ignored.
@@ -164,7 +170,8 @@ struct SignUpAndSessionTests {
                 try await env.accounts.logIn(logInRequest(username: name, password: "correct horse battery staple"), options: forwarded)
             }
             // Nor can another service: only the gateway's credential vouches for x-forwarded-for.
-            let viaService = Accounts_V1_AccountsClient(RPCClient(transport: CredentialedTransport(base: env.channel, serviceToken: testServiceToken)))
+            let viaService = Accounts_V1_AccountsClient(
+                RPCClient(transport: CredentialedTransport(base: env.channel, serviceToken: testServiceToken)))
             await expectFailure(.resourceExhausted) {
                 try await viaService.logIn(logInRequest(username: name, password: "correct horse battery staple"), options: forwarded)
             }
@@ -316,8 +323,9 @@ struct SignUpAndSessionTests {
                 try await env.accounts.getMyProfile(Accounts_V1_GetMyProfileRequest(), options: bearer(String(tampered)))
             }
             let foreign = AccessToken.sign(
-                AccessTokenClaims(userID: "x", sessionID: "y", expiresAt: AccessToken.currentTime() + 60, issuedAt: AccessToken.currentTime(),
-                                  keyID: "made-up", kind: .user), with: Ed25519KeyPair())
+                AccessTokenClaims(
+                    userID: "x", sessionID: "y", expiresAt: AccessToken.currentTime() + 60, issuedAt: AccessToken.currentTime(),
+                    keyID: "made-up", kind: .user), with: Ed25519KeyPair())
             await expectFailure(.unauthenticated) {
                 try await env.accounts.getMyProfile(Accounts_V1_GetMyProfileRequest(), options: bearer(foreign))
             }

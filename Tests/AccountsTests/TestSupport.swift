@@ -88,7 +88,6 @@ final class TestAccounts: Sendable {
         var config = ServerConfiguration(host: "127.0.0.1", port: 0)
         config.threads = 1
         config.maxReceiveMessageSize = configuration.maxRequestBytes
-        config.initialWindowSize = configuration.streamWindowBytes
         config.interceptors = [AuthInterceptor(keys: core.signingKeySource, serviceToken: testServiceToken, gatewayToken: testGatewayToken)]
         let (_, services) = StandardServices.make(for: core.services, descriptors: ContractsDescriptors.descriptorSet)
         let server = RPCServer(configuration: config, services: services, logger: logger)
@@ -109,8 +108,10 @@ final class TestAccounts: Sendable {
 }
 
 /// Runs `body` against a fresh in-process server and always stops it.
-func withAccounts(_ configure: (inout AccountsConfiguration) -> Void = { _ in },
-                  _ body: (TestAccounts) async throws -> Void) async throws {
+func withAccounts(
+    _ configure: (inout AccountsConfiguration) -> Void = { _ in },
+    _ body: (TestAccounts) async throws -> Void
+) async throws {
     let env = try await TestAccounts.start(configure)
     do {
         try await body(env)
@@ -137,8 +138,10 @@ func uniqueName(_ prefix: String = "user") -> String {
     "\(prefix)\(counter.withLock { $0 += 1; return $0 })_\(SecureRandom.token(bytes: 3).lowercased().filter { $0.isLetter || $0.isNumber })"
 }
 
-func signUpRequest(_ username: String, email: String? = nil, password: String = "correct horse battery staple",
-                   displayName: String = "", contact: Accounts_V1_ContactInfo? = nil) -> Accounts_V1_SignUpRequest {
+func signUpRequest(
+    _ username: String, email: String? = nil, password: String = "correct horse battery staple",
+    displayName: String = "", contact: Accounts_V1_ContactInfo? = nil
+) -> Accounts_V1_SignUpRequest {
     var r = Accounts_V1_SignUpRequest()
     r.username = username
     r.email = email ?? "\(username)@example.com"
@@ -158,8 +161,10 @@ func logInRequest(username: String? = nil, email: String? = nil, password: Strin
 
 extension TestAccounts {
     @discardableResult
-    func signUp(_ username: String = uniqueName(), email: String? = nil, password: String = "correct horse battery staple",
-                displayName: String = "", contact: Accounts_V1_ContactInfo? = nil) async throws -> Accounts_V1_SignUpResponse {
+    func signUp(
+        _ username: String = uniqueName(), email: String? = nil, password: String = "correct horse battery staple",
+        displayName: String = "", contact: Accounts_V1_ContactInfo? = nil
+    ) async throws -> Accounts_V1_SignUpResponse {
         try await accounts.signUp(signUpRequest(username, email: email, password: password, displayName: displayName, contact: contact))
     }
 
@@ -168,8 +173,10 @@ extension TestAccounts {
     }
 
     /// Waits for a mail to `email` of `kind` (reset mails are sent in the background).
-    func waitForMail(to email: String, kind: Accounts_V1_MailKind = .passwordReset, count: Int = 1,
-                     timeout: Duration = .seconds(10)) async throws -> [Accounts_V1_Mail] {
+    func waitForMail(
+        to email: String, kind: Accounts_V1_MailKind = .passwordReset, count: Int = 1,
+        timeout: Duration = .seconds(10)
+    ) async throws -> [Accounts_V1_Mail] {
         let deadline = ContinuousClock.now + timeout
         while true {
             var r = Accounts_V1_ListSentMailRequest()
@@ -215,9 +222,11 @@ extension RPCError {
 
 /// Runs `body`, expects it to fail with `code`, and returns what the failure said.
 @discardableResult
-func expectFailure<T>(_ code: StatusCode, fields: [String]? = nil, _ comment: Comment? = nil,
-                      sourceLocation: SourceLocation = #_sourceLocation,
-                      _ body: () async throws -> T) async -> CallFailure? {
+func expectFailure<T>(
+    _ code: StatusCode, fields: [String]? = nil, _ comment: Comment? = nil,
+    sourceLocation: SourceLocation = #_sourceLocation,
+    _ body: () async throws -> T
+) async -> CallFailure? {
     do {
         _ = try await body()
         Issue.record("expected \(code.name), the call succeeded. \(comment?.description ?? "")", sourceLocation: sourceLocation)

@@ -1,7 +1,7 @@
 import ContractTesting
 import Contracts
-import RPCCore
 import Foundation
+import RPCCore
 import Testing
 
 /// Wire compatibility with the reference implementation: every fixture, encoded by Google's
@@ -38,12 +38,14 @@ import Testing
         let outcome = roundTrip(type, reference)
         switch outcome {
         case .rejected(let error):
-            Issue.record("\(fixture): our \(fixture.messageName) decoder rejects protoc's \(reference.count) bytes (\(error)):\n\(HexDiff.dump(reference))")
+            Issue.record(
+                "\(fixture): our \(fixture.messageName) decoder rejects protoc's \(reference.count) bytes (\(error)):\n\(HexDiff.dump(reference))")
         case .reencoded(let ours, let stable):
             if ours != reference {
                 let rawReference = (try? await protoc.decodeRaw(reference)) ?? "(protoc --decode_raw failed)"
                 let rawOurs = (try? await protoc.decodeRaw(ours)) ?? "(protoc --decode_raw failed)"
-                Issue.record("""
+                Issue.record(
+                    """
                     \(fixture): our encoding of \(fixture.messageName) differs from protoc's
                     \(HexDiff.describe(reference: reference, ours: ours))
                     protoc --decode_raw of protoc's bytes:
@@ -89,8 +91,10 @@ enum HexDiff {
     static func describe(reference: [UInt8], ours: [UInt8]) -> String {
         let common = min(reference.count, ours.count)
         let first = (0..<common).first { reference[$0] != ours[$0] } ?? common
-        var lines = ["protoc \(reference.count) bytes, ours \(ours.count) bytes; first difference at byte \(first) (0x\(String(first, radix: 16)))",
-                     "offset  protoc | ours"]
+        var lines = [
+            "protoc \(reference.count) bytes, ours \(ours.count) bytes; first difference at byte \(first) (0x\(String(first, radix: 16)))",
+            "offset  protoc | ours",
+        ]
         let rows = stride(from: 0, to: max(reference.count, ours.count), by: 16)
         // Keep the dump readable for big messages: rows near the first difference only.
         for start in rows where reference.count + ours.count <= 1024 || abs(start - first) <= 128 {

@@ -16,8 +16,9 @@ import Testing
     @Test(arguments: ContractCatalog.services.map(\.directory))
     func catalogMatchesMethodTables(_ directory: String) throws {
         let service = try #require(ContractCatalog.service(directory))
-        #expect(Set(service.rpcs.map(\.descriptor.path)) == Set(service.methods.map(\.path)),
-                "ContractCatalog+\(directory): add or remove lines to match the generated …Methods.all")
+        #expect(
+            Set(service.rpcs.map(\.descriptor.path)) == Set(service.methods.map(\.path)),
+            "ContractCatalog+\(directory): add or remove lines to match the generated …Methods.all")
         #expect(service.rpcs.count == service.methods.count, "ContractCatalog+\(directory) lists a method twice")
         for rpc in service.rpcs {
             #expect(rpc.requestType.protoMessageName == rpc.descriptor.inputType, "\(rpc.descriptor): request type")

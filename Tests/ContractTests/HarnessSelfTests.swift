@@ -99,11 +99,12 @@ import Testing
         try await Self.withFake(response) { harness, _ in
             let result = try await harness.check(service: "accounts", method: "SignUp")
             #expect(!result.matches)
-            #expect(result.differences == [
-                "- user.display_name: \"Alice Martin\"",
-                "+ user.display_name: \"Mallory\"",
-                "- user.contact_info.public_email: \"alice@studio.example\"",
-            ], "\(result)")
+            #expect(
+                result.differences == [
+                    "- user.display_name: \"Alice Martin\"",
+                    "+ user.display_name: \"Mallory\"",
+                    "- user.contact_info.public_email: \"alice@studio.example\"",
+                ], "\(result)")
             #expect(result.description.contains("differs from accounts/SignUp.response.txtpb"))
         }
     }
@@ -154,7 +155,8 @@ import Testing
 
     @Test func findsTheFixtureElementInALiveStream() async throws {
         let fixture = try ContractFixture.load(service: "social", fileName: "SubscribeNotifications.response.txtpb", paths: Self.paths)
-        let bytes = try await Protoc(paths: Self.paths).encode(fixture.messageName, text: fixture.text, files: Self.paths.protoFiles(service: "social"))
+        let bytes = try await Protoc(paths: Self.paths).encode(
+            fixture.messageName, text: fixture.text, files: Self.paths.protoFiles(service: "social"))
         var element = try Social_V1_SubscribeNotificationsResponse(serializedBytes: bytes)
         element.notification.notificationId = "01JZZZZZZZZZZZZZZZZZZZZZZZ"  // generated
         var other = element

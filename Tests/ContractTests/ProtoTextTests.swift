@@ -37,12 +37,13 @@ import Testing
     @Test func removesGeneratedPathsThroughRepeatedFields() throws {
         let nodes = ProtoText.removing(["notifications.notification_id", "notifications.created_at"], from: try ProtoText.parse(Self.listResponse))
         let lines = ProtoText.flatten(nodes, message: "social.v1.ListNotificationsResponse")
-        #expect(lines == [
-            "notifications[0].title: \"a {\"",
-            "notifications[0].data[\"k\"]: \"v\"",
-            "notifications[1].title: \"b\"",
-            "next_page_token: \"t\"",
-        ])
+        #expect(
+            lines == [
+                "notifications[0].title: \"a {\"",
+                "notifications[0].data[\"k\"]: \"v\"",
+                "notifications[1].title: \"b\"",
+                "next_page_token: \"t\"",
+            ])
     }
 
     @Test func mapsWithGeneratedKeysCompareByContent() throws {
@@ -72,8 +73,9 @@ import Testing
     }
 
     @Test func diffListsOnlyDifferences() {
-        #expect(ProtoText.diff(expected: ["a: 1", "b: 2", "c: 3"], actual: ["a: 1", "b: 5", "c: 3", "d: 4"])
-            == ["- b: 2", "+ b: 5", "+ d: 4"])
+        #expect(
+            ProtoText.diff(expected: ["a: 1", "b: 2", "c: 3"], actual: ["a: 1", "b: 5", "c: 3", "d: 4"])
+                == ["- b: 2", "+ b: 5", "+ d: 4"])
         #expect(ProtoText.diff(expected: ["x"], actual: ["x"]).isEmpty)
     }
 

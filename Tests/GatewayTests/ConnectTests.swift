@@ -4,13 +4,19 @@ import GRPCContracts
 import RPCCore
 import RPCTransport
 import Testing
+
 @testable import Gateway
 
 @Suite(.serialized) struct ConnectTests {
-    static func post(_ h: Harness, _ path: String, _ body: String, http2: Bool = false, headers: [String] = []) async throws
-        -> (status: Int, headers: [String: String], body: String) {
-        var args = [http2 ? "--http2-prior-knowledge" : "--http1.1", "-X", "POST", "-H", "content-type: application/json",
-                    "--data-binary", body]
+    static func post(
+        _ h: Harness, _ path: String, _ body: String, http2: Bool = false, headers: [String] = []
+    ) async throws
+        -> (status: Int, headers: [String: String], body: String)
+    {
+        var args = [
+            http2 ? "--http2-prior-knowledge" : "--http1.1", "-X", "POST", "-H", "content-type: application/json",
+            "--data-binary", body,
+        ]
         for hd in headers { args += ["-H", hd] }
         return try await curl(args + ["-H", "expect:", "http://127.0.0.1:\(h.port)\(path)"])
     }
@@ -18,13 +24,17 @@ import Testing
     @Test(arguments: [false, true]) func unaryJSONOverHTTP1AndH2C(http2: Bool) async throws {
         let h = try await Harness()
         defer { Task { await h.stop() } }
-        let r = try await Self.post(h, "/accounts.v1.Accounts/LogIn", #"{"username": "ada", "password": "pw"}"#, http2: http2,
-                              headers: ["connect-protocol-version: 1", "x-echo-initial: hi", "x-echo-trailer: bye"])
+        let r = try await Self.post(
+            h, "/accounts.v1.Accounts/LogIn", #"{"username": "ada", "password": "pw"}"#, http2: http2,
+            headers: ["connect-protocol-version: 1", "x-echo-initial: hi", "x-echo-trailer: bye"])
         #expect(r.status == 200)
         #expect(r.headers["content-type"] == "application/json")
         #expect(r.headers["x-echo-initial"] == "hi")
         #expect(r.headers["trailer-x-echo-trailer"] == "bye")
-        #expect(r.body == #"{"user":{"userId":"u-ada","username":"ada","displayName":"Ada \"L\" Ω","createdAt":"2023-11-14T22:13:20.120Z"},"session":{"sessionId":"s-1","accessToken":"token-for-ada"}}"#)
+        #expect(
+            r.body
+                == #"{"user":{"userId":"u-ada","username":"ada","displayName":"Ada \"L\" Ω","createdAt":"2023-11-14T22:13:20.120Z"},"session":{"sessionId":"s-1","accessToken":"token-for-ada"}}"#
+        )
         let seen = try #require(h.recorder.last(Accounts_V1_AccountsMethods.logIn.path))
         #expect(seen["x-forwarded-for"] == "127.0.0.1")
         #expect(seen["x-gateway-token"] == Fake.gatewayToken)
@@ -34,14 +44,16 @@ import Testing
     @Test func protoNamesNestedMessagesAndWrappers() async throws {
         let h = try await Harness()
         defer { Task { await h.stop() } }
-        let r = try await Self.post(h, "/accounts.v1.Accounts/SignUp",
-                              #"{"username":"bob","email":"b@x.io","password":"long enough","contact_info":{"phoneNumber":"+1 555"}}"#)
+        let r = try await Self.post(
+            h, "/accounts.v1.Accounts/SignUp",
+            #"{"username":"bob","email":"b@x.io","password":"long enough","contact_info":{"phoneNumber":"+1 555"}}"#)
         #expect(r.status == 200, "\(r.body)")
         #expect(r.body == #"{"user":{"username":"bob","email":"b@x.io","contactInfo":{"phoneNumber":"+1 555"}}}"#)
 
         let token = h.keys.token()
-        let u = try await Self.post(h, "/accounts.v1.Accounts/UpdateProfile", #"{"displayName":"","email":null}"#,
-                              headers: ["authorization: Bearer \(token)"])
+        let u = try await Self.post(
+            h, "/accounts.v1.Accounts/UpdateProfile", #"{"displayName":"","email":null}"#,
+            headers: ["authorization: Bearer \(token)"])
         #expect(u.status == 200, "\(u.body)")
         #expect(u.body == #"{"user":{"email":"unset","displayName":"set:"}}"#)
     }
@@ -83,8 +95,9 @@ import Testing
         #expect(forged.status == 401)
 
         // Internal and unknown methods do not exist from outside.
-        let internalCall = try await Self.post(h, "/accounts.v1.AccountsInternal/GetUsersByIds", "{}",
-                                     headers: ["x-service-token: \(Fake.serviceToken)"])
+        let internalCall = try await Self.post(
+            h, "/accounts.v1.AccountsInternal/GetUsersByIds", "{}",
+            headers: ["x-service-token: \(Fake.serviceToken)"])
         #expect(internalCall.status == 404)
         #expect(json(internalCall.body)["code"] as? String == "unimplemented")
         #expect(h.recorder.count(Accounts_V1_AccountsInternalMethods.getUsersByIds.path) == 0)
@@ -98,15 +111,18 @@ import Testing
         #expect((json(wrongType.body)["message"] as? String)?.contains("username") == true)
         let oneof = try await Self.post(h, "/accounts.v1.Accounts/LogIn", #"{"username": "a", "email": "b"}"#)
         #expect(oneof.status == 400)
-        let text = try await curl(["--http1.1", "-X", "POST", "-H", "content-type: text/plain", "--data", "x",
-                             "http://127.0.0.1:\(h.port)/accounts.v1.Accounts/LogIn"])
+        let text = try await curl([
+            "--http1.1", "-X", "POST", "-H", "content-type: text/plain", "--data", "x",
+            "http://127.0.0.1:\(h.port)/accounts.v1.Accounts/LogIn",
+        ])
         #expect(text.status == 415)
         let get = try await curl(["--http1.1", "http://127.0.0.1:\(h.port)/accounts.v1.Accounts/LogIn"])
         #expect(get.status == 405)
 
         // A streaming method is gRPC only.
-        let stream = try await Self.post(h, "/social.v1.Social/SubscribeNotifications", "{}",
-                                   headers: ["authorization: Bearer \(h.keys.token())"])
+        let stream = try await Self.post(
+            h, "/social.v1.Social/SubscribeNotifications", "{}",
+            headers: ["authorization: Bearer \(h.keys.token())"])
         #expect(json(stream.body)["code"] as? String == "unimplemented")
     }
 
@@ -121,7 +137,8 @@ import Testing
         #expect(slow.status == 504)
         #expect(json(slow.body)["code"] as? String == "deadline_exceeded")
 
-        let big = try await Self.post(h, "/accounts.v1.Accounts/LogIn", #"{"password":""# + String(repeating: "p", count: 20_000) + #""}"#)
+        // JSON may take twice the message limit plus 4 KiB (here 36 KiB).
+        let big = try await Self.post(h, "/accounts.v1.Accounts/LogIn", #"{"password":""# + String(repeating: "p", count: 40_000) + #""}"#)
         #expect(big.status == 413)
 
         var statuses: [Int] = []

@@ -1,6 +1,7 @@
 import RPCCore
 import Synchronization
 import Testing
+
 @testable import Gateway
 
 @Suite struct DeadlineSweeperTests {

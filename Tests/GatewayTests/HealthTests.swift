@@ -6,6 +6,7 @@ import RPCTLS
 import RPCTransport
 import ServiceKit
 import Testing
+
 @testable import Gateway
 
 @Suite(.serialized) struct HealthTests {
@@ -65,8 +66,10 @@ import Testing
         }
         defer { Task { await h.stop() } }
         for version in ["--http1.1", "--http2"] {
-            let r = try await curl([version, "--cacert", cert, "-X", "POST", "-H", "content-type: application/json", "--data", "{}",
-                              "https://localhost:\(h.port)/grpc.health.v1.Health/Check"])
+            let r = try await curl([
+                version, "--cacert", cert, "-X", "POST", "-H", "content-type: application/json", "--data", "{}",
+                "https://localhost:\(h.port)/grpc.health.v1.Health/Check",
+            ])
             #expect(r.status == 200, "\(version)")
             #expect(r.body == #"{"status":"SERVING"}"#, "\(version)")
         }
@@ -82,8 +85,10 @@ import Testing
 
     @Test func configurationFromTheEnvironment() throws {
         let options = try ServiceOptions.parse([])
-        let env = ["GATEWAY_PORT": "18080", "ACCOUNTS_ADDR": "10.0.0.5:7000", "TASKS_PORT": "7002", "GATEWAY_TOKEN": "t", "ALLOW_DEV_CREDENTIALS": "1",
-                   "GATEWAY_UPSTREAMS": "accounts, tasks", "GATEWAY_USER_RATE": "5", "GATEWAY_MAX_DEADLINE_MS": "1500"]
+        let env = [
+            "GATEWAY_PORT": "18080", "ACCOUNTS_ADDR": "10.0.0.5:7000", "TASKS_PORT": "7002", "GATEWAY_TOKEN": "t", "ALLOW_DEV_CREDENTIALS": "1",
+            "GATEWAY_UPSTREAMS": "accounts, tasks", "GATEWAY_USER_RATE": "5", "GATEWAY_MAX_DEADLINE_MS": "1500",
+        ]
         let settings = try ServiceSettings(name: "gateway", options: options, environment: env, credentials: .gateway)
         let c = try GatewayConfiguration.from(settings: settings, environment: env)
         #expect(c.port == 18080)

@@ -5,14 +5,18 @@ import RPCCore
 import RPCTransport
 import Security
 import Testing
+
 @testable import Gateway
 
 @Suite(.serialized) struct ProxyTests {
     @Test func routeTableIsEveryPublicMethodFromTheDescriptors() throws {
         let registry = try SchemaRegistry(Gateway.descriptors)
         let routes = Gateway.publicRoutes(registry)
-        #expect(Set(routes.keys) == ["accounts.v1.Accounts", "social.v1.Social", "tasks.v1.Tasks", "finance.v1.Finance",
-                                      "matchmaking.v1.Matchmaking"])
+        #expect(
+            Set(routes.keys) == [
+                "accounts.v1.Accounts", "social.v1.Social", "tasks.v1.Tasks", "finance.v1.Finance",
+                "matchmaking.v1.Matchmaking",
+            ])
         let generated: [String: [MethodDescriptor]] = [
             Accounts_V1_AccountsMethods.serviceName: Accounts_V1_AccountsMethods.all,
             Social_V1_SocialMethods.serviceName: Social_V1_SocialMethods.all,
@@ -54,9 +58,9 @@ import Testing
 
         let forger = Ed25519KeyPair()
         let bad = [
-            h.keys.token(expiresIn: -60),                   // expired
-            h.keys.token(signer: forger),                   // right key id, wrong key
-            h.keys.token(keyID: "nope", signer: forger),    // unknown key id
+            h.keys.token(expiresIn: -60),  // expired
+            h.keys.token(signer: forger),  // right key id, wrong key
+            h.keys.token(keyID: "nope", signer: forger),  // unknown key id
             "not.a.token",
         ]
         for token in bad {
@@ -69,14 +73,16 @@ import Testing
         }
         // Not the Bearer scheme.
         do {
-            _ = try await accounts.getMyProfile(Accounts_V1_GetMyProfileRequest(),
-                                               options: CallOptions(metadata: Metadata([("authorization", "Basic YTpi")])))
+            _ = try await accounts.getMyProfile(
+                Accounts_V1_GetMyProfileRequest(),
+                options: CallOptions(metadata: Metadata([("authorization", "Basic YTpi")])))
             Issue.record("Basic auth accepted")
         } catch let e as RPCError { #expect(e.code == .unauthenticated) }
         #expect(h.recorder.count(path) == 0, "rejected calls never reach the service")
 
-        let r = try await accounts.getMyProfile(Accounts_V1_GetMyProfileRequest(),
-                                                options: CallOptions(metadata: h.bearer(h.keys.token(user: "u-42"))))
+        let r = try await accounts.getMyProfile(
+            Accounts_V1_GetMyProfileRequest(),
+            options: CallOptions(metadata: h.bearer(h.keys.token(user: "u-42"))))
         #expect(r.user.userId == "u-42", "the service verified the forwarded token itself")
     }
 
@@ -99,8 +105,9 @@ import Testing
         md.add("x-service-token", Fake.serviceToken)
         for m in Accounts_V1_AccountsInternalMethods.all {
             do {
-                _ = try await h.client.unary(m, Accounts_V1_GetUsersByIdsRequest(), as: Accounts_V1_GetUsersByIdsResponse.self,
-                                             options: CallOptions(metadata: md))
+                _ = try await h.client.unary(
+                    m, Accounts_V1_GetUsersByIdsRequest(), as: Accounts_V1_GetUsersByIdsResponse.self,
+                    options: CallOptions(metadata: md))
                 Issue.record("\(m.path) reachable")
             } catch let e as RPCError {
                 #expect(e.code == .unimplemented, "\(m.path): \(e)")
@@ -117,14 +124,17 @@ import Testing
         defer { Task { await h.stop() } }
         let token = h.keys.token(user: "u-7")
         var md = h.bearer(token)
-        for (k, v) in [("x-service-token", "forged"), ("x-user-id", "u-admin"), ("x-identity-user", "u-admin"),
-                       ("x-internal-debug", "1"), ("x-forwarded-for", "6.6.6.6"), ("x-gateway-user", "u-admin"),
-                       ("x-custom", "kept")] {
+        for (k, v) in [
+            ("x-service-token", "forged"), ("x-user-id", "u-admin"), ("x-identity-user", "u-admin"),
+            ("x-internal-debug", "1"), ("x-forwarded-for", "6.6.6.6"), ("x-gateway-user", "u-admin"),
+            ("x-custom", "kept"),
+        ] {
             md.add(k, v)
         }
         md.add("x-custom-bin", binary: [0, 1, 2, 255])
-        let r = try await Accounts_V1_AccountsClient(h.client).getMyProfile(Accounts_V1_GetMyProfileRequest(),
-                                                                            options: CallOptions(metadata: md))
+        let r = try await Accounts_V1_AccountsClient(h.client).getMyProfile(
+            Accounts_V1_GetMyProfileRequest(),
+            options: CallOptions(metadata: md))
         #expect(r.user.userId == "u-7")
         let seen = try #require(h.recorder.last(Accounts_V1_AccountsMethods.getMyProfile.path))
         #expect(seen.values("x-gateway-token") == [.string(Fake.gatewayToken)], "only the gateway's credential")
@@ -172,8 +182,9 @@ import Testing
         defer { Task { await h.stop() } }
         let accounts = Accounts_V1_AccountsClient(h.client)
         func remaining(_ timeout: Duration?) async throws -> Int {
-            let r = try await accounts.getMyProfile(Accounts_V1_GetMyProfileRequest(),
-                                                    options: CallOptions(timeout: timeout, metadata: h.bearer(h.keys.token())))
+            let r = try await accounts.getMyProfile(
+                Accounts_V1_GetMyProfileRequest(),
+                options: CallOptions(timeout: timeout, metadata: h.bearer(h.keys.token())))
             return Int(r.user.displayName.split(separator: ":")[1])!
         }
         let two = try await remaining(.seconds(2))
@@ -218,7 +229,8 @@ import Testing
         let streamStart = ContinuousClock.now
         do {
             try await Social_V1_SocialClient(h.client).subscribeNotifications(
-                Social_V1_SubscribeNotificationsRequest(), options: CallOptions(metadata: h.bearer(h.keys.token()))) { s in
+                Social_V1_SubscribeNotificationsRequest(), options: CallOptions(metadata: h.bearer(h.keys.token()))
+            ) { s in
                 for try await _ in s.messages {}
             }
             Issue.record("stream not cut")
@@ -236,16 +248,18 @@ import Testing
         var req = Social_V1_SubscribeNotificationsRequest()
         req.afterNotificationId = "3"  // the fake sends three, then ends
         let (events, headers, trailers) = try await social.subscribeNotifications(
-            req, options: CallOptions(metadata: h.bearer(h.keys.token()))) { stream in
+            req, options: CallOptions(metadata: h.bearer(h.keys.token()))
+        ) { stream in
             var got: [Social_V1_SubscribeNotificationsResponse] = []
             for try await m in stream.messages { got.append(m) }
             return (got, try await stream.initialMetadata(), await stream.trailers())
         }
         #expect(events.count == 4)
         if case .started(let s)? = events.first?.event { #expect(s.unreadCount == 3) } else { Issue.record("no started") }
-        #expect(events.dropFirst().map { e -> String in
-            if case .notification(let n)? = e.event { return n.notificationId } else { return "" }
-        } == ["n-0", "n-1", "n-2"])
+        #expect(
+            events.dropFirst().map { e -> String in
+                if case .notification(let n)? = e.event { return n.notificationId } else { return "" }
+            } == ["n-0", "n-1", "n-2"])
         #expect(headers["x-stream"] == "live")
         #expect(trailers["x-sent"] == "3")
 
@@ -264,8 +278,10 @@ import Testing
         let social = Social_V1_SocialClient(h.client)
         let token = h.keys.token()
         do {
-            try await social.subscribeNotifications(Social_V1_SubscribeNotificationsRequest(),
-                                                    options: CallOptions(metadata: h.bearer(token))) { stream in
+            try await social.subscribeNotifications(
+                Social_V1_SubscribeNotificationsRequest(),
+                options: CallOptions(metadata: h.bearer(token))
+            ) { stream in
                 var n = 0
                 for try await _ in stream.messages {
                     n += 1
@@ -284,8 +300,9 @@ import Testing
         defer { Task { await h.stop() } }
         let accounts = Accounts_V1_AccountsClient(h.client)
         for _ in 0..<20 { _ = try await accounts.getSigningKeys(Accounts_V1_GetSigningKeysRequest()) }
-        #expect(try await eventually { PendingUnaryCall.live.load(ordering: .relaxed) == 0 },
-                "\(PendingUnaryCall.live.load(ordering: .relaxed)) relayed calls still alive")
+        #expect(
+            try await eventually { PendingUnaryCall.live.load(ordering: .relaxed) == 0 },
+            "\(PendingUnaryCall.live.load(ordering: .relaxed)) relayed calls still alive")
     }
 
     @Test func cancellingAUnaryCallCancelsTheUpstream() async throws {
@@ -307,8 +324,10 @@ import Testing
     @Test func bidirectionalStreamsAreLiveBothWays() async throws {
         let h = try await Harness()
         defer { Task { await h.stop() } }
-        let replies = try await h.client.bidirectionalStreaming(Fake.chat, as: Bytes.self,
-                                                                options: CallOptions(metadata: Metadata([("x-custom", "c")]))) {
+        let replies = try await h.client.bidirectionalStreaming(
+            Fake.chat, as: Bytes.self,
+            options: CallOptions(metadata: Metadata([("x-custom", "c")]))
+        ) {
             (writer: RequestWriter<Bytes>, responses: ClientStreamingResponse<Bytes>) in
             var it = responses.messages.makeAsyncIterator()
             var got: [String] = []
@@ -375,8 +394,10 @@ import Testing
             (w: RequestWriter<Bytes>) in try await w.write(Bytes(big))
         }
         #expect(r.message.text == "1 messages, \(3 << 20) bytes")
-        let sizes = try await channel.client.serverStreaming(Fake.expand, Bytes("2:\(3 << 20)"), as: Bytes.self,
-                                                             options: CallOptions(timeout: .seconds(20))) { stream in
+        let sizes = try await channel.client.serverStreaming(
+            Fake.expand, Bytes("2:\(3 << 20)"), as: Bytes.self,
+            options: CallOptions(timeout: .seconds(20))
+        ) { stream in
             var sizes: [Int] = []
             for try await m in stream.messages { sizes.append(m.data.count) }
             return sizes
@@ -438,8 +459,9 @@ import Testing
         let profile = Accounts_V1_AccountsClient(u.client)
         func call(_ user: String) async -> StatusCode {
             do {
-                _ = try await profile.getMyProfile(Accounts_V1_GetMyProfileRequest(),
-                                                   options: CallOptions(metadata: u.bearer(u.keys.token(user: user))))
+                _ = try await profile.getMyProfile(
+                    Accounts_V1_GetMyProfileRequest(),
+                    options: CallOptions(metadata: u.bearer(u.keys.token(user: user))))
                 return .ok
             } catch let e as RPCError { return e.code } catch { return .unknown }
         }
@@ -494,8 +516,9 @@ import Testing
         let rotated = TestKeys(keyID: "k2")
         h.keyStore.add("k2", rotated.pair.publicKey)
         try await Task.sleep(for: .milliseconds(150))
-        let r = try await accounts.getMyProfile(Accounts_V1_GetMyProfileRequest(),
-                                                options: CallOptions(metadata: h.bearer(rotated.token(user: "u-new"))))
+        let r = try await accounts.getMyProfile(
+            Accounts_V1_GetMyProfileRequest(),
+            options: CallOptions(metadata: h.bearer(rotated.token(user: "u-new"))))
         #expect(r.user.userId == "u-new")
         #expect(h.recorder.count(Accounts_V1_AccountsMethods.getSigningKeys.path) == 2)
     }

@@ -8,6 +8,7 @@ import RPCTransport
 import Security
 import ServiceKit
 import Testing
+
 @testable import Gateway
 
 /// The gateway in front of the real accounts service (in-process, real gRPC on loopback): sign
@@ -26,15 +27,18 @@ import Testing
         var serverConfig = ServerConfiguration(host: "127.0.0.1", port: 0)
         serverConfig.threads = 1
         serverConfig.maxReceiveMessageSize = configuration.maxRequestBytes
-        serverConfig.initialWindowSize = configuration.streamWindowBytes
-        serverConfig.interceptors = [AuthInterceptor(keys: core.signingKeySource, serviceToken: Fake.serviceToken,
-                                                     gatewayToken: Fake.gatewayToken)]
+        serverConfig.interceptors = [
+            AuthInterceptor(
+                keys: core.signingKeySource, serviceToken: Fake.serviceToken,
+                gatewayToken: Fake.gatewayToken)
+        ]
         let (_, services) = StandardServices.make(for: core.services, descriptors: ContractsDescriptors.descriptorSet)
         let server = RPCServer(configuration: serverConfig, services: services, logger: logger)
         let accountsPort = try await server.start()
 
-        var config = GatewayConfiguration(upstreams: [.init(name: "accounts", host: "127.0.0.1", port: accountsPort)],
-                                          gatewayToken: Fake.gatewayToken)
+        var config = GatewayConfiguration(
+            upstreams: [.init(name: "accounts", host: "127.0.0.1", port: accountsPort)],
+            gatewayToken: Fake.gatewayToken)
         config.threads = 1
         let gateway = try Gateway(configuration: config, logger: logger)
         let port = try await gateway.start()
@@ -70,15 +74,18 @@ import Testing
 
             // Internal RPCs stay unreachable even though this upstream serves them.
             do {
-                _ = try await channel.client.unary(Accounts_V1_AccountsInternalMethods.listSentMail, Accounts_V1_ListSentMailRequest(),
-                                                   as: Accounts_V1_ListSentMailResponse.self,
-                                                   options: CallOptions(metadata: Metadata([("x-service-token", Fake.serviceToken)])))
+                _ = try await channel.client.unary(
+                    Accounts_V1_AccountsInternalMethods.listSentMail, Accounts_V1_ListSentMailRequest(),
+                    as: Accounts_V1_ListSentMailResponse.self,
+                    options: CallOptions(metadata: Metadata([("x-service-token", Fake.serviceToken)])))
                 Issue.record("internal RPC reachable")
             } catch let e as RPCError {
                 #expect(e.code == .unimplemented)
             }
-            let health = try await curl(["--http2-prior-knowledge", "-H", "content-type: application/json", "--data", "{}",
-                                         "http://127.0.0.1:\(port)/grpc.health.v1.Health/Check"])
+            let health = try await curl([
+                "--http2-prior-knowledge", "-H", "content-type: application/json", "--data", "{}",
+                "http://127.0.0.1:\(port)/grpc.health.v1.Health/Check",
+            ])
             #expect(health.body == #"{"status":"SERVING"}"#)
         } catch {
             Issue.record(error)

@@ -35,8 +35,9 @@ import Testing
     @Test func concurrentCallersShareOneFetch() async throws {
         let keys = TestKeys()
         let recorder = Recorder()
-        let accounts = try await FakeUpstream(services: [Fake.Accounts(keys: KeyStore([(keys.keyID, keys.pair.publicKey)]), recorder: recorder)],
-                                              keys: KeyStore([]))
+        let accounts = try await FakeUpstream(
+            services: [Fake.Accounts(keys: KeyStore([(keys.keyID, keys.pair.publicKey)]), recorder: recorder)],
+            keys: KeyStore([]))
         let channel = RPCChannel(configuration: ChannelConfiguration(host: "127.0.0.1", port: accounts.port))
         let source = RemoteSigningKeys(client: channel.client, minRefreshInterval: .seconds(60))
         let results = await withTaskGroup(of: Result<[String], any Error>.self) { group in

@@ -9,6 +9,7 @@ import Security
 import ServiceKit
 import Synchronization
 import Testing
+
 @testable import Gateway
 
 /// Raw bytes as a message (for the test-only echo routes).
@@ -28,11 +29,14 @@ final class TestKeys: Sendable {
     let keyID: String
     init(keyID: String = "k1") { self.keyID = keyID }
 
-    func token(user: String = "u-1", session: String = "s-1", expiresIn: Int64 = 600, keyID: String? = nil,
-               kind: AccessTokenClaims.Kind = .user, signer: Ed25519KeyPair? = nil) -> String {
+    func token(
+        user: String = "u-1", session: String = "s-1", expiresIn: Int64 = 600, keyID: String? = nil,
+        kind: AccessTokenClaims.Kind = .user, signer: Ed25519KeyPair? = nil
+    ) -> String {
         let now = AccessToken.currentTime()
-        let claims = AccessTokenClaims(userID: user, sessionID: session, expiresAt: now + expiresIn,
-                                       issuedAt: min(now, now + expiresIn - 1), keyID: keyID ?? self.keyID, kind: kind)
+        let claims = AccessTokenClaims(
+            userID: user, sessionID: session, expiresAt: now + expiresIn,
+            issuedAt: min(now, now + expiresIn - 1), keyID: keyID ?? self.keyID, kind: kind)
         return AccessToken.sign(claims, with: signer ?? pair)
     }
     var publicKeys: [String: Ed25519PublicKey] { [keyID: pair.publicKey] }
@@ -71,91 +75,97 @@ enum Fake {
             let recorder = self.recorder
             let keys = self.keys
             return [
-                ServerMethod(Accounts_V1_AccountsMethods.getSigningKeys,
-                             .unary(Accounts_V1_GetSigningKeysRequest.self, Accounts_V1_GetSigningKeysResponse.self) { _, ctx in
-                    recorder.record(ctx.method.path, ctx.requestMetadata)
-                    var r = Accounts_V1_GetSigningKeysResponse()
-                    r.keys = keys.all.map { id, key in
-                        var k = Accounts_V1_SigningKey()
-                        k.keyId = id
-                        k.algorithm = .ed25519
-                        k.publicKey = key.rawRepresentation
-                        return k
-                    }
-                    var d = Google_Protobuf_Duration()
-                    d.seconds = 300
-                    r.cacheFor = d
-                    return r
-                }),
-                ServerMethod(Accounts_V1_AccountsMethods.logIn,
-                             .unary(Accounts_V1_LogInRequest.self, Accounts_V1_LogInResponse.self) { req, ctx in
-                    recorder.record(ctx.method.path, ctx.requestMetadata)
-                    if let v = ctx.requestMetadata["x-echo-initial"] { ctx.initialMetadata.add("x-echo-initial", v) }
-                    if let v = ctx.requestMetadata["x-echo-trailer"] { ctx.trailers.add("x-echo-trailer", v) }
-                    var r = Accounts_V1_LogInResponse()
-                    var u = Accounts_V1_User()
-                    u.userId = "u-\(req.username)"
-                    u.username = req.username
-                    u.displayName = "Ada \"L\" Ω"
-                    u.guest = false
-                    var ts = Google_Protobuf_Timestamp()
-                    ts.seconds = 1_700_000_000
-                    ts.nanos = 120_000_000
-                    u.createdAt = ts
-                    r.user = u
-                    var s = Accounts_V1_Session()
-                    s.sessionId = "s-1"
-                    s.accessToken = "token-for-\(req.username)"
-                    r.session = s
-                    if req.password == "slow" {
-                        // Polls rather than one long Task.sleep: a sleep under the server's
-                        // event-loop executor does not wake when its task is cancelled.
-                        for _ in 0..<250 {
-                            if Task.isCancelled { recorder.note("login cancelled"); throw CancellationError() }
-                            try? await Task.sleep(for: .milliseconds(20))
+                ServerMethod(
+                    Accounts_V1_AccountsMethods.getSigningKeys,
+                    .unary(Accounts_V1_GetSigningKeysRequest.self, Accounts_V1_GetSigningKeysResponse.self) { _, ctx in
+                        recorder.record(ctx.method.path, ctx.requestMetadata)
+                        var r = Accounts_V1_GetSigningKeysResponse()
+                        r.keys = keys.all.map { id, key in
+                            var k = Accounts_V1_SigningKey()
+                            k.keyId = id
+                            k.algorithm = .ed25519
+                            k.publicKey = key.rawRepresentation
+                            return k
                         }
-                    }
-                    return r
-                }),
-                ServerMethod(Accounts_V1_AccountsMethods.getMyProfile,
-                             .unary(Accounts_V1_GetMyProfileRequest.self, Accounts_V1_GetMyProfileResponse.self) { _, ctx in
-                    recorder.record(ctx.method.path, ctx.requestMetadata)
-                    let id = try ctx.requireIdentity()
-                    var r = Accounts_V1_GetMyProfileResponse()
-                    var u = Accounts_V1_User()
-                    u.userId = id.userID
-                    u.displayName = "remaining-ms:\(ctx.timeRemaining.map { $0.components.seconds * 1000 + $0.components.attoseconds / 1_000_000_000_000_000 } ?? -1)"
-                    r.user = u
-                    return r
-                }),
-                ServerMethod(Accounts_V1_AccountsMethods.signUp,
-                             .unary(Accounts_V1_SignUpRequest.self, Accounts_V1_SignUpResponse.self) { req, ctx in
-                    recorder.record(ctx.method.path, ctx.requestMetadata)
-                    if req.username == "taken" {
-                        ctx.trailers.add("x-why", "duplicate")
-                        throw FieldErrors.single(.alreadyExists, field: "username", "is taken")
-                    }
-                    var e = FieldErrors()
-                    if req.password.count < 8 { e.add("password", "must be at least 8 characters") }
-                    try e.throwIfAny()
-                    var r = Accounts_V1_SignUpResponse()
-                    var u = Accounts_V1_User()
-                    u.username = req.username
-                    u.email = req.email
-                    u.contactInfo = req.contactInfo
-                    r.user = u
-                    return r
-                }),
-                ServerMethod(Accounts_V1_AccountsMethods.updateProfile,
-                             .unary(Accounts_V1_UpdateProfileRequest.self, Accounts_V1_UpdateProfileResponse.self) { req, ctx in
-                    recorder.record(ctx.method.path, ctx.requestMetadata)
-                    var r = Accounts_V1_UpdateProfileResponse()
-                    var u = Accounts_V1_User()
-                    u.displayName = req.hasDisplayName ? "set:" + req.displayName.value : "unset"
-                    u.email = req.hasEmail ? "set:" + req.email.value : "unset"
-                    r.user = u
-                    return r
-                }),
+                        var d = Google_Protobuf_Duration()
+                        d.seconds = 300
+                        r.cacheFor = d
+                        return r
+                    }),
+                ServerMethod(
+                    Accounts_V1_AccountsMethods.logIn,
+                    .unary(Accounts_V1_LogInRequest.self, Accounts_V1_LogInResponse.self) { req, ctx in
+                        recorder.record(ctx.method.path, ctx.requestMetadata)
+                        if let v = ctx.requestMetadata["x-echo-initial"] { ctx.initialMetadata.add("x-echo-initial", v) }
+                        if let v = ctx.requestMetadata["x-echo-trailer"] { ctx.trailers.add("x-echo-trailer", v) }
+                        var r = Accounts_V1_LogInResponse()
+                        var u = Accounts_V1_User()
+                        u.userId = "u-\(req.username)"
+                        u.username = req.username
+                        u.displayName = "Ada \"L\" Ω"
+                        u.guest = false
+                        var ts = Google_Protobuf_Timestamp()
+                        ts.seconds = 1_700_000_000
+                        ts.nanos = 120_000_000
+                        u.createdAt = ts
+                        r.user = u
+                        var s = Accounts_V1_Session()
+                        s.sessionId = "s-1"
+                        s.accessToken = "token-for-\(req.username)"
+                        r.session = s
+                        if req.password == "slow" {
+                            // Polls rather than one long Task.sleep: a sleep under the server's
+                            // event-loop executor does not wake when its task is cancelled.
+                            for _ in 0..<250 {
+                                if Task.isCancelled { recorder.note("login cancelled"); throw CancellationError() }
+                                try? await Task.sleep(for: .milliseconds(20))
+                            }
+                        }
+                        return r
+                    }),
+                ServerMethod(
+                    Accounts_V1_AccountsMethods.getMyProfile,
+                    .unary(Accounts_V1_GetMyProfileRequest.self, Accounts_V1_GetMyProfileResponse.self) { _, ctx in
+                        recorder.record(ctx.method.path, ctx.requestMetadata)
+                        let id = try ctx.requireIdentity()
+                        var r = Accounts_V1_GetMyProfileResponse()
+                        var u = Accounts_V1_User()
+                        u.userId = id.userID
+                        u.displayName =
+                            "remaining-ms:\(ctx.timeRemaining.map { $0.components.seconds * 1000 + $0.components.attoseconds / 1_000_000_000_000_000 } ?? -1)"
+                        r.user = u
+                        return r
+                    }),
+                ServerMethod(
+                    Accounts_V1_AccountsMethods.signUp,
+                    .unary(Accounts_V1_SignUpRequest.self, Accounts_V1_SignUpResponse.self) { req, ctx in
+                        recorder.record(ctx.method.path, ctx.requestMetadata)
+                        if req.username == "taken" {
+                            ctx.trailers.add("x-why", "duplicate")
+                            throw FieldErrors.single(.alreadyExists, field: "username", "is taken")
+                        }
+                        var e = FieldErrors()
+                        if req.password.count < 8 { e.add("password", "must be at least 8 characters") }
+                        try e.throwIfAny()
+                        var r = Accounts_V1_SignUpResponse()
+                        var u = Accounts_V1_User()
+                        u.username = req.username
+                        u.email = req.email
+                        u.contactInfo = req.contactInfo
+                        r.user = u
+                        return r
+                    }),
+                ServerMethod(
+                    Accounts_V1_AccountsMethods.updateProfile,
+                    .unary(Accounts_V1_UpdateProfileRequest.self, Accounts_V1_UpdateProfileResponse.self) { req, ctx in
+                        recorder.record(ctx.method.path, ctx.requestMetadata)
+                        var r = Accounts_V1_UpdateProfileResponse()
+                        var u = Accounts_V1_User()
+                        u.displayName = req.hasDisplayName ? "set:" + req.displayName.value : "unset"
+                        u.email = req.hasEmail ? "set:" + req.email.value : "unset"
+                        r.user = u
+                        return r
+                    }),
             ]
         }
     }
@@ -166,11 +176,14 @@ enum Fake {
         var serviceName: String { Accounts_V1_AccountsInternalMethods.serviceName }
         var methods: [ServerMethod] {
             let recorder = recorder
-            return [ServerMethod(Accounts_V1_AccountsInternalMethods.getUsersByIds,
-                                 .unary(Accounts_V1_GetUsersByIdsRequest.self, Accounts_V1_GetUsersByIdsResponse.self) { _, ctx in
-                recorder.record(ctx.method.path, ctx.requestMetadata)
-                return Accounts_V1_GetUsersByIdsResponse()
-            })]
+            return [
+                ServerMethod(
+                    Accounts_V1_AccountsInternalMethods.getUsersByIds,
+                    .unary(Accounts_V1_GetUsersByIdsRequest.self, Accounts_V1_GetUsersByIdsResponse.self) { _, ctx in
+                        recorder.record(ctx.method.path, ctx.requestMetadata)
+                        return Accounts_V1_GetUsersByIdsResponse()
+                    })
+            ]
         }
     }
 
@@ -183,46 +196,48 @@ enum Fake {
         var methods: [ServerMethod] {
             let recorder = recorder
             return [
-                ServerMethod(Social_V1_SocialMethods.subscribeNotifications,
-                             .serverStreaming(Social_V1_SubscribeNotificationsRequest.self, Social_V1_SubscribeNotificationsResponse.self) { req, out, ctx in
-                    recorder.record(ctx.method.path, ctx.requestMetadata)
-                    _ = try ctx.requireIdentity()
-                    ctx.initialMetadata.add("x-stream", "live")
-                    var first = Social_V1_SubscribeNotificationsResponse()
-                    var started = Social_V1_SubscriptionStarted()
-                    started.unreadCount = 3
-                    first.event = .started(started)
-                    try await out.write(first)
-                    let limit = Int(req.afterNotificationId) ?? Int.max
-                    var i = 0
-                    do {
-                        while i < limit {
-                            try await Task.sleep(for: .milliseconds(20))
-                            var n = Social_V1_Notification()
-                            n.notificationId = "n-\(i)"
-                            n.title = "hello \(i)"
-                            var m = Social_V1_SubscribeNotificationsResponse()
-                            m.event = .notification(n)
-                            try await out.write(m)
-                            i += 1
-                        }
-                    } catch {
-                        recorder.note("subscription ended: \(error)")
-                        throw error
-                    }
-                    ctx.trailers.add("x-sent", String(i))
-                }),
-                ServerMethod(Social_V1_SocialMethods.getNotificationSettings,
-                             .unary(Social_V1_GetNotificationSettingsRequest.self, Social_V1_GetNotificationSettingsResponse.self) { _, ctx in
-                    recorder.record(ctx.method.path, ctx.requestMetadata)
-                    if let ms = ctx.requestMetadata["x-sleep-ms"].flatMap(Int.init) {
-                        do { try await Task.sleep(for: .milliseconds(ms)) } catch {
-                            recorder.note("settings cancelled")
+                ServerMethod(
+                    Social_V1_SocialMethods.subscribeNotifications,
+                    .serverStreaming(Social_V1_SubscribeNotificationsRequest.self, Social_V1_SubscribeNotificationsResponse.self) { req, out, ctx in
+                        recorder.record(ctx.method.path, ctx.requestMetadata)
+                        _ = try ctx.requireIdentity()
+                        ctx.initialMetadata.add("x-stream", "live")
+                        var first = Social_V1_SubscribeNotificationsResponse()
+                        var started = Social_V1_SubscriptionStarted()
+                        started.unreadCount = 3
+                        first.event = .started(started)
+                        try await out.write(first)
+                        let limit = Int(req.afterNotificationId) ?? Int.max
+                        var i = 0
+                        do {
+                            while i < limit {
+                                try await Task.sleep(for: .milliseconds(20))
+                                var n = Social_V1_Notification()
+                                n.notificationId = "n-\(i)"
+                                n.title = "hello \(i)"
+                                var m = Social_V1_SubscribeNotificationsResponse()
+                                m.event = .notification(n)
+                                try await out.write(m)
+                                i += 1
+                            }
+                        } catch {
+                            recorder.note("subscription ended: \(error)")
                             throw error
                         }
-                    }
-                    return Social_V1_GetNotificationSettingsResponse()
-                }),
+                        ctx.trailers.add("x-sent", String(i))
+                    }),
+                ServerMethod(
+                    Social_V1_SocialMethods.getNotificationSettings,
+                    .unary(Social_V1_GetNotificationSettingsRequest.self, Social_V1_GetNotificationSettingsResponse.self) { _, ctx in
+                        recorder.record(ctx.method.path, ctx.requestMetadata)
+                        if let ms = ctx.requestMetadata["x-sleep-ms"].flatMap(Int.init) {
+                            do { try await Task.sleep(for: .milliseconds(ms)) } catch {
+                                recorder.note("settings cancelled")
+                                throw error
+                            }
+                        }
+                        return Social_V1_GetNotificationSettingsResponse()
+                    }),
             ]
         }
     }
@@ -238,28 +253,34 @@ enum Fake {
         var methods: [ServerMethod] {
             let recorder = recorder
             return [
-                ServerMethod(chat, .bidirectionalStreaming(Bytes.self, Bytes.self) { reqs, out, ctx in
-                    recorder.record(ctx.method.path, ctx.requestMetadata)
-                    for try await r in reqs {
-                        if r.text == "fail" { throw RPCError(.failedPrecondition, "asked to fail") }
-                        try await out.write(Bytes("echo:" + r.text))
-                    }
-                    ctx.trailers.add("x-done", "yes")
-                }),
-                ServerMethod(collect, .clientStreaming(Bytes.self, Bytes.self) { reqs, ctx in
-                    recorder.record(ctx.method.path, ctx.requestMetadata)
-                    var total = 0
-                    var n = 0
-                    for try await r in reqs { total += r.data.count; n += 1 }
-                    return Bytes("\(n) messages, \(total) bytes")
-                }),
-                ServerMethod(expand, .serverStreaming(Bytes.self, Bytes.self) { req, out, _ in
-                    // "n:size": n messages of size bytes, as fast as the client reads.
-                    let parts = req.text.split(separator: ":").compactMap { Int($0) }
-                    for i in 0..<(parts.first ?? 0) {
-                        try await out.write(Bytes(String(repeating: String(i % 10), count: parts.count > 1 ? parts[1] : 1)))
-                    }
-                }),
+                ServerMethod(
+                    chat,
+                    .bidirectionalStreaming(Bytes.self, Bytes.self) { reqs, out, ctx in
+                        recorder.record(ctx.method.path, ctx.requestMetadata)
+                        for try await r in reqs {
+                            if r.text == "fail" { throw RPCError(.failedPrecondition, "asked to fail") }
+                            try await out.write(Bytes("echo:" + r.text))
+                        }
+                        ctx.trailers.add("x-done", "yes")
+                    }),
+                ServerMethod(
+                    collect,
+                    .clientStreaming(Bytes.self, Bytes.self) { reqs, ctx in
+                        recorder.record(ctx.method.path, ctx.requestMetadata)
+                        var total = 0
+                        var n = 0
+                        for try await r in reqs { total += r.data.count; n += 1 }
+                        return Bytes("\(n) messages, \(total) bytes")
+                    }),
+                ServerMethod(
+                    expand,
+                    .serverStreaming(Bytes.self, Bytes.self) { req, out, _ in
+                        // "n:size": n messages of size bytes, as fast as the client reads.
+                        let parts = req.text.split(separator: ":").compactMap { Int($0) }
+                        for i in 0..<(parts.first ?? 0) {
+                            try await out.write(Bytes(String(repeating: String(i % 10), count: parts.count > 1 ? parts[1] : 1)))
+                        }
+                    }),
             ]
         }
     }
@@ -274,8 +295,11 @@ final class FakeUpstream: Sendable {
         var config = ServerConfiguration(host: "127.0.0.1", port: port)
         config.threads = 1
         config.initialWindowSize = 8 << 20
-        config.interceptors = [AuthInterceptor(keys: StaticSigningKeys { Dictionary(keys.all, uniquingKeysWith: { a, _ in a }) },
-                                               serviceToken: Fake.serviceToken, gatewayToken: Fake.gatewayToken)]
+        config.interceptors = [
+            AuthInterceptor(
+                keys: StaticSigningKeys { Dictionary(keys.all, uniquingKeysWith: { a, _ in a }) },
+                serviceToken: Fake.serviceToken, gatewayToken: Fake.gatewayToken)
+        ]
         let (_, all) = StandardServices.make(for: services, descriptors: ContractsDescriptors.descriptorSet)
         let server = RPCServer(configuration: config, services: all)
         self.server = server
@@ -298,12 +322,17 @@ final class Harness: Sendable {
 
     init(configure: (inout GatewayConfiguration) -> Void = { _ in }) async throws {
         keyStore = KeyStore([(keys.keyID, keys.pair.publicKey)])
-        accounts = try await FakeUpstream(services: [Fake.Accounts(keys: keyStore, recorder: recorder),
-                                                     Fake.AccountsInternal(recorder: recorder)], keys: keyStore)
+        accounts = try await FakeUpstream(
+            services: [
+                Fake.Accounts(keys: keyStore, recorder: recorder),
+                Fake.AccountsInternal(recorder: recorder),
+            ], keys: keyStore)
         social = try await FakeUpstream(services: [Fake.Social(recorder: recorder), Fake.Echo(recorder: recorder)], keys: keyStore)
         var config = GatewayConfiguration(
-            upstreams: [.init(name: "accounts", host: "127.0.0.1", port: accounts.port),
-                        .init(name: "social", host: "127.0.0.1", port: social.port)],
+            upstreams: [
+                .init(name: "accounts", host: "127.0.0.1", port: accounts.port),
+                .init(name: "social", host: "127.0.0.1", port: social.port),
+            ],
             gatewayToken: Fake.gatewayToken)
         config.threads = 2
         config.userRate = 1000
@@ -313,8 +342,9 @@ final class Harness: Sendable {
         configure(&config)
         var logger = Logger(label: "gateway-test")
         logger.logLevel = .warning
-        gateway = try Gateway(configuration: config, logger: logger,
-                              extraRoutes: ["test.v1.Echo": (upstream: "social", methods: [Fake.chat, Fake.collect, Fake.expand])])
+        gateway = try Gateway(
+            configuration: config, logger: logger,
+            extraRoutes: ["test.v1.Echo": (upstream: "social", methods: [Fake.chat, Fake.collect, Fake.expand])])
         port = try await gateway.start()
         channel = RPCChannel(host: "127.0.0.1", port: port)
     }

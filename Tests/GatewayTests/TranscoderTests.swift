@@ -4,6 +4,7 @@ import GRPCContracts
 import ProtobufTestContracts
 import RPCCore
 import Testing
+
 @testable import Gateway
 
 @Suite struct TranscoderTests {
@@ -27,7 +28,10 @@ import Testing
 
     @Test func scalarsFollowTheProto3JSONMapping() throws {
         let j = try toJSON(CodecSamples.scalars())
-        #expect(j == #"{"fInt32":-42,"fInt64":"-9000000000","fUint32":4000000000,"fUint64":"18000000000000000000","fSint32":-2147483648,"fSint64":"-9223372036854775808","fFixed32":4294967295,"fFixed64":"1","fSfixed32":-7,"fSfixed64":"9223372036854775807","fBool":true,"fFloat":1.5,"fDouble":-2.25e+300,"fString":"héllo, wörld ✓ 🎉","fBytes":"AAEC/4B/","fColor":"COLOR_BLUE","fSigned":"SIGNED_MINUS_ONE"}"#)
+        #expect(
+            j
+                == #"{"fInt32":-42,"fInt64":"-9000000000","fUint32":4000000000,"fUint64":"18000000000000000000","fSint32":-2147483648,"fSint64":"-9223372036854775808","fFixed32":4294967295,"fFixed64":"1","fSfixed32":-7,"fSfixed64":"9223372036854775807","fBool":true,"fFloat":1.5,"fDouble":-2.25e+300,"fString":"héllo, wörld ✓ 🎉","fBytes":"AAEC/4B/","fColor":"COLOR_BLUE","fSigned":"SIGNED_MINUS_ONE"}"#
+        )
         try roundTrip(CodecSamples.scalars())
         #expect(try toJSON(Codectest_V1_Scalars()) == "{}", "defaults are left out")
     }
@@ -60,7 +64,8 @@ import Testing
 
     @Test func inputAcceptsTheLenientForms() throws {
         let s: Codectest_V1_Scalars = try fromJSON(
-            #"{"f_int32":"7","fInt64":12,"fUint64":"1e3","f_float":"NaN","fDouble":"-Infinity","fBytes":"_-8","fColor":2,"f_signed":"SIGNED_BIG","fBool":false}"#)
+            #"{"f_int32":"7","fInt64":12,"fUint64":"1e3","f_float":"NaN","fDouble":"-Infinity","fBytes":"_-8","fColor":2,"f_signed":"SIGNED_BIG","fBool":false}"#
+        )
         #expect(s.fInt32 == 7 && s.fInt64 == 12 && s.fUint64 == 1000)
         #expect(s.fFloat.isNaN && s.fDouble == -.infinity)
         #expect(s.fBytes == [0xFF, 0xEF])
@@ -97,8 +102,10 @@ import Testing
         let parsed: Codectest_V1_Everything = try fromJSON(#"{"at":"2023-11-15T00:13:20.005+02:00","maybeName":"x"}"#)
         #expect(parsed.at.seconds == 1_700_000_000 && parsed.at.nanos == 5_000_000)
         #expect(parsed.maybeName.value == "x")
-        for (secs, nanos, text) in [(Int64(0), Int32(0), "1970-01-01T00:00:00Z"), (-1, 999_999_999, "1969-12-31T23:59:59.999999999Z"),
-                                    (253_402_300_799, 0, "9999-12-31T23:59:59Z"), (-62_135_596_800, 1000, "0001-01-01T00:00:00.000001Z")] {
+        for (secs, nanos, text) in [
+            (Int64(0), Int32(0), "1970-01-01T00:00:00Z"), (-1, 999_999_999, "1969-12-31T23:59:59.999999999Z"),
+            (253_402_300_799, 0, "9999-12-31T23:59:59Z"), (-62_135_596_800, 1000, "0001-01-01T00:00:00.000001Z"),
+        ] {
             #expect(JSONTranscoder.formatTimestamp(secs, nanos) == text)
             #expect(JSONTranscoder.parseTimestamp(text).map { [$0.0, Int64($0.1)] } == [secs, Int64(nanos)])
         }
@@ -143,7 +150,10 @@ import Testing
         any.value = bad.serializedBytes()
         status.details = [any]
         let j = try toJSON(status)
-        #expect(j == #"{"code":3,"details":[{"@type":"type.googleapis.com/google.rpc.BadRequest","fieldViolations":[{"field":"email","description":"taken"}]}]}"#)
+        #expect(
+            j
+                == #"{"code":3,"details":[{"@type":"type.googleapis.com/google.rpc.BadRequest","fieldViolations":[{"field":"email","description":"taken"}]}]}"#
+        )
         try roundTrip(status)
         var wrapped = Google_Protobuf_Any()
         var d = Google_Protobuf_Duration()

@@ -8,8 +8,10 @@ import Testing
 /// format: byte for byte where protobuf fixes the bytes, and through `protoc --decode` where only
 /// the order may differ (map entries).
 @Suite struct CodecExactnessTests {
-    func expectExact<M: ProtoMessage>(_ value: M, _ text: String, file: String = Protoc.codecTestProto,
-                                      sourceLocation: SourceLocation = #_sourceLocation) throws {
+    func expectExact<M: ProtoMessage>(
+        _ value: M, _ text: String, file: String = Protoc.codecTestProto,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) throws {
         let reference = try Protoc.encode(M.protoMessageName, text, file: file)
         #expect(value.serializedBytes() == reference, "encoding of \(text)", sourceLocation: sourceLocation)
         #expect(try M(serializedBytes: reference) == value, "decoding of \(text)", sourceLocation: sourceLocation)
@@ -73,8 +75,9 @@ import Testing
         let m = CodecSamples.maps()
         let reference = try Protoc.encode(Codectest_V1_Maps.protoMessageName, CodecSamples.mapsText)
         // Entry order is unspecified (we sort keys): compare what protobuf reads from both.
-        #expect(try Protoc.decode(Codectest_V1_Maps.protoMessageName, m.serializedBytes())
-            == Protoc.decode(Codectest_V1_Maps.protoMessageName, reference))
+        #expect(
+            try Protoc.decode(Codectest_V1_Maps.protoMessageName, m.serializedBytes())
+                == Protoc.decode(Codectest_V1_Maps.protoMessageName, reference))
         #expect(try Codectest_V1_Maps(serializedBytes: reference) == m)
         // One entry per map: the bytes are fixed, except that protobuf-c leaves default keys and
         // values out of an entry (proto3 rules) where C++ writes them; both decode alike.
@@ -102,8 +105,10 @@ import Testing
 
     @Test func everythingWithWellKnownTypesFromAnotherModule() throws {
         let e = CodecSamples.everything()
-        let reference = try Protoc.encode(Codectest_V1_Everything.protoMessageName, try Protoc.decode(
-            Codectest_V1_Everything.protoMessageName, e.serializedBytes()))
+        let reference = try Protoc.encode(
+            Codectest_V1_Everything.protoMessageName,
+            try Protoc.decode(
+                Codectest_V1_Everything.protoMessageName, e.serializedBytes()))
         #expect(e.serializedBytes() == reference)
         #expect(try Codectest_V1_Everything(serializedBytes: reference) == e)
         var partial = Codectest_V1_Everything()
@@ -133,7 +138,8 @@ import Testing
         r.responseStatus.code = 2
         r.responseStatus.message = "error ✓"
         r.expectCompressed.value = false
-        let text = #"response_size: 314159 payload { body: "\#(String(repeating: "\\000", count: 271_828))" } fill_username: true response_status { code: 2 message: "error \342\234\223" } expect_compressed {}"#
+        let text =
+            #"response_size: 314159 payload { body: "\#(String(repeating: "\\000", count: 271_828))" } fill_username: true response_status { code: 2 message: "error \342\234\223" } expect_compressed {}"#
         try expectExact(r, text, file: "grpc/testing/messages.proto")
 
         var stats = Grpc_Testing_LoadBalancerStatsResponse()
@@ -142,8 +148,10 @@ import Testing
         byPeer.rpcsByPeer = ["p": 1]
         stats.rpcsByMethod = ["UnaryCall": byPeer]
         stats.numFailures = 4
-        try expectExact(stats, #"rpcs_by_peer { key: "peer" value: 3 } num_failures: 4 rpcs_by_method { key: "UnaryCall" value { rpcs_by_peer { key: "p" value: 1 } } }"#,
-                        file: "grpc/testing/messages.proto")
+        try expectExact(
+            stats,
+            #"rpcs_by_peer { key: "peer" value: 3 } num_failures: 4 rpcs_by_method { key: "UnaryCall" value { rpcs_by_peer { key: "p" value: 1 } } }"#,
+            file: "grpc/testing/messages.proto")
     }
 
     @Test func wellKnownTypes() throws {
@@ -167,8 +175,9 @@ import Testing
         structValue.structValue = s
         list.values = [inner, structValue]
         v.listValue = list
-        try expectExact(v, #"list_value { values { null_value: NULL_VALUE } values { struct_value { fields { key: "a" value { string_value: "x" } } } } }"#,
-                        file: "google/protobuf/struct.proto")
+        try expectExact(
+            v, #"list_value { values { null_value: NULL_VALUE } values { struct_value { fields { key: "a" value { string_value: "x" } } } } }"#,
+            file: "google/protobuf/struct.proto")
         var any = Google_Protobuf_Any()
         any.typeUrl = "type.googleapis.com/google.protobuf.Duration"
         any.value = d.serializedBytes()

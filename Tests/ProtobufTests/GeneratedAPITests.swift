@@ -77,10 +77,11 @@ import Testing
         #expect(set.file(containingSymbol: "common.v1.access") == "common/v1/options.proto")
         #expect(set.file(containingSymbol: "google.protobuf.MethodOptions") == "google/protobuf/descriptor.proto")
         #expect(set.file(containingSymbol: "nope.Nothing") == nil)
-        #expect(set.fileWithDependencies(file) == [
-            file, "common/v1/options.proto", "google/protobuf/descriptor.proto", "google/protobuf/timestamp.proto",
-            "google/protobuf/wrappers.proto",
-        ])
+        #expect(
+            set.fileWithDependencies(file) == [
+                file, "common/v1/options.proto", "google/protobuf/descriptor.proto", "google/protobuf/timestamp.proto",
+                "google/protobuf/wrappers.proto",
+            ])
 
         // The embedded bytes are the FileDescriptorProto protoc itself produces (less json_name).
         let bytes = try #require(set.files[file])
@@ -98,9 +99,10 @@ import Testing
         #expect(grpc.services.contains("grpc.reflection.v1alpha.ServerReflection"))
         #expect(grpc.services.contains("grpc.testing.TestService"))
         #expect(grpc.file(containingSymbol: "grpc.testing.Empty") == "grpc/testing/empty.proto")
-        #expect(grpc.fileWithDependencies("grpc/testing/test.proto") == [
-            "grpc/testing/test.proto", "grpc/testing/empty.proto", "grpc/testing/messages.proto",
-        ])
+        #expect(
+            grpc.fileWithDependencies("grpc/testing/test.proto") == [
+                "grpc/testing/test.proto", "grpc/testing/empty.proto", "grpc/testing/messages.proto",
+            ])
         let merged = grpc.merging(ContractsDescriptors.descriptorSet)
         #expect(merged.files["grpc/health/v1/health.proto"] != nil)
         #expect(merged.files["common/v1/types.proto"] != nil)

@@ -1,11 +1,14 @@
-import Testing
 import RPCCore
+import Testing
+
 @testable import RPCTransport
 
 /// Starts an echo server on a free loopback port for one test.
-func withEchoServer<R>(_ configure: (inout ServerConfiguration) -> Void = { _ in },
-                       channel configureChannel: (inout ChannelConfiguration) -> Void = { _ in },
-                       _ body: (Int, RPCClient) async throws -> R) async throws -> R {
+func withEchoServer<R>(
+    _ configure: (inout ServerConfiguration) -> Void = { _ in },
+    channel configureChannel: (inout ChannelConfiguration) -> Void = { _ in },
+    _ body: (Int, RPCClient) async throws -> R
+) async throws -> R {
     var config = ServerConfiguration(host: "127.0.0.1", port: 0)
     config.threads = 1
     configure(&config)
@@ -91,13 +94,17 @@ func withEchoServer<R>(_ configure: (inout ServerConfiguration) -> Void = { _ in
             let big = Bytes((0..<(3 * 1024 * 1024)).map { UInt8(truncatingIfNeeded: $0 &* 31) })
             let r = try await client.unary(EchoService.unaryMethod, big, as: Bytes.self, options: CallOptions(timeout: .seconds(30)))
             #expect(r.message == big)
-            let total = try await client.clientStreaming(EchoService.clientStreamMethod, as: Bytes.self,
-                                                         options: CallOptions(timeout: .seconds(30))) { w in
+            let total = try await client.clientStreaming(
+                EchoService.clientStreamMethod, as: Bytes.self,
+                options: CallOptions(timeout: .seconds(30))
+            ) { w in
                 for _ in 0..<3 { try await w.write(big) }
             }
             #expect(total.message.text == "\(3 * big.data.count)")
-            let echoed = try await client.bidirectionalStreaming(EchoService.bidiMethod, as: Bytes.self,
-                                                                 options: CallOptions(timeout: .seconds(30))) { (w: RequestWriter<Bytes>, responses) in
+            let echoed = try await client.bidirectionalStreaming(
+                EchoService.bidiMethod, as: Bytes.self,
+                options: CallOptions(timeout: .seconds(30))
+            ) { (w: RequestWriter<Bytes>, responses) in
                 var it = responses.messages.makeAsyncIterator()
                 var n = 0
                 for _ in 0..<2 {
@@ -116,8 +123,9 @@ func withEchoServer<R>(_ configure: (inout ServerConfiguration) -> Void = { _ in
         // fifth call would stall.
         try await withEchoServer(channel: { $0.initialWindowSize = 16 * 1024 }) { _, client in
             for i in 0..<20 {
-                let call = try await client.transport.startCall(EchoService.serverStreamMethod,
-                                                                options: CallOptions(timeout: .seconds(5)))
+                let call = try await client.transport.startCall(
+                    EchoService.serverStreamMethod,
+                    options: CallOptions(timeout: .seconds(5)))
                 try await call.send(Bytes("2:8000").serializedBytes(), compress: false)
                 try await call.closeSend()
                 let (status, _) = await call.finalStatus()
@@ -142,8 +150,14 @@ func withEchoServer<R>(_ configure: (inout ServerConfiguration) -> Void = { _ in
         // A configuration may ask for more than a SETTINGS value can say (the gateway sizes its
         // windows from message limits): both ends clamp, nothing traps, calls go through.
         let huge = Int(UInt32.max) + 10
-        try await withEchoServer({ $0.initialWindowSize = huge; $0.maxConcurrentStreams = huge; $0.maxHeaderListSize = huge },
-                                 channel: { $0.initialWindowSize = huge; $0.maxHeaderListSize = huge }) { _, client in
+        try await withEchoServer(
+            {
+                $0.initialWindowSize = huge; $0.maxConcurrentStreams = huge; $0.maxHeaderListSize = huge
+            },
+            channel: {
+                $0.initialWindowSize = huge; $0.maxHeaderListSize = huge
+            }
+        ) { _, client in
             for _ in 0..<3 {
                 let r = try await client.unary(EchoService.unaryMethod, Bytes("ping"), as: Bytes.self)
                 #expect(r.message.text == "ping")
@@ -274,8 +288,11 @@ func withEchoServer<R>(_ configure: (inout ServerConfiguration) -> Void = { _ in
 
     /// A one-thread server with a Sleep call of `seconds` in flight, returned once its handler
     /// runs: a call the server never received would rightly be refused by the GOAWAY.
-    static func serverWithSleepingCall(seconds: Int, grace: Duration = .seconds(10)) async throws
-        -> (server: RPCServer, channel: RPCChannel, tag: String, call: Task<ClientResponse<Bytes>, any Error>) {
+    static func serverWithSleepingCall(
+        seconds: Int, grace: Duration = .seconds(10)
+    ) async throws
+        -> (server: RPCServer, channel: RPCChannel, tag: String, call: Task<ClientResponse<Bytes>, any Error>)
+    {
         var config = ServerConfiguration(host: "127.0.0.1", port: 0)
         config.threads = 1
         config.shutdownGracePeriod = grace

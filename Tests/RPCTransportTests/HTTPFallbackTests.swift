@@ -1,13 +1,15 @@
 import Foundation
+import RPCCore
 import Synchronization
 import Testing
-import RPCCore
+
 @testable import RPCTransport
 
 struct EchoHTTP: HTTPHandler {
     func handle(_ request: HTTPRequest) async -> HTTPResponse {
-        HTTPResponse(status: 200, headers: [("content-type", "application/json"), ("x-method", request.method)],
-                     body: Array("{\"path\":\"\(request.path)\",\"len\":\(request.body.count),\"ct\":\"\(request.header("content-type") ?? "")\"}".utf8))
+        HTTPResponse(
+            status: 200, headers: [("content-type", "application/json"), ("x-method", request.method)],
+            body: Array("{\"path\":\"\(request.path)\",\"len\":\(request.body.count),\"ct\":\"\(request.header("content-type") ?? "")\"}".utf8))
     }
 }
 
@@ -86,8 +88,10 @@ func curl(_ args: [String]) throws -> String { curlOutput(try startCurl(args)) }
         let server = RPCServer(configuration: config, services: [EchoService()])
         let port = try await server.start()
         defer { Task { await server.shutdownGracefully() } }
-        let out = try curl(["--http2-prior-knowledge", "-H", "content-type: application/json", "--data", "{\"a\":1}",
-                            "http://127.0.0.1:\(port)/pkg.Svc/Method"])
+        let out = try curl([
+            "--http2-prior-knowledge", "-H", "content-type: application/json", "--data", "{\"a\":1}",
+            "http://127.0.0.1:\(port)/pkg.Svc/Method",
+        ])
         #expect(out == "{\"path\":\"/pkg.Svc/Method\",\"len\":7,\"ct\":\"application/json\"}")
         // gRPC still works on the same server.
         let channel = RPCChannel(host: "127.0.0.1", port: port)
@@ -108,8 +112,10 @@ func curl(_ args: [String]) throws -> String { curlOutput(try startCurl(args)) }
         let h1 = try curl(["--http1.1", "-H", "content-type: application/json", "--data", "{}", url, url])
         #expect(h1 == String(repeating: "{\"path\":\"/pkg.Svc/Method\",\"len\":2,\"ct\":\"application/json\"}", count: 2))
         // Expect: 100-continue gets its go-ahead (curl would otherwise wait its 10 s timeout).
-        let expecting = try curl(["--http1.1", "-i", "--expect100-timeout", "10", "-H", "Expect: 100-continue",
-                                  "-H", "content-type: application/json", "--data", "{\"k\":1}", url])
+        let expecting = try curl([
+            "--http1.1", "-i", "--expect100-timeout", "10", "-H", "Expect: 100-continue",
+            "-H", "content-type: application/json", "--data", "{\"k\":1}", url,
+        ])
         #expect(expecting.hasPrefix("HTTP/1.1 100 Continue"), "\(expecting)")
         #expect(expecting.hasSuffix("{\"path\":\"/pkg.Svc/Method\",\"len\":7,\"ct\":\"application/json\"}"))
         let h2 = try curl(["--http2-prior-knowledge", "-H", "content-type: application/json", "--data", "{}", url])

@@ -1,7 +1,8 @@
 import Foundation
 import NIOCore
-import Testing
 import RPCCore
+import Testing
+
 @testable import RPCTransport
 
 /// Keeps an echo server up for manual load runs: `ECHO_BENCH_PORT=P ECHO_BENCH_SECONDS=S swift test

@@ -1,7 +1,8 @@
 import Foundation
-import Testing
 import RPCCore
 import RPCTLS
+import Testing
+
 @testable import RPCTransport
 
 @Suite struct TLSTransportTests {
@@ -29,13 +30,14 @@ import RPCTLS
         await channel.close()
 
         // grpcio, a client we did not write.
-        let (status, output) = try runPython("""
-        import grpc
-        creds = grpc.ssl_channel_credentials(root_certificates=open('\(cert)','rb').read())
-        ch = grpc.secure_channel('127.0.0.1:\(port)', creds, options=[('grpc.ssl_target_name_override','localhost')])
-        assert ch.unary_unary('/test.Echo/Unary')(b'py tls', timeout=5) == b'py tls'
-        print('OK')
-        """)
+        let (status, output) = try runPython(
+            """
+            import grpc
+            creds = grpc.ssl_channel_credentials(root_certificates=open('\(cert)','rb').read())
+            ch = grpc.secure_channel('127.0.0.1:\(port)', creds, options=[('grpc.ssl_target_name_override','localhost')])
+            assert ch.unary_unary('/test.Echo/Unary')(b'py tls', timeout=5) == b'py tls'
+            print('OK')
+            """)
         #expect(status == 0 && output.contains("OK"), "\(output)")
         await server.shutdownGracefully()
     }

@@ -33,35 +33,47 @@ struct EchoService: RPCService {
 
     var methods: [ServerMethod] {
         [
-            ServerMethod(Self.unaryMethod, .unary(Bytes.self, Bytes.self) { req, ctx in
-                if let echo = ctx.requestMetadata["x-echo-initial"] { ctx.initialMetadata.add("x-echo-initial", echo) }
-                if let bin = ctx.requestMetadata.binary("x-echo-trailing-bin") { ctx.trailers.add("x-echo-trailing-bin", binary: bin) }
-                return req
-            }),
-            ServerMethod(Self.serverStreamMethod, .serverStreaming(Bytes.self, Bytes.self) { req, out, _ in
-                // "n:size" → n messages of size bytes
-                let parts = req.text.split(separator: ":").compactMap { Int($0) }
-                for i in 0..<(parts.first ?? 0) {
-                    try await out.write(Bytes([UInt8](repeating: UInt8(i % 256), count: parts.count > 1 ? parts[1] : 1)))
-                }
-            }),
-            ServerMethod(Self.clientStreamMethod, .clientStreaming(Bytes.self, Bytes.self) { reqs, _ in
-                var total = 0
-                for try await r in reqs { total += r.data.count }
-                return Bytes("\(total)")
-            }),
-            ServerMethod(Self.bidiMethod, .bidirectionalStreaming(Bytes.self, Bytes.self) { reqs, out, _ in
-                for try await r in reqs { try await out.write(r) }
-            }),
-            ServerMethod(Self.sleepMethod, .unary(Bytes.self, Bytes.self) { req, _ in
-                sleepsStarted.withLock { _ = $0.insert(req.text) }
-                try await Task.sleep(for: .seconds(Int(req.text.split(separator: "#").first ?? "") ?? 10))
-                return req
-            }),
-            ServerMethod(Self.failMethod, .unary(Bytes.self, Bytes.self) { req, ctx in
-                ctx.trailers.add("x-detail", "kept")
-                throw RPCError(.invalidArgument, req.text)
-            }),
+            ServerMethod(
+                Self.unaryMethod,
+                .unary(Bytes.self, Bytes.self) { req, ctx in
+                    if let echo = ctx.requestMetadata["x-echo-initial"] { ctx.initialMetadata.add("x-echo-initial", echo) }
+                    if let bin = ctx.requestMetadata.binary("x-echo-trailing-bin") { ctx.trailers.add("x-echo-trailing-bin", binary: bin) }
+                    return req
+                }),
+            ServerMethod(
+                Self.serverStreamMethod,
+                .serverStreaming(Bytes.self, Bytes.self) { req, out, _ in
+                    // "n:size" → n messages of size bytes
+                    let parts = req.text.split(separator: ":").compactMap { Int($0) }
+                    for i in 0..<(parts.first ?? 0) {
+                        try await out.write(Bytes([UInt8](repeating: UInt8(i % 256), count: parts.count > 1 ? parts[1] : 1)))
+                    }
+                }),
+            ServerMethod(
+                Self.clientStreamMethod,
+                .clientStreaming(Bytes.self, Bytes.self) { reqs, _ in
+                    var total = 0
+                    for try await r in reqs { total += r.data.count }
+                    return Bytes("\(total)")
+                }),
+            ServerMethod(
+                Self.bidiMethod,
+                .bidirectionalStreaming(Bytes.self, Bytes.self) { reqs, out, _ in
+                    for try await r in reqs { try await out.write(r) }
+                }),
+            ServerMethod(
+                Self.sleepMethod,
+                .unary(Bytes.self, Bytes.self) { req, _ in
+                    sleepsStarted.withLock { _ = $0.insert(req.text) }
+                    try await Task.sleep(for: .seconds(Int(req.text.split(separator: "#").first ?? "") ?? 10))
+                    return req
+                }),
+            ServerMethod(
+                Self.failMethod,
+                .unary(Bytes.self, Bytes.self) { req, ctx in
+                    ctx.trailers.add("x-detail", "kept")
+                    throw RPCError(.invalidArgument, req.text)
+                }),
         ]
     }
 }

@@ -22,7 +22,9 @@ import Testing
         let segments = token.split(separator: ".")
         #expect(segments.count == 3)
         #expect(String(decoding: Base64URL.decode(segments[0])!, as: UTF8.self) == #"{"alg":"EdDSA","typ":"JWT","kid":"\#(Self.kid)"}"#)
-        #expect(String(decoding: Base64URL.decode(segments[1])!, as: UTF8.self) == #"{"sub":"u-42","sid":"s-7","iat":1800000000,"exp":1800000900,"kind":"user"}"#)
+        #expect(
+            String(decoding: Base64URL.decode(segments[1])!, as: UTF8.self)
+                == #"{"sub":"u-42","sid":"s-7","iat":1800000000,"exp":1800000900,"kind":"user"}"#)
     }
 
     @Test func claimsWithCharactersThatNeedEscaping() throws {
@@ -126,7 +128,9 @@ import Testing
         }
         #expect(sink > 0)
         func us(_ d: Duration, _ count: Int) -> String { String(format: "%.2f", d.seconds * 1e6 / Double(count)) }
-        print("security: token verify \(us(full, n)) µs (Ed25519 verify alone \(us(rawVerify, n)) µs), cached verify \(us(cached, n * 10)) µs, sign \(us(signing, n)) µs; token \(token.utf8.count) bytes")
+        print(
+            "security: token verify \(us(full, n)) µs (Ed25519 verify alone \(us(rawVerify, n)) µs), cached verify \(us(cached, n * 10)) µs, sign \(us(signing, n)) µs; token \(token.utf8.count) bytes"
+        )
     }
 }
 

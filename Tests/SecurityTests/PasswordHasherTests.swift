@@ -7,10 +7,13 @@ import Testing
     /// RFC 7914 §12, the third vector.
     @Test func scryptKnownAnswerRFC7914() throws {
         let key = try PasswordHasher.scrypt(password: Array("password".utf8), salt: Array("NaCl".utf8), n: 1024, r: 8, p: 16, length: 64)
-        #expect(key == hex("""
-            fd ba be 1c 9d 34 72 00 78 56 e7 19 0d 01 e9 fe 7c 6a d7 cb c8 23 78 30 e7 73 76 63 4b 37 31 62
-            2e af 30 d9 2e 22 a3 88 6f f1 09 27 9d 98 30 da c7 27 af b9 4a 83 ee 6d 83 60 cb df a2 cc 06 40
-            """))
+        #expect(
+            key
+                == hex(
+                    """
+                    fd ba be 1c 9d 34 72 00 78 56 e7 19 0d 01 e9 fe 7c 6a d7 cb c8 23 78 30 e7 73 76 63 4b 37 31 62
+                    2e af 30 d9 2e 22 a3 88 6f f1 09 27 9d 98 30 da c7 27 af b9 4a 83 ee 6d 83 60 cb df a2 cc 06 40
+                    """))
         // The first vector: empty password and salt.
         let empty = try PasswordHasher.scrypt(password: [], salt: [], n: 16, r: 1, p: 1, length: 64)
         #expect(hexString(empty).hasPrefix("77d6576238657b203b19ca42c18a0497f16b4844e3074ae8dfdffa3fede21442"))

@@ -19,7 +19,9 @@ func hexString(_ b: [UInt8]) -> String { b.map { String(format: "%02x", $0) }.jo
 
 @Suite struct PrimitivesTests {
     @Test func base64urlMatchesRFC4648AndIsStrict() {
-        let vectors: [(String, String)] = [("", ""), ("f", "Zg"), ("fo", "Zm8"), ("foo", "Zm9v"), ("foob", "Zm9vYg"), ("fooba", "Zm9vYmE"), ("foobar", "Zm9vYmFy")]
+        let vectors: [(String, String)] = [
+            ("", ""), ("f", "Zg"), ("fo", "Zm8"), ("foo", "Zm9v"), ("foob", "Zm9vYg"), ("fooba", "Zm9vYmE"), ("foobar", "Zm9vYmFy"),
+        ]
         for (plain, encoded) in vectors {
             #expect(Base64URL.encode(Array(plain.utf8)) == encoded)
             #expect(Base64URL.decode(encoded) == Array(plain.utf8))

@@ -70,7 +70,10 @@ struct PythonCrossCheckTests {
         try #require(fields.count == 2)
         let key = try Ed25519PublicKey(rawRepresentation: hex(String(fields[0])))
         let claims = try AccessToken.verify(String(fields[1]), keys: ["py-1": key], now: 1_999_999_999)
-        #expect(claims == AccessTokenClaims(userID: "svc-tasks", sessionID: "-", expiresAt: 2_000_000_000, issuedAt: 1_999_999_999, keyID: "py-1", kind: .service))
+        #expect(
+            claims
+                == AccessTokenClaims(
+                    userID: "svc-tasks", sessionID: "-", expiresAt: 2_000_000_000, issuedAt: 1_999_999_999, keyID: "py-1", kind: .service))
     }
 
     @Test func pythonVerifiesOurPasswordHash() throws {

@@ -20,16 +20,20 @@ import Testing
         static let inside = MethodDescriptor(service: "probe.v1.Probe", method: "Inside", kind: .unary, visibility: .internal)
         var methods: [ServerMethod] {
             [Self.open, Self.user, Self.inside].map { m in
-                ServerMethod(m, .unary(RawMessage.self, RawMessage.self) { _, ctx in
-                    let who = "user=\(ctx.identity?.userID ?? "-") service=\(ctx.isServiceCall) gateway=\(ctx.isGatewayCall) address=\(ctx.clientAddress)"
-                    return RawMessage(bytes: Array(who.utf8))
-                })
+                ServerMethod(
+                    m,
+                    .unary(RawMessage.self, RawMessage.self) { _, ctx in
+                        let who =
+                            "user=\(ctx.identity?.userID ?? "-") service=\(ctx.isServiceCall) gateway=\(ctx.isGatewayCall) address=\(ctx.clientAddress)"
+                        return RawMessage(bytes: Array(who.utf8))
+                    })
             }
         }
     }
 
     func call(_ client: RPCClient, _ m: MethodDescriptor, _ metadata: [(String, String)] = []) async throws -> String {
-        let r = try await client.unary(m, RawMessage(), as: RawMessage.self, options: CallOptions(timeout: .seconds(10), metadata: Metadata(metadata)))
+        let r = try await client.unary(
+            m, RawMessage(), as: RawMessage.self, options: CallOptions(timeout: .seconds(10), metadata: Metadata(metadata)))
         return String(decoding: r.message.bytes, as: UTF8.self)
     }
 
@@ -63,20 +67,23 @@ import Testing
         let fetches = Atomic<Int>(0)
         var serviceName: String { Accounts_V1_AccountsMethods.serviceName }
         var methods: [ServerMethod] {
-            [ServerMethod(Accounts_V1_AccountsMethods.getSigningKeys,
-                          .unary(Accounts_V1_GetSigningKeysRequest.self, Accounts_V1_GetSigningKeysResponse.self) { [self] _, _ in
-                fetches.add(1, ordering: .relaxed)
-                var r = Accounts_V1_GetSigningKeysResponse()
-                r.keys = published.withLock { $0 }.map { id, key in
-                    var k = Accounts_V1_SigningKey()
-                    (k.keyId, k.algorithm, k.publicKey) = (id, .ed25519, key.rawRepresentation)
-                    return k
-                }
-                var d = Google_Protobuf_Duration()
-                d.seconds = 1
-                r.cacheFor = d
-                return r
-            })]
+            [
+                ServerMethod(
+                    Accounts_V1_AccountsMethods.getSigningKeys,
+                    .unary(Accounts_V1_GetSigningKeysRequest.self, Accounts_V1_GetSigningKeysResponse.self) { [self] _, _ in
+                        fetches.add(1, ordering: .relaxed)
+                        var r = Accounts_V1_GetSigningKeysResponse()
+                        r.keys = published.withLock { $0 }.map { id, key in
+                            var k = Accounts_V1_SigningKey()
+                            (k.keyId, k.algorithm, k.publicKey) = (id, .ed25519, key.rawRepresentation)
+                            return k
+                        }
+                        var d = Google_Protobuf_Duration()
+                        d.seconds = 1
+                        r.cacheFor = d
+                        return r
+                    })
+            ]
         }
     }
 
@@ -86,8 +93,9 @@ import Testing
         accounts.published.withLock { $0 = ["old": tokens.pair.publicKey] }
         let accountsServer = try await TestServer(services: [accounts], keys: tokens.source)
         let channel = RPCChannel(host: "127.0.0.1", port: accountsServer.port)
-        let interceptor = AuthInterceptor(keys: RemoteSigningKeys(client: channel.client, minRefreshInterval: .milliseconds(100)),
-                                          serviceToken: "", keyRefreshInterval: .seconds(1))
+        let interceptor = AuthInterceptor(
+            keys: RemoteSigningKeys(client: channel.client, minRefreshInterval: .milliseconds(100)),
+            serviceToken: "", keyRefreshInterval: .seconds(1))
         let token = tokens.token(user: "u-9")
         #expect(try await interceptor.verify(token).userID == "u-9")
         // Verified from the cache over and over: no fetch per call.
@@ -98,7 +106,9 @@ import Testing
         // accounts stops publishing the key (it leaked, say).
         accounts.published.withLock { $0 = [:] }
         let refused = await eventually(timeout: .seconds(10)) {
-            do { _ = try await interceptor.verify(token); return false } catch let e as RPCError { return e.code == .unauthenticated } catch { return false }
+            do { _ = try await interceptor.verify(token); return false } catch let e as RPCError { return e.code == .unauthenticated } catch {
+                return false
+            }
         }
         #expect(refused, "a removed key still verified after the refresh interval")
         await channel.close()

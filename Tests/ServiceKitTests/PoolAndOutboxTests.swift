@@ -24,7 +24,11 @@ final class Counter: Sendable {
         let started = Counter()
         // One runs (blocked), two wait: the pool is full.
         let held = (0..<3).map { _ in
-            Task { try await pool.run { started.add(); release.wait() } }
+            Task {
+                try await pool.run {
+                    started.add(); release.wait()
+                }
+            }
         }
         #expect(await eventually { pool.load == 3 })
         let refused = await expectFailure(.unavailable) { try await pool.run { 1 } }
@@ -67,12 +71,15 @@ final class Counter: Sendable {
         var serviceName: String { Tasks_V1_TasksInternalMethods.serviceName }
         var methods: [ServerMethod] {
             let seen = self.seen
-            return [ServerMethod(Tasks_V1_TasksInternalMethods.eraseUser,
-                                 .unary(Tasks_V1_EraseUserRequest.self, Tasks_V1_EraseUserResponse.self) { r, ctx in
-                guard ctx.isServiceCall else { throw RPCError(.permissionDenied, "not a service") }
-                seen.ids.withLock { $0.append(r.eventId) }
-                return Tasks_V1_EraseUserResponse()
-            })]
+            return [
+                ServerMethod(
+                    Tasks_V1_TasksInternalMethods.eraseUser,
+                    .unary(Tasks_V1_EraseUserRequest.self, Tasks_V1_EraseUserResponse.self) { r, ctx in
+                        guard ctx.isServiceCall else { throw RPCError(.permissionDenied, "not a service") }
+                        seen.ids.withLock { $0.append(r.eventId) }
+                        return Tasks_V1_EraseUserResponse()
+                    })
+            ]
         }
     }
 

@@ -6,8 +6,10 @@ import Testing
 
 @Suite struct SettingsTests {
     @Test func keysReadTheirEnvironmentVariablesStrictly() throws {
-        let s = Settings(environment: ["ACCOUNTS_SCRYPT_N": "2048", "GATEWAY_MAX_DEADLINE_MS": "1500", "FLAG": "yes",
-                                       "EMPTY": "", "BAD_INT": "32k", "LIST": " a, b ,,c "])
+        let s = Settings(environment: [
+            "ACCOUNTS_SCRYPT_N": "2048", "GATEWAY_MAX_DEADLINE_MS": "1500", "FLAG": "yes",
+            "EMPTY": "", "BAD_INT": "32k", "LIST": " a, b ,,c ",
+        ])
         #expect(try s.int("accounts.scrypt.n") == 2048)
         #expect(try s.milliseconds("gateway.max.deadline.ms") == .milliseconds(1500))
         #expect(try s.bool("flag"))
@@ -22,9 +24,12 @@ import Testing
 
     @Test func flagsWinOverTheEnvironment() throws {
         let options = try ServiceOptions.parse(["--port", "7001", "--data-dir", "/tmp/x", "--dev-credentials"])
-        let settings = try ServiceSettings(name: "social", options: options,
-                                           environment: ["SOCIAL_PORT": "9999", "SOCIAL_HOST": "0.0.0.0", "DATA_DIR": "/tmp/root",
-                                                         "TASKS_ADDR": "10.1.2.3:7002"])
+        let settings = try ServiceSettings(
+            name: "social", options: options,
+            environment: [
+                "SOCIAL_PORT": "9999", "SOCIAL_HOST": "0.0.0.0", "DATA_DIR": "/tmp/root",
+                "TASKS_ADDR": "10.1.2.3:7002",
+            ])
         #expect(settings.port == 7001)
         #expect(settings.host == "0.0.0.0")
         #expect(settings.dataDir == "/tmp/x")
@@ -34,7 +39,8 @@ import Testing
         #expect(settings.serviceToken.count >= 32 && settings.gatewayToken.count >= 32)
         #expect(settings.serviceToken != settings.gatewayToken)
         #expect(throws: (any Error).self) {
-            try ServiceSettings(name: "social", options: try ServiceOptions.parse([]), environment: ["TASKS_ADDR": "nope", "ALLOW_DEV_CREDENTIALS": "1"])
+            try ServiceSettings(
+                name: "social", options: try ServiceOptions.parse([]), environment: ["TASKS_ADDR": "nope", "ALLOW_DEV_CREDENTIALS": "1"])
         }
     }
 }

@@ -19,14 +19,22 @@ import Testing
     static func open(_ dir: TemporaryDirectory, options: Database.Options = Database.Options()) throws -> ServiceStore {
         let db = try Database.open(
             directory: dir.path, fileName: "t.sqlite",
-            migrations: Migration.kit + [Migration(name: "t.001", sql: """
-                CREATE TABLE members (id TEXT PRIMARY KEY, email TEXT NOT NULL, handle TEXT);
-                CREATE UNIQUE INDEX members_email ON members(lower(email));
-                CREATE UNIQUE INDEX members_handle ON members(handle);
-                """)],
+            migrations: Migration.kit + [
+                Migration(
+                    name: "t.001",
+                    sql: """
+                        CREATE TABLE members (id TEXT PRIMARY KEY, email TEXT NOT NULL, handle TEXT);
+                        CREATE UNIQUE INDEX members_email ON members(lower(email));
+                        CREATE UNIQUE INDEX members_handle ON members(handle);
+                        """)
+            ],
             options: options, logger: quiet)
-        return ServiceStore(database: db, uniqueFields: ["members.handle": .init(field: "handle", message: "already taken"),
-                                                         "members_email": .init(field: "email")], logger: quiet)
+        return ServiceStore(
+            database: db,
+            uniqueFields: [
+                "members.handle": .init(field: "handle", message: "already taken"),
+                "members_email": .init(field: "email"),
+            ], logger: quiet)
     }
 
     @Test func uniqueViolationsNameTheDeclaredField() async throws {
@@ -64,8 +72,10 @@ import Testing
         other.description_p = "Rent"
         @Sendable func create(_ r: Finance_V1_CreateChargeRequest) async throws -> (String, Bool) {
             try await store.write { tx in
-                let (response, replayed) = try tx.idempotent(scope: "CreateCharge:u1", key: r.idempotencyKey,
-                                                             fingerprint: Idempotency.fingerprint(r)) {
+                let (response, replayed) = try tx.idempotent(
+                    scope: "CreateCharge:u1", key: r.idempotencyKey,
+                    fingerprint: Idempotency.fingerprint(r)
+                ) {
                     try tx.execute("INSERT INTO members VALUES (?, ?, NULL)", ULID.make(), "\(UUID())@x.io")
                     var h = Finance_V1_CreateChargeResponse()
                     h.transaction.transactionId = ULID.make()
@@ -93,9 +103,10 @@ import Testing
         defer { store.database.close() }
         var replays: [Bool] = []
         for _ in 0..<3 {
-            replays.append(try await store.receiveOnce(eventID: "erase-u1") { tx in
-                try tx.execute("INSERT INTO members VALUES (?, 'x@y.io', NULL)", ULID.make())
-            })
+            replays.append(
+                try await store.receiveOnce(eventID: "erase-u1") { tx in
+                    try tx.execute("INSERT INTO members VALUES (?, 'x@y.io', NULL)", ULID.make())
+                })
         }
         #expect(replays == [false, true, true])
         try await store.purgeKitTables()

@@ -16,9 +16,11 @@ import Testing
         try #require(acked >= 300, "child output: \(lines.suffix(3))")
         #expect(child.process.terminationReason == .uncaughtSignal)
 
-        let db = try Database.openQuiet(directory: dir.path, fileName: "crash.sqlite", migrations: [
-            Migration(name: "001-acks", sql: "CREATE TABLE acks (id INTEGER PRIMARY KEY, payload BLOB NOT NULL)")
-        ])
+        let db = try Database.openQuiet(
+            directory: dir.path, fileName: "crash.sqlite",
+            migrations: [
+                Migration(name: "001-acks", sql: "CREATE TABLE acks (id INTEGER PRIMARY KEY, payload BLOB NOT NULL)")
+            ])
         defer { db.close() }
         let (count, maxID, integrity) = try db.readSync { c in
             (

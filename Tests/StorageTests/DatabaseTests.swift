@@ -162,10 +162,12 @@ import Testing
     @Test func uniqueViolationNamesTheColumnsOrIndex() throws {
         let dir = TempDirectory()
         defer { dir.cleanup() }
-        let migrations = testMigrations + [
-            Migration(name: "003-handles", sql: "CREATE TABLE handles (name TEXT NOT NULL); CREATE UNIQUE INDEX handles_ci ON handles(lower(name))"),
-            Migration(name: "004-pairs", sql: "CREATE TABLE pairs (a INTEGER, b INTEGER, PRIMARY KEY (a, b))"),
-        ]
+        let migrations =
+            testMigrations + [
+                Migration(
+                    name: "003-handles", sql: "CREATE TABLE handles (name TEXT NOT NULL); CREATE UNIQUE INDEX handles_ci ON handles(lower(name))"),
+                Migration(name: "004-pairs", sql: "CREATE TABLE pairs (a INTEGER, b INTEGER, PRIMARY KEY (a, b))"),
+            ]
         let db = try Database.openQuiet(directory: dir.path, fileName: "a.sqlite", migrations: migrations)
         defer { db.close() }
         try db.writeSync { tx in try tx.execute("INSERT INTO users (email) VALUES (?)", "a@x") }
@@ -184,7 +186,7 @@ import Testing
         }
         // A caught violation inside the body leaves the transaction usable (statement-level rollback).
         let kept = try db.writeSync { tx -> Bool in
-            do { try tx.execute("INSERT INTO users (email) VALUES (?)", "a@x") } catch StorageError.uniqueViolation { }
+            do { try tx.execute("INSERT INTO users (email) VALUES (?)", "a@x") } catch StorageError.uniqueViolation {}
             try tx.execute("INSERT INTO users (email) VALUES (?)", "b@x")
             return true
         }
@@ -205,7 +207,8 @@ import Testing
         try db.writeSync { tx in
             try tx.execute("INSERT INTO v VALUES (?, ?, ?, ?, ?, ?)", Int64.max, 2.5, text, [UInt8]([0, 1, 255]), true, optionalNil)
             try tx.execute("INSERT INTO v VALUES (?, ?, ?, ?, ?, ?)", 7, 3, "", [UInt8](), false, nil)
-            try tx.execute("INSERT INTO v VALUES (?, ?, ?, ?, ?, ?)", arguments: [.integer(-1), .real(0), .text("x"), .blob([9]), .null, .text("set")])
+            try tx.execute(
+                "INSERT INTO v VALUES (?, ?, ?, ?, ?, ?)", arguments: [.integer(-1), .real(0), .text("x"), .blob([9]), .null, .text("set")])
         }
         let rows = try db.readSync { c in try c.query("SELECT i, r, t, b, f, n AS named FROM v ORDER BY rowid") }
         #expect(rows.count == 3)
@@ -265,7 +268,11 @@ import Testing
                 _ = release.wait(timeout: .now() + 10)  // hold the write transaction open
             }
         }
-        await withCheckedContinuation { c in DispatchQueue.global().async { inWrite.wait(); c.resume() } }
+        await withCheckedContinuation { c in
+            DispatchQueue.global().async {
+                inWrite.wait(); c.resume()
+            }
+        }
         // Several reads while the write transaction is open: they complete, and see the committed state only.
         let clock = ContinuousClock()
         let start = clock.now

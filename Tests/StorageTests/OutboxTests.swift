@@ -35,7 +35,9 @@ import Testing
             pollInterval: .seconds(30),  // only the commit wake-up and the retry schedule drive it
             logger: Self.quiet
         ) { event in
-            let n = calls.withLock { $0.append(clock.now); return $0.count }
+            let n = calls.withLock {
+                $0.append(clock.now); return $0.count
+            }
             if n == 3 {
                 let pending = try await db.pendingOutbox()
                 seenWhileFailing.withLock { $0 = pending.first }
@@ -70,7 +72,8 @@ import Testing
         #expect(failing.lastError == "peer down (test)")
         #expect(failing.deliveredAt == nil)
 
-        let row = try #require(try await db.read { c in try c.queryOne("SELECT attempts, delivered_at, last_error FROM outbox WHERE event_id = 'settle-1'") })
+        let row = try #require(
+            try await db.read { c in try c.queryOne("SELECT attempts, delivered_at, last_error FROM outbox WHERE event_id = 'settle-1'") })
         #expect(try row.get("attempts", as: Int.self) == 4)
         #expect(try row.get("delivered_at", as: Int64?.self) != nil)
         #expect(try row.get("last_error", as: String?.self) == nil)

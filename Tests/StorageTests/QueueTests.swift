@@ -16,8 +16,9 @@ import Testing
     @Test func aFullQueueIsRefusedAtOnceAndCancelledJobsAreSkipped() async throws {
         let dir = TempDirectory()
         defer { dir.cleanup() }
-        let db = try Database.openQuiet(directory: dir.path, fileName: "q.sqlite", migrations: testMigrations,
-                                        options: Database.Options(readerCount: 1, maxQueuedJobs: 4))
+        let db = try Database.openQuiet(
+            directory: dir.path, fileName: "q.sqlite", migrations: testMigrations,
+            options: Database.Options(readerCount: 1, maxQueuedJobs: 4))
         defer { db.close() }
         let gate = Gate()
         // The one reader is held; four wait behind it; the fifth waiting job is refused at once.

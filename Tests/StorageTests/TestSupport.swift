@@ -64,10 +64,12 @@ final class ChildProcess {
 
 let testMigrations = [
     Migration(name: "001-users", sql: "CREATE TABLE users (id INTEGER PRIMARY KEY, email TEXT NOT NULL UNIQUE, name TEXT)"),
-    Migration(name: "002-notes", sql: """
-        CREATE TABLE notes (id INTEGER PRIMARY KEY, user_id INTEGER NOT NULL REFERENCES users(id), body TEXT NOT NULL);
-        CREATE INDEX notes_user ON notes(user_id);
-        """),
+    Migration(
+        name: "002-notes",
+        sql: """
+            CREATE TABLE notes (id INTEGER PRIMARY KEY, user_id INTEGER NOT NULL REFERENCES users(id), body TEXT NOT NULL);
+            CREATE INDEX notes_user ON notes(user_id);
+            """),
 ]
 
 extension Database {

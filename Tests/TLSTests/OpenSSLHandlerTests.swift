@@ -25,11 +25,12 @@ import Testing
         #expect(throws: TLSError.self) { try TLSConfiguration.client(alpn: [""], serverName: nil) }
     }
 
-    @Test(arguments: [
-        (["h2", "http/1.1"], "h2"),
-        (["http/1.1"], "http/1.1"),
-        ([], nil),
-    ] as [([String], String?)])
+    @Test(
+        arguments: [
+            (["h2", "http/1.1"], "h2"),
+            (["http/1.1"], "http/1.1"),
+            ([], nil),
+        ] as [([String], String?)])
     func alpnSelection(clientOffers: [String], expected: String?) async throws {
         let certificate = try TestCertificate.make()
         defer { certificate.remove() }

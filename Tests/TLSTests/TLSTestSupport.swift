@@ -292,7 +292,9 @@ func patternBuffer(_ count: Int = 1 << 20) -> ByteBuffer {
 /// Runs a process to completion and returns its exit status and output. Output goes to temporary
 /// files, not pipes: draining pipes would need threads blocked in read(2), and blocking the
 /// cooperative pool (two threads on a two-core machine) starves the test itself.
-func run(_ executable: String, _ arguments: [String], stdin: String = "") async throws -> (
+func run(
+    _ executable: String, _ arguments: [String], stdin: String = ""
+) async throws -> (
     status: Int32, stdout: String, stderr: String
 ) {
     let base = NSTemporaryDirectory() + "rpctls-run-\(getpid())-\(UInt64.random(in: 0...UInt64.max))"

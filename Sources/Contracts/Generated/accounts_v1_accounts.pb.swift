@@ -2728,105 +2728,105 @@ public enum Accounts_V1_AccountsMethods {
     /// "email" when taken (both compared case-insensitively).
     public static let signUp = RPCCore.MethodDescriptor(
         service: serviceName, method: "SignUp", kind: .unary, visibility: .publicAnonymous,
-        inputType: "accounts.v1.SignUpRequest", outputType: "accounts.v1.SignUpResponse")
+        inputType: "accounts.v1.SignUpRequest", outputType: "accounts.v1.SignUpResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Logs in with a username or an email and the password (A UC2, B UC-2, D 1.a, E 1.2).
     /// Wrong credentials → UNAUTHENTICATED with one generic message whatever was wrong (no user
     /// enumeration). Repeated failures for one account or one client address → RESOURCE_EXHAUSTED
     /// with a google.rpc.RetryInfo saying when to try again.
     public static let logIn = RPCCore.MethodDescriptor(
         service: serviceName, method: "LogIn", kind: .unary, visibility: .publicAnonymous,
-        inputType: "accounts.v1.LogInRequest", outputType: "accounts.v1.LogInResponse")
+        inputType: "accounts.v1.LogInRequest", outputType: "accounts.v1.LogInResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Exchanges a refresh token for a new token pair (E 1.6 stay logged in). The presented refresh
     /// token is rotated: it stops working and the response carries its successor. Presenting an
     /// already-rotated token revokes the whole session (theft detection) → UNAUTHENTICATED.
     public static let refreshSession = RPCCore.MethodDescriptor(
         service: serviceName, method: "RefreshSession", kind: .unary, visibility: .publicAnonymous,
-        inputType: "accounts.v1.RefreshSessionRequest", outputType: "accounts.v1.RefreshSessionResponse")
+        inputType: "accounts.v1.RefreshSessionRequest", outputType: "accounts.v1.RefreshSessionResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Revokes the session of the calling access token (its refresh token stops working), or every
     /// session of the user (B UC-3, D 1.e, E 1.3). Access tokens already issued expire on their own.
     public static let logOut = RPCCore.MethodDescriptor(
         service: serviceName, method: "LogOut", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "accounts.v1.LogOutRequest", outputType: "accounts.v1.LogOutResponse")
+        inputType: "accounts.v1.LogOutRequest", outputType: "accounts.v1.LogOutResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Creates a guest account without credentials and logs it in (E 1.5). Guests do not appear in
     /// SearchUsers; a guest whose refresh token is lost cannot log in again, so clients offer
     /// UpgradeGuest.
     public static let createGuest = RPCCore.MethodDescriptor(
         service: serviceName, method: "CreateGuest", kind: .unary, visibility: .publicAnonymous,
-        inputType: "accounts.v1.CreateGuestRequest", outputType: "accounts.v1.CreateGuestResponse")
+        inputType: "accounts.v1.CreateGuestRequest", outputType: "accounts.v1.CreateGuestResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Turns the calling guest into a full account with the same user_id, so every service keeps its
     /// data (E 1.5). Same field rules as SignUp. FAILED_PRECONDITION when the caller is not a guest.
     public static let upgradeGuest = RPCCore.MethodDescriptor(
         service: serviceName, method: "UpgradeGuest", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "accounts.v1.UpgradeGuestRequest", outputType: "accounts.v1.UpgradeGuestResponse")
+        inputType: "accounts.v1.UpgradeGuestRequest", outputType: "accounts.v1.UpgradeGuestResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Changes the caller's password (B UC-23). Wrong current password → INVALID_ARGUMENT naming
     /// "current_password". Every other session of the user is revoked; the calling one stays.
     public static let changePassword = RPCCore.MethodDescriptor(
         service: serviceName, method: "ChangePassword", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "accounts.v1.ChangePasswordRequest", outputType: "accounts.v1.ChangePasswordResponse")
+        inputType: "accounts.v1.ChangePasswordRequest", outputType: "accounts.v1.ChangePasswordResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Starts password recovery (B UC-4, E 1.4): when the email belongs to a full account, a
     /// single-use reset token valid for 30 minutes is mailed to it (the mail outbox, see
     /// AccountsInternal.ListSentMail). The answer is the same whether or not the account exists
     /// (no user enumeration); a malformed email → INVALID_ARGUMENT. Throttled per address.
     public static let requestPasswordReset = RPCCore.MethodDescriptor(
         service: serviceName, method: "RequestPasswordReset", kind: .unary, visibility: .publicAnonymous,
-        inputType: "accounts.v1.RequestPasswordResetRequest", outputType: "accounts.v1.RequestPasswordResetResponse")
+        inputType: "accounts.v1.RequestPasswordResetRequest", outputType: "accounts.v1.RequestPasswordResetResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Sets a new password with a mailed reset token (B UC-4, E 1.4). Unknown, used or expired token
     /// → FAILED_PRECONDITION naming "reset_token". Revokes every session of the user.
     public static let resetPassword = RPCCore.MethodDescriptor(
         service: serviceName, method: "ResetPassword", kind: .unary, visibility: .publicAnonymous,
-        inputType: "accounts.v1.ResetPasswordRequest", outputType: "accounts.v1.ResetPasswordResponse")
+        inputType: "accounts.v1.ResetPasswordRequest", outputType: "accounts.v1.ResetPasswordResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// The caller's own account, private fields included (A UC14, D 3.b).
     public static let getMyProfile = RPCCore.MethodDescriptor(
         service: serviceName, method: "GetMyProfile", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "accounts.v1.GetMyProfileRequest", outputType: "accounts.v1.GetMyProfileResponse")
+        inputType: "accounts.v1.GetMyProfileRequest", outputType: "accounts.v1.GetMyProfileResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Another user's public profile, by user id or username (D 3.c, B UC-12). NOT_FOUND when no
     /// such user (deleted users are not found).
     public static let getProfile = RPCCore.MethodDescriptor(
         service: serviceName, method: "GetProfile", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "accounts.v1.GetProfileRequest", outputType: "accounts.v1.GetProfileResponse")
+        inputType: "accounts.v1.GetProfileRequest", outputType: "accounts.v1.GetProfileResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Partially updates the caller's account: only the fields that are set change (A UC14, D 3.b).
     /// Same field rules as SignUp; a taken email → ALREADY_EXISTS naming "email".
     public static let updateProfile = RPCCore.MethodDescriptor(
         service: serviceName, method: "UpdateProfile", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "accounts.v1.UpdateProfileRequest", outputType: "accounts.v1.UpdateProfileResponse")
+        inputType: "accounts.v1.UpdateProfileRequest", outputType: "accounts.v1.UpdateProfileResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Finds full accounts whose username starts with a prefix (C 04.01), ordered by username
     /// (case-insensitive), paginated.
     public static let searchUsers = RPCCore.MethodDescriptor(
         service: serviceName, method: "SearchUsers", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "accounts.v1.SearchUsersRequest", outputType: "accounts.v1.SearchUsersResponse")
+        inputType: "accounts.v1.SearchUsersRequest", outputType: "accounts.v1.SearchUsersResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Sets the caller's avatar to an uploaded image (A UC15, B UC-25). The format is detected from
     /// the magic bytes (PNG, JPEG, WebP); anything else (or no bytes) → INVALID_ARGUMENT naming
     /// "image"; larger than 1 MiB → RESOURCE_EXHAUSTED naming "image" (a request far over the limit
     /// is refused by the transport, also RESOURCE_EXHAUSTED).
     public static let uploadAvatar = RPCCore.MethodDescriptor(
         service: serviceName, method: "UploadAvatar", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "accounts.v1.UploadAvatarRequest", outputType: "accounts.v1.UploadAvatarResponse")
+        inputType: "accounts.v1.UploadAvatarRequest", outputType: "accounts.v1.UploadAvatarResponse", maxRequestBytes: 1064960)
     /// Sets the caller's avatar to one of the built-in game avatars (E 5.1). Unknown id →
     /// INVALID_ARGUMENT naming "builtin_avatar_id".
     public static let chooseAvatar = RPCCore.MethodDescriptor(
         service: serviceName, method: "ChooseAvatar", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "accounts.v1.ChooseAvatarRequest", outputType: "accounts.v1.ChooseAvatarResponse")
+        inputType: "accounts.v1.ChooseAvatarRequest", outputType: "accounts.v1.ChooseAvatarResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// A user's avatar: the uploaded image bytes or the built-in avatar chosen (A UC15, B UC-25,
     /// E 5.1). NOT_FOUND when no such user.
     public static let getAvatar = RPCCore.MethodDescriptor(
         service: serviceName, method: "GetAvatar", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "accounts.v1.GetAvatarRequest", outputType: "accounts.v1.GetAvatarResponse")
+        inputType: "accounts.v1.GetAvatarRequest", outputType: "accounts.v1.GetAvatarResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// The catalogue of built-in avatars (E 5.1), in display order. Small and fixed: not paginated.
     public static let listBuiltinAvatars = RPCCore.MethodDescriptor(
         service: serviceName, method: "ListBuiltinAvatars", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "accounts.v1.ListBuiltinAvatarsRequest", outputType: "accounts.v1.ListBuiltinAvatarsResponse")
+        inputType: "accounts.v1.ListBuiltinAvatarsRequest", outputType: "accounts.v1.ListBuiltinAvatarsResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Deletes the caller's account after checking the password (A UC16). Every session is revoked
     /// and a UserDeleted event is delivered (outbox, retried until acknowledged) to every other
     /// service's Internal.EraseUser, which erases or anonymises that user's data. Wrong password →
     /// INVALID_ARGUMENT naming "password".
     public static let deleteAccount = RPCCore.MethodDescriptor(
         service: serviceName, method: "DeleteAccount", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "accounts.v1.DeleteAccountRequest", outputType: "accounts.v1.DeleteAccountResponse")
+        inputType: "accounts.v1.DeleteAccountRequest", outputType: "accounts.v1.DeleteAccountResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// The Ed25519 public keys that verify access tokens, current and recently retired, so that every
     /// service and the gateway verify tokens themselves (see AccessTokenClaims).
     public static let getSigningKeys = RPCCore.MethodDescriptor(
         service: serviceName, method: "GetSigningKeys", kind: .unary, visibility: .publicAnonymous,
-        inputType: "accounts.v1.GetSigningKeysRequest", outputType: "accounts.v1.GetSigningKeysResponse")
+        inputType: "accounts.v1.GetSigningKeysRequest", outputType: "accounts.v1.GetSigningKeysResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Every method, in `.proto` order.
     public static let all: [RPCCore.MethodDescriptor] = [signUp, logIn, refreshSession, logOut, createGuest, upgradeGuest, changePassword, requestPasswordReset, resetPassword, getMyProfile, getProfile, updateProfile, searchUsers, uploadAvatar, chooseAvatar, getAvatar, listBuiltinAvatars, deleteAccount, getSigningKeys]
 }
@@ -3144,27 +3144,27 @@ public enum Accounts_V1_AccountsInternalMethods {
     /// participants). Unknown or deleted ids are listed in unknown_user_ids, not an error.
     public static let getUsersByIds = RPCCore.MethodDescriptor(
         service: serviceName, method: "GetUsersByIds", kind: .unary, visibility: .internal,
-        inputType: "accounts.v1.GetUsersByIdsRequest", outputType: "accounts.v1.GetUsersByIdsResponse")
+        inputType: "accounts.v1.GetUsersByIdsRequest", outputType: "accounts.v1.GetUsersByIdsResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Resolves usernames to users (case-insensitive), so that tasks and social validate the
     /// usernames a user typed and name every unknown one in their own errors (A UC3, A UC9, E 2.1).
     public static let resolveUsernames = RPCCore.MethodDescriptor(
         service: serviceName, method: "ResolveUsernames", kind: .unary, visibility: .internal,
-        inputType: "accounts.v1.ResolveUsernamesRequest", outputType: "accounts.v1.ResolveUsernamesResponse")
+        inputType: "accounts.v1.ResolveUsernamesRequest", outputType: "accounts.v1.ResolveUsernamesResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Resolves account emails to users (case-insensitive), e.g. to also notify in-app a housemate
     /// invited by email who already has an account (B UC-5, B UC-9).
     public static let resolveEmails = RPCCore.MethodDescriptor(
         service: serviceName, method: "ResolveEmails", kind: .unary, visibility: .internal,
-        inputType: "accounts.v1.ResolveEmailsRequest", outputType: "accounts.v1.ResolveEmailsResponse")
+        inputType: "accounts.v1.ResolveEmailsRequest", outputType: "accounts.v1.ResolveEmailsResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Queues a mail in the single mail outbox (household invites from social; accounts' own reset
     /// mails go there too). Idempotent by event_id: a repeated event_id queues nothing new.
     public static let sendMail = RPCCore.MethodDescriptor(
         service: serviceName, method: "SendMail", kind: .unary, visibility: .internal,
-        inputType: "accounts.v1.SendMailRequest", outputType: "accounts.v1.SendMailResponse")
+        inputType: "accounts.v1.SendMailRequest", outputType: "accounts.v1.SendMailResponse", maxRequestBytes: 131072)
     /// Reads the mail outbox, newest first: what tests and developers use instead of a mailbox (reset
     /// tokens, invite codes are also in each mail's data map).
     public static let listSentMail = RPCCore.MethodDescriptor(
         service: serviceName, method: "ListSentMail", kind: .unary, visibility: .internal,
-        inputType: "accounts.v1.ListSentMailRequest", outputType: "accounts.v1.ListSentMailResponse")
+        inputType: "accounts.v1.ListSentMailRequest", outputType: "accounts.v1.ListSentMailResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Every method, in `.proto` order.
     public static let all: [RPCCore.MethodDescriptor] = [getUsersByIds, resolveUsernames, resolveEmails, sendMail, listSentMail]
 }

@@ -1284,24 +1284,24 @@ public enum Finance_V1_FinanceMethods {
     /// Each housemate is notified (social, NOTIFICATION_KIND_MONEY_RECORDED).
     public static let createPayment = RPCCore.MethodDescriptor(
         service: serviceName, method: "CreatePayment", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "finance.v1.CreatePaymentRequest", outputType: "finance.v1.CreatePaymentResponse")
+        inputType: "finance.v1.CreatePaymentRequest", outputType: "finance.v1.CreatePaymentResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Records that housemates owe the caller money (B UC-20; the seed's "charge": the balance with
     /// each housemate goes up by their share). Same rules as CreatePayment.
     public static let createCharge = RPCCore.MethodDescriptor(
         service: serviceName, method: "CreateCharge", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "finance.v1.CreateChargeRequest", outputType: "finance.v1.CreateChargeResponse")
+        inputType: "finance.v1.CreateChargeRequest", outputType: "finance.v1.CreateChargeResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// The caller's balance with each housemate of a household, or with each marketplace
     /// counterpart (B UC-21). Each balance always equals the sum of ListTransactions with that user.
     /// Readable by current and former members, also after the household was deleted; anyone else →
     /// NOT_FOUND.
     public static let getBalances = RPCCore.MethodDescriptor(
         service: serviceName, method: "GetBalances", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "finance.v1.GetBalancesRequest", outputType: "finance.v1.GetBalancesResponse")
+        inputType: "finance.v1.GetBalancesRequest", outputType: "finance.v1.GetBalancesResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// The caller's transactions with one other user in one scope, newest first (B UC-22, D 7.a).
     /// Same visibility as GetBalances.
     public static let listTransactions = RPCCore.MethodDescriptor(
         service: serviceName, method: "ListTransactions", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "finance.v1.ListTransactionsRequest", outputType: "finance.v1.ListTransactionsResponse")
+        inputType: "finance.v1.ListTransactionsRequest", outputType: "finance.v1.ListTransactionsResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// A suggested way to settle up a whole household: transfers that, once each is recorded with
     /// RecordRepayment (in any order), clear every balance between its members; at most n − 1 of
     /// them for n members with a non-zero balance. Positions are each member's sum of balances;
@@ -1311,7 +1311,7 @@ public enum Finance_V1_FinanceMethods {
     /// visibility as GetBalances; an empty household_id → INVALID_ARGUMENT naming "household_id".
     public static let getSettleUpPlan = RPCCore.MethodDescriptor(
         service: serviceName, method: "GetSettleUpPlan", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "finance.v1.GetSettleUpPlanRequest", outputType: "finance.v1.GetSettleUpPlanResponse")
+        inputType: "finance.v1.GetSettleUpPlanRequest", outputType: "finance.v1.GetSettleUpPlanResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Records that the caller paid a housemate back (kind REPAYMENT). It moves balances toward
     /// zero, never past: the amount travels along existing debts (first the caller's debt to the
     /// payee, then debts through other housemates, each reduced and never reversed), and what is
@@ -1323,7 +1323,7 @@ public enum Finance_V1_FinanceMethods {
     /// and every housemate whose balance moved are notified.
     public static let recordRepayment = RPCCore.MethodDescriptor(
         service: serviceName, method: "RecordRepayment", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "finance.v1.RecordRepaymentRequest", outputType: "finance.v1.RecordRepaymentResponse")
+        inputType: "finance.v1.RecordRepaymentRequest", outputType: "finance.v1.RecordRepaymentResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Every method, in `.proto` order.
     public static let all: [RPCCore.MethodDescriptor] = [createPayment, createCharge, getBalances, listTransactions, getSettleUpPlan, recordRepayment]
 }
@@ -1479,7 +1479,7 @@ public enum Finance_V1_FinanceInternalMethods {
     /// task_id with other parties or amount → FAILED_PRECONDITION. Both users are notified.
     public static let recordTaskSettlement = RPCCore.MethodDescriptor(
         service: serviceName, method: "RecordTaskSettlement", kind: .unary, visibility: .internal,
-        inputType: "finance.v1.RecordTaskSettlementRequest", outputType: "finance.v1.RecordTaskSettlementResponse")
+        inputType: "finance.v1.RecordTaskSettlementRequest", outputType: "finance.v1.RecordTaskSettlementResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Erases a deleted user (accounts.v1.UserDeleted, A UC16). Money history cannot vanish for the
     /// other side (balances equal history), so the user's own view and idempotency keys are deleted
     /// and their side of every transaction is anonymised: counterparts keep the entries, shown with
@@ -1487,7 +1487,7 @@ public enum Finance_V1_FinanceInternalMethods {
     /// Idempotent by event_id.
     public static let eraseUser = RPCCore.MethodDescriptor(
         service: serviceName, method: "EraseUser", kind: .unary, visibility: .internal,
-        inputType: "finance.v1.EraseUserRequest", outputType: "finance.v1.EraseUserResponse")
+        inputType: "finance.v1.EraseUserRequest", outputType: "finance.v1.EraseUserResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Verifies one ledger's hash chain (a household's, or the marketplace's with household_id
     /// empty): every entry's SHA-256 over its canonical encoding and the previous entry's hash, every
     /// kept description against its commitment, and every pair balance against the sum of its
@@ -1495,7 +1495,7 @@ public enum Finance_V1_FinanceInternalMethods {
     /// with entries_checked 0.
     public static let verifyLedger = RPCCore.MethodDescriptor(
         service: serviceName, method: "VerifyLedger", kind: .unary, visibility: .internal,
-        inputType: "finance.v1.VerifyLedgerRequest", outputType: "finance.v1.VerifyLedgerResponse")
+        inputType: "finance.v1.VerifyLedgerRequest", outputType: "finance.v1.VerifyLedgerResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Every method, in `.proto` order.
     public static let all: [RPCCore.MethodDescriptor] = [recordTaskSettlement, eraseUser, verifyLedger]
 }

@@ -3567,92 +3567,92 @@ public enum Matchmaking_V1_MatchmakingMethods {
     /// E 2.5: challenge a friend (by username or user id); the friend is notified (social).
     public static let createChallenge = RPCCore.MethodDescriptor(
         service: serviceName, method: "CreateChallenge", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "matchmaking.v1.CreateChallengeRequest", outputType: "matchmaking.v1.CreateChallengeResponse")
+        inputType: "matchmaking.v1.CreateChallengeRequest", outputType: "matchmaking.v1.CreateChallengeResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// E 2.5: accept a challenge addressed to me; the match starts.
     public static let acceptChallenge = RPCCore.MethodDescriptor(
         service: serviceName, method: "AcceptChallenge", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "matchmaking.v1.AcceptChallengeRequest", outputType: "matchmaking.v1.AcceptChallengeResponse")
+        inputType: "matchmaking.v1.AcceptChallengeRequest", outputType: "matchmaking.v1.AcceptChallengeResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// E 2.5: reject a challenge addressed to me.
     public static let rejectChallenge = RPCCore.MethodDescriptor(
         service: serviceName, method: "RejectChallenge", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "matchmaking.v1.RejectChallengeRequest", outputType: "matchmaking.v1.RejectChallengeResponse")
+        inputType: "matchmaking.v1.RejectChallengeRequest", outputType: "matchmaking.v1.RejectChallengeResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// E 2.5: withdraw a challenge I sent.
     public static let cancelChallenge = RPCCore.MethodDescriptor(
         service: serviceName, method: "CancelChallenge", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "matchmaking.v1.CancelChallengeRequest", outputType: "matchmaking.v1.CancelChallengeResponse")
+        inputType: "matchmaking.v1.CancelChallengeRequest", outputType: "matchmaking.v1.CancelChallengeResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// E 2.5: challenges to me and/or from me (pending by default).
     public static let listChallenges = RPCCore.MethodDescriptor(
         service: serviceName, method: "ListChallenges", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "matchmaking.v1.ListChallengesRequest", outputType: "matchmaking.v1.ListChallengesResponse")
+        inputType: "matchmaking.v1.ListChallengesRequest", outputType: "matchmaking.v1.ListChallengesResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// E 4.2: join the random-opponent queue; streams queue status until paired, cancelled or
     /// expired. Closing the stream leaves the queue.
     public static let joinQueue = RPCCore.MethodDescriptor(
         service: serviceName, method: "JoinQueue", kind: .serverStreaming, visibility: .publicAuthenticated,
-        inputType: "matchmaking.v1.JoinQueueRequest", outputType: "matchmaking.v1.JoinQueueResponse")
+        inputType: "matchmaking.v1.JoinQueueRequest", outputType: "matchmaking.v1.JoinQueueResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// E 4.2: leave the queue (from any connection).
     public static let cancelQueue = RPCCore.MethodDescriptor(
         service: serviceName, method: "CancelQueue", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "matchmaking.v1.CancelQueueRequest", outputType: "matchmaking.v1.CancelQueueResponse")
+        inputType: "matchmaking.v1.CancelQueueRequest", outputType: "matchmaking.v1.CancelQueueResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// E 4.1: start a local match where the caller plays both seats.
     public static let startLocalMatch = RPCCore.MethodDescriptor(
         service: serviceName, method: "StartLocalMatch", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "matchmaking.v1.StartLocalMatchRequest", outputType: "matchmaking.v1.StartLocalMatchResponse")
+        inputType: "matchmaking.v1.StartLocalMatchRequest", outputType: "matchmaking.v1.StartLocalMatchResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// One match's current state.
     public static let getMatch = RPCCore.MethodDescriptor(
         service: serviceName, method: "GetMatch", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "matchmaking.v1.GetMatchRequest", outputType: "matchmaking.v1.GetMatchResponse")
+        inputType: "matchmaking.v1.GetMatchRequest", outputType: "matchmaking.v1.GetMatchResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// My matches, newest first.
     public static let listMyMatches = RPCCore.MethodDescriptor(
         service: serviceName, method: "ListMyMatches", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "matchmaking.v1.ListMyMatchesRequest", outputType: "matchmaking.v1.ListMyMatchesResponse")
+        inputType: "matchmaking.v1.ListMyMatchesRequest", outputType: "matchmaking.v1.ListMyMatchesResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// E 3.1, 3.2, 3.3: play my turn (place the dealt shape, move the avatar up to three steps).
     public static let submitMove = RPCCore.MethodDescriptor(
         service: serviceName, method: "SubmitMove", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "matchmaking.v1.SubmitMoveRequest", outputType: "matchmaking.v1.SubmitMoveResponse")
+        inputType: "matchmaking.v1.SubmitMoveRequest", outputType: "matchmaking.v1.SubmitMoveResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Live events of a match: snapshot, moves, chat, presence, quit, game over, rematch.
     public static let watchMatch = RPCCore.MethodDescriptor(
         service: serviceName, method: "WatchMatch", kind: .serverStreaming, visibility: .publicAuthenticated,
-        inputType: "matchmaking.v1.WatchMatchRequest", outputType: "matchmaking.v1.WatchMatchResponse")
+        inputType: "matchmaking.v1.WatchMatchRequest", outputType: "matchmaking.v1.WatchMatchResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// E 4.5: quit an active match (counts as a loss).
     public static let quitMatch = RPCCore.MethodDescriptor(
         service: serviceName, method: "QuitMatch", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "matchmaking.v1.QuitMatchRequest", outputType: "matchmaking.v1.QuitMatchResponse")
+        inputType: "matchmaking.v1.QuitMatchRequest", outputType: "matchmaking.v1.QuitMatchResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// E 4.4: ask for (or agree to) a rematch; the second agreement starts a new match.
     public static let requestRematch = RPCCore.MethodDescriptor(
         service: serviceName, method: "RequestRematch", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "matchmaking.v1.RequestRematchRequest", outputType: "matchmaking.v1.RequestRematchResponse")
+        inputType: "matchmaking.v1.RequestRematchRequest", outputType: "matchmaking.v1.RequestRematchResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// E 4.4: decline the opponent's rematch request.
     public static let declineRematch = RPCCore.MethodDescriptor(
         service: serviceName, method: "DeclineRematch", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "matchmaking.v1.DeclineRematchRequest", outputType: "matchmaking.v1.DeclineRematchResponse")
+        inputType: "matchmaking.v1.DeclineRematchRequest", outputType: "matchmaking.v1.DeclineRematchResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// E 4.6: send a chat message to the opponent.
     public static let sendChatMessage = RPCCore.MethodDescriptor(
         service: serviceName, method: "SendChatMessage", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "matchmaking.v1.SendChatMessageRequest", outputType: "matchmaking.v1.SendChatMessageResponse")
+        inputType: "matchmaking.v1.SendChatMessageRequest", outputType: "matchmaking.v1.SendChatMessageResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// E 4.6: chat history of a match.
     public static let listChatMessages = RPCCore.MethodDescriptor(
         service: serviceName, method: "ListChatMessages", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "matchmaking.v1.ListChatMessagesRequest", outputType: "matchmaking.v1.ListChatMessagesResponse")
+        inputType: "matchmaking.v1.ListChatMessagesRequest", outputType: "matchmaking.v1.ListChatMessagesResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// E 4.8: the ordered moves of a match (current or finished).
     public static let listMatchMoves = RPCCore.MethodDescriptor(
         service: serviceName, method: "ListMatchMoves", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "matchmaking.v1.ListMatchMovesRequest", outputType: "matchmaking.v1.ListMatchMovesResponse")
+        inputType: "matchmaking.v1.ListMatchMovesRequest", outputType: "matchmaking.v1.ListMatchMovesResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// E 4.7: everything needed to replay a finished match.
     public static let getMatchReplay = RPCCore.MethodDescriptor(
         service: serviceName, method: "GetMatchReplay", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "matchmaking.v1.GetMatchReplayRequest", outputType: "matchmaking.v1.GetMatchReplayResponse")
+        inputType: "matchmaking.v1.GetMatchReplayRequest", outputType: "matchmaking.v1.GetMatchReplayResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// E 4.3: aggregate statistics (mine, or a friend's).
     public static let getPlayerStats = RPCCore.MethodDescriptor(
         service: serviceName, method: "GetPlayerStats", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "matchmaking.v1.GetPlayerStatsRequest", outputType: "matchmaking.v1.GetPlayerStatsResponse")
+        inputType: "matchmaking.v1.GetPlayerStatsRequest", outputType: "matchmaking.v1.GetPlayerStatsResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// E 5.5: rating with its uncertainty (mine, or another player's).
     public static let getRating = RPCCore.MethodDescriptor(
         service: serviceName, method: "GetRating", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "matchmaking.v1.GetRatingRequest", outputType: "matchmaking.v1.GetRatingResponse")
+        inputType: "matchmaking.v1.GetRatingRequest", outputType: "matchmaking.v1.GetRatingResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// E 5.4: top players and my own rank.
     public static let getLeaderboard = RPCCore.MethodDescriptor(
         service: serviceName, method: "GetLeaderboard", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "matchmaking.v1.GetLeaderboardRequest", outputType: "matchmaking.v1.GetLeaderboardResponse")
+        inputType: "matchmaking.v1.GetLeaderboardRequest", outputType: "matchmaking.v1.GetLeaderboardResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Every method, in `.proto` order.
     public static let all: [RPCCore.MethodDescriptor] = [createChallenge, acceptChallenge, rejectChallenge, cancelChallenge, listChallenges, joinQueue, cancelQueue, startLocalMatch, getMatch, listMyMatches, submitMove, watchMatch, quitMatch, requestRematch, declineRematch, sendChatMessage, listChatMessages, listMatchMoves, getMatchReplay, getPlayerStats, getRating, getLeaderboard]
 }
@@ -3949,7 +3949,7 @@ public enum Matchmaking_V1_MatchmakingInternalMethods {
     /// finished matches keep the opponent's history with the user anonymised.
     public static let eraseUser = RPCCore.MethodDescriptor(
         service: serviceName, method: "EraseUser", kind: .unary, visibility: .internal,
-        inputType: "matchmaking.v1.EraseUserRequest", outputType: "matchmaking.v1.EraseUserResponse")
+        inputType: "matchmaking.v1.EraseUserRequest", outputType: "matchmaking.v1.EraseUserResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Every method, in `.proto` order.
     public static let all: [RPCCore.MethodDescriptor] = [eraseUser]
 }

@@ -4129,143 +4129,143 @@ public enum Social_V1_SocialMethods {
     /// (NOTIFICATION_KIND_TEAM_JOINED).
     public static let createTeam = RPCCore.MethodDescriptor(
         service: serviceName, method: "CreateTeam", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "social.v1.CreateTeamRequest", outputType: "social.v1.CreateTeamResponse")
+        inputType: "social.v1.CreateTeamRequest", outputType: "social.v1.CreateTeamResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// The caller's team with its score and global rank (A UC10); no team = team unset.
     public static let getMyTeam = RPCCore.MethodDescriptor(
         service: serviceName, method: "GetMyTeam", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "social.v1.GetMyTeamRequest", outputType: "social.v1.GetMyTeamResponse")
+        inputType: "social.v1.GetMyTeamRequest", outputType: "social.v1.GetMyTeamResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// The global team ranking (A UC10): score descending; ties broken by who reached the score
     /// first, then by team id, so the order is stable between calls.
     public static let listTeamRanking = RPCCore.MethodDescriptor(
         service: serviceName, method: "ListTeamRanking", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "social.v1.ListTeamRankingRequest", outputType: "social.v1.ListTeamRankingResponse")
+        inputType: "social.v1.ListTeamRankingRequest", outputType: "social.v1.ListTeamRankingResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Leaves the caller's team (so that they may join or create another); the last member leaving
     /// deletes the team. FAILED_PRECONDITION when the caller is in no team.
     public static let leaveTeam = RPCCore.MethodDescriptor(
         service: serviceName, method: "LeaveTeam", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "social.v1.LeaveTeamRequest", outputType: "social.v1.LeaveTeamResponse")
+        inputType: "social.v1.LeaveTeamRequest", outputType: "social.v1.LeaveTeamResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Creates a household with the caller as its first member and mails an invite code to every
     /// listed email (B UC-5). Empty name → INVALID_ARGUMENT naming "name"; malformed emails →
     /// INVALID_ARGUMENT naming each "invite_emails[i]".
     public static let createHousehold = RPCCore.MethodDescriptor(
         service: serviceName, method: "CreateHousehold", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "social.v1.CreateHouseholdRequest", outputType: "social.v1.CreateHouseholdResponse")
+        inputType: "social.v1.CreateHouseholdRequest", outputType: "social.v1.CreateHouseholdResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Joins the household of an invite code (B UC-6). Unknown code → NOT_FOUND; expired or already
     /// used code → FAILED_PRECONDITION; both name "invite_code". Already a member → ALREADY_EXISTS.
     /// The other members are notified (NOTIFICATION_KIND_HOUSEHOLD_JOINED).
     public static let joinHousehold = RPCCore.MethodDescriptor(
         service: serviceName, method: "JoinHousehold", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "social.v1.JoinHouseholdRequest", outputType: "social.v1.JoinHouseholdResponse")
+        inputType: "social.v1.JoinHouseholdRequest", outputType: "social.v1.JoinHouseholdResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Renames a household the caller belongs to (B UC-7). Empty name → INVALID_ARGUMENT.
     public static let renameHousehold = RPCCore.MethodDescriptor(
         service: serviceName, method: "RenameHousehold", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "social.v1.RenameHouseholdRequest", outputType: "social.v1.RenameHouseholdResponse")
+        inputType: "social.v1.RenameHouseholdRequest", outputType: "social.v1.RenameHouseholdResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Deletes a household the caller belongs to; any member may (B UC-8). Its chores end (tasks is
     /// told through the outbox); its money history stays readable to its former members in finance.
     public static let deleteHousehold = RPCCore.MethodDescriptor(
         service: serviceName, method: "DeleteHousehold", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "social.v1.DeleteHouseholdRequest", outputType: "social.v1.DeleteHouseholdResponse")
+        inputType: "social.v1.DeleteHouseholdRequest", outputType: "social.v1.DeleteHouseholdResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Invites someone by email to a household the caller belongs to (B UC-9): a new single-use
     /// code valid 7 days is mailed (accounts' mail outbox); if the email is a user's login email that
     /// user is also notified in-app (NOTIFICATION_KIND_HOUSEHOLD_INVITE). Malformed email →
     /// INVALID_ARGUMENT naming "email"; the email of a current member → ALREADY_EXISTS.
     public static let inviteHousemate = RPCCore.MethodDescriptor(
         service: serviceName, method: "InviteHousemate", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "social.v1.InviteHousemateRequest", outputType: "social.v1.InviteHousemateResponse")
+        inputType: "social.v1.InviteHousemateRequest", outputType: "social.v1.InviteHousemateResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Removes a member from a household the caller belongs to (B UC-10); removing yourself is
     /// leaving. The removed user's chores are reassigned by tasks; money history is kept. The last
     /// member leaving deletes the household.
     public static let removeHousemate = RPCCore.MethodDescriptor(
         service: serviceName, method: "RemoveHousemate", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "social.v1.RemoveHousemateRequest", outputType: "social.v1.RemoveHousemateResponse")
+        inputType: "social.v1.RemoveHousemateRequest", outputType: "social.v1.RemoveHousemateResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// The members of a household the caller belongs to, in join order (B UC-11).
     public static let listHousemates = RPCCore.MethodDescriptor(
         service: serviceName, method: "ListHousemates", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "social.v1.ListHousematesRequest", outputType: "social.v1.ListHousematesResponse")
+        inputType: "social.v1.ListHousematesRequest", outputType: "social.v1.ListHousematesResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// A household the caller belongs to, with its members and pending invites. Not a member (or no
     /// such household) → NOT_FOUND.
     public static let getHousehold = RPCCore.MethodDescriptor(
         service: serviceName, method: "GetHousehold", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "social.v1.GetHouseholdRequest", outputType: "social.v1.GetHouseholdResponse")
+        inputType: "social.v1.GetHouseholdRequest", outputType: "social.v1.GetHouseholdResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// The households the caller belongs to, oldest membership first.
     public static let listMyHouseholds = RPCCore.MethodDescriptor(
         service: serviceName, method: "ListMyHouseholds", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "social.v1.ListMyHouseholdsRequest", outputType: "social.v1.ListMyHouseholdsResponse")
+        inputType: "social.v1.ListMyHouseholdsRequest", outputType: "social.v1.ListMyHouseholdsResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// A housemate's profile with the chores currently assigned to them (B UC-12). Server side,
     /// social asks tasks (service-to-service) for the chores and accounts for the name. Both must be
     /// members of the household, else NOT_FOUND.
     public static let getHousemateProfile = RPCCore.MethodDescriptor(
         service: serviceName, method: "GetHousemateProfile", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "social.v1.GetHousemateProfileRequest", outputType: "social.v1.GetHousemateProfileResponse")
+        inputType: "social.v1.GetHousemateProfileRequest", outputType: "social.v1.GetHousemateProfileResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Befriends a user (E 2.1). Friendship is mutual and immediate; the other user is notified
     /// (NOTIFICATION_KIND_FRIEND_ADDED). Unknown user → NOT_FOUND; yourself → INVALID_ARGUMENT;
     /// already friends → ALREADY_EXISTS; a block either way → PERMISSION_DENIED.
     public static let addFriend = RPCCore.MethodDescriptor(
         service: serviceName, method: "AddFriend", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "social.v1.AddFriendRequest", outputType: "social.v1.AddFriendResponse")
+        inputType: "social.v1.AddFriendRequest", outputType: "social.v1.AddFriendResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Ends a friendship for both users (E 2.2). Not friends → NOT_FOUND.
     public static let removeFriend = RPCCore.MethodDescriptor(
         service: serviceName, method: "RemoveFriend", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "social.v1.RemoveFriendRequest", outputType: "social.v1.RemoveFriendResponse")
+        inputType: "social.v1.RemoveFriendRequest", outputType: "social.v1.RemoveFriendResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// The caller's friends, by username.
     public static let listFriends = RPCCore.MethodDescriptor(
         service: serviceName, method: "ListFriends", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "social.v1.ListFriendsRequest", outputType: "social.v1.ListFriendsResponse")
+        inputType: "social.v1.ListFriendsRequest", outputType: "social.v1.ListFriendsResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Blocks a user (E 2.3): removes any friendship, follows and follow requests between the two;
     /// the blocked user can no longer befriend, follow, challenge or notify the blocker. Unknown user
     /// → NOT_FOUND; yourself → INVALID_ARGUMENT; already blocked → ALREADY_EXISTS.
     public static let blockUser = RPCCore.MethodDescriptor(
         service: serviceName, method: "BlockUser", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "social.v1.BlockUserRequest", outputType: "social.v1.BlockUserResponse")
+        inputType: "social.v1.BlockUserRequest", outputType: "social.v1.BlockUserResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Lifts a block (E 2.4); the former friendship is not restored. Not blocked → NOT_FOUND.
     public static let unblockUser = RPCCore.MethodDescriptor(
         service: serviceName, method: "UnblockUser", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "social.v1.UnblockUserRequest", outputType: "social.v1.UnblockUserResponse")
+        inputType: "social.v1.UnblockUserRequest", outputType: "social.v1.UnblockUserResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// The users the caller blocks, most recent first (E 2.4).
     public static let listBlockedUsers = RPCCore.MethodDescriptor(
         service: serviceName, method: "ListBlockedUsers", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "social.v1.ListBlockedUsersRequest", outputType: "social.v1.ListBlockedUsersResponse")
+        inputType: "social.v1.ListBlockedUsersRequest", outputType: "social.v1.ListBlockedUsersResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Asks to follow a user (C 04.02); the target is notified (NOTIFICATION_KIND_FOLLOW_REQUEST).
     /// Already following, or a request already pending → ALREADY_EXISTS; unknown user → NOT_FOUND;
     /// yourself → INVALID_ARGUMENT; a block either way → PERMISSION_DENIED.
     public static let requestFollow = RPCCore.MethodDescriptor(
         service: serviceName, method: "RequestFollow", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "social.v1.RequestFollowRequest", outputType: "social.v1.RequestFollowResponse")
+        inputType: "social.v1.RequestFollowRequest", outputType: "social.v1.RequestFollowResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Accepts a pending request to follow the caller (C 04.04); the requester now follows the
     /// caller and is notified (NOTIFICATION_KIND_FOLLOW_ACCEPTED). No pending request → NOT_FOUND.
     public static let acceptFollowRequest = RPCCore.MethodDescriptor(
         service: serviceName, method: "AcceptFollowRequest", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "social.v1.AcceptFollowRequestRequest", outputType: "social.v1.AcceptFollowRequestResponse")
+        inputType: "social.v1.AcceptFollowRequestRequest", outputType: "social.v1.AcceptFollowRequestResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Declines a pending request to follow the caller (C 04.04); the requester is not told. No
     /// pending request → NOT_FOUND.
     public static let declineFollowRequest = RPCCore.MethodDescriptor(
         service: serviceName, method: "DeclineFollowRequest", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "social.v1.DeclineFollowRequestRequest", outputType: "social.v1.DeclineFollowRequestResponse")
+        inputType: "social.v1.DeclineFollowRequestRequest", outputType: "social.v1.DeclineFollowRequestResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Stops following a user, or withdraws a pending request to follow them. Neither → NOT_FOUND.
     public static let unfollow = RPCCore.MethodDescriptor(
         service: serviceName, method: "Unfollow", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "social.v1.UnfollowRequest", outputType: "social.v1.UnfollowResponse")
+        inputType: "social.v1.UnfollowRequest", outputType: "social.v1.UnfollowResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Users who follow the caller, most recent first.
     public static let listFollowers = RPCCore.MethodDescriptor(
         service: serviceName, method: "ListFollowers", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "social.v1.ListFollowersRequest", outputType: "social.v1.ListFollowersResponse")
+        inputType: "social.v1.ListFollowersRequest", outputType: "social.v1.ListFollowersResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Users the caller follows, most recent first (whose habits the caller may see).
     public static let listFollowing = RPCCore.MethodDescriptor(
         service: serviceName, method: "ListFollowing", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "social.v1.ListFollowingRequest", outputType: "social.v1.ListFollowingResponse")
+        inputType: "social.v1.ListFollowingRequest", outputType: "social.v1.ListFollowingResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Pending follow requests to (incoming) or from (outgoing) the caller, newest first.
     public static let listFollowRequests = RPCCore.MethodDescriptor(
         service: serviceName, method: "ListFollowRequests", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "social.v1.ListFollowRequestsRequest", outputType: "social.v1.ListFollowRequestsResponse")
+        inputType: "social.v1.ListFollowRequestsRequest", outputType: "social.v1.ListFollowRequestsResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// The caller's inbox, newest first. Every notification is stored, including the ones muting or
     /// snoozing kept from being pushed live.
     public static let listNotifications = RPCCore.MethodDescriptor(
         service: serviceName, method: "ListNotifications", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "social.v1.ListNotificationsRequest", outputType: "social.v1.ListNotificationsResponse")
+        inputType: "social.v1.ListNotificationsRequest", outputType: "social.v1.ListNotificationsResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Marks notifications of the caller read. Ids of other users' notifications → NOT_FOUND.
     public static let markNotificationsRead = RPCCore.MethodDescriptor(
         service: serviceName, method: "MarkNotificationsRead", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "social.v1.MarkNotificationsReadRequest", outputType: "social.v1.MarkNotificationsReadResponse")
+        inputType: "social.v1.MarkNotificationsReadRequest", outputType: "social.v1.MarkNotificationsReadResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Live push of the caller's new notifications (server streaming). The first element is always
     /// `started`; then one element per notification stored for the caller that is not silenced,
     /// in creation order. The stream stays open until the client cancels, the access token's session
@@ -4273,21 +4273,21 @@ public enum Social_V1_SocialMethods {
     /// after_notification_id to miss nothing).
     public static let subscribeNotifications = RPCCore.MethodDescriptor(
         service: serviceName, method: "SubscribeNotifications", kind: .serverStreaming, visibility: .publicAuthenticated,
-        inputType: "social.v1.SubscribeNotificationsRequest", outputType: "social.v1.SubscribeNotificationsResponse")
+        inputType: "social.v1.SubscribeNotificationsRequest", outputType: "social.v1.SubscribeNotificationsResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// The caller's notification settings.
     public static let getNotificationSettings = RPCCore.MethodDescriptor(
         service: serviceName, method: "GetNotificationSettings", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "social.v1.GetNotificationSettingsRequest", outputType: "social.v1.GetNotificationSettingsResponse")
+        inputType: "social.v1.GetNotificationSettingsRequest", outputType: "social.v1.GetNotificationSettingsResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Mutes or unmutes help-request and help-offer notifications (A UC13): while muted they are
     /// kept in the inbox (silenced) but not pushed live.
     public static let muteHelpNotifications = RPCCore.MethodDescriptor(
         service: serviceName, method: "MuteHelpNotifications", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "social.v1.MuteHelpNotificationsRequest", outputType: "social.v1.MuteHelpNotificationsResponse")
+        inputType: "social.v1.MuteHelpNotificationsRequest", outputType: "social.v1.MuteHelpNotificationsResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Snoozes every notification for a duration, or ends a snooze (B UC-24): until snoozed_until
     /// they are kept in the inbox (silenced) but not pushed live; pushing resumes by itself after.
     public static let snoozeNotifications = RPCCore.MethodDescriptor(
         service: serviceName, method: "SnoozeNotifications", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "social.v1.SnoozeNotificationsRequest", outputType: "social.v1.SnoozeNotificationsResponse")
+        inputType: "social.v1.SnoozeNotificationsRequest", outputType: "social.v1.SnoozeNotificationsResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Every method, in `.proto` order.
     public static let all: [RPCCore.MethodDescriptor] = [createTeam, getMyTeam, listTeamRanking, leaveTeam, createHousehold, joinHousehold, renameHousehold, deleteHousehold, inviteHousemate, removeHousemate, listHousemates, getHousehold, listMyHouseholds, getHousemateProfile, addFriend, removeFriend, listFriends, blockUser, unblockUser, listBlockedUsers, requestFollow, acceptFollowRequest, declineFollowRequest, unfollow, listFollowers, listFollowing, listFollowRequests, listNotifications, markNotificationsRead, subscribeNotifications, getNotificationSettings, muteHelpNotifications, snoozeNotifications]
 }
@@ -4785,39 +4785,39 @@ public enum Social_V1_SocialInternalMethods {
     /// actor, and unknown or deleted recipients, are skipped and listed.
     public static let sendNotification = RPCCore.MethodDescriptor(
         service: serviceName, method: "SendNotification", kind: .unary, visibility: .internal,
-        inputType: "social.v1.SendNotificationRequest", outputType: "social.v1.SendNotificationResponse")
+        inputType: "social.v1.SendNotificationRequest", outputType: "social.v1.SendNotificationResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// How two users relate: friendship, blocks and follows in both directions (matchmaking checks a
     /// challenge; tasks checks that a habit's owner is followed).
     public static let checkRelationship = RPCCore.MethodDescriptor(
         service: serviceName, method: "CheckRelationship", kind: .unary, visibility: .internal,
-        inputType: "social.v1.CheckRelationshipRequest", outputType: "social.v1.CheckRelationshipResponse")
+        inputType: "social.v1.CheckRelationshipRequest", outputType: "social.v1.CheckRelationshipResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// The ids of the users a user follows (tasks: habits and history of people I follow, C 01.07,
     /// C 03.02), oldest follow first.
     public static let listFollowedUserIds = RPCCore.MethodDescriptor(
         service: serviceName, method: "ListFollowedUserIds", kind: .unary, visibility: .internal,
-        inputType: "social.v1.ListFollowedUserIdsRequest", outputType: "social.v1.ListFollowedUserIdsResponse")
+        inputType: "social.v1.ListFollowedUserIdsRequest", outputType: "social.v1.ListFollowedUserIdsResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Whether users belong to a household and who its members are (tasks for chores, finance for
     /// payments). A deleted household still answers (state DELETED, memberships as at deletion) so
     /// that finance keeps its history readable. No such household → NOT_FOUND.
     public static let checkHouseholdMembership = RPCCore.MethodDescriptor(
         service: serviceName, method: "CheckHouseholdMembership", kind: .unary, visibility: .internal,
-        inputType: "social.v1.CheckHouseholdMembershipRequest", outputType: "social.v1.CheckHouseholdMembershipResponse")
+        inputType: "social.v1.CheckHouseholdMembershipRequest", outputType: "social.v1.CheckHouseholdMembershipResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// The team a user belongs to, if any (tasks: team tasks, A UC3).
     public static let getTeamOfUser = RPCCore.MethodDescriptor(
         service: serviceName, method: "GetTeamOfUser", kind: .unary, visibility: .internal,
-        inputType: "social.v1.GetTeamOfUserRequest", outputType: "social.v1.GetTeamOfUserResponse")
+        inputType: "social.v1.GetTeamOfUserRequest", outputType: "social.v1.GetTeamOfUserResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Adds points to a team's ranking score for a completed team task (A UC10). A task counts once
     /// per team: a repeated event_id or task_id changes nothing and returns the current score.
     public static let recordTeamTaskCompleted = RPCCore.MethodDescriptor(
         service: serviceName, method: "RecordTeamTaskCompleted", kind: .unary, visibility: .internal,
-        inputType: "social.v1.RecordTeamTaskCompletedRequest", outputType: "social.v1.RecordTeamTaskCompletedResponse")
+        inputType: "social.v1.RecordTeamTaskCompletedRequest", outputType: "social.v1.RecordTeamTaskCompletedResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Erases a deleted user (accounts.v1.UserDeleted, A UC16): friendships, blocks, follows and
     /// requests, team and household memberships (a team or household left empty is deleted), the
     /// inbox and settings. Notifications others received keep their text but lose the actor.
     /// Idempotent by event_id.
     public static let eraseUser = RPCCore.MethodDescriptor(
         service: serviceName, method: "EraseUser", kind: .unary, visibility: .internal,
-        inputType: "social.v1.EraseUserRequest", outputType: "social.v1.EraseUserResponse")
+        inputType: "social.v1.EraseUserRequest", outputType: "social.v1.EraseUserResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Every method, in `.proto` order.
     public static let all: [RPCCore.MethodDescriptor] = [sendNotification, checkRelationship, listFollowedUserIds, checkHouseholdMembership, getTeamOfUser, recordTeamTaskCompleted, eraseUser]
 }

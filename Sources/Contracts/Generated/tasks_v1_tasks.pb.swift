@@ -228,199 +228,199 @@ public enum Tasks_V1_TasksMethods {
     /// A UC3: add a team task with participant usernames.
     public static let createTeamTask = RPCCore.MethodDescriptor(
         service: serviceName, method: "CreateTeamTask", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.CreateTeamTaskRequest", outputType: "tasks.v1.CreateTeamTaskResponse")
+        inputType: "tasks.v1.CreateTeamTaskRequest", outputType: "tasks.v1.CreateTeamTaskResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// A UC4: my tasks, "To Do" / "Completed".
     public static let listMyTeamTasks = RPCCore.MethodDescriptor(
         service: serviceName, method: "ListMyTeamTasks", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.ListMyTeamTasksRequest", outputType: "tasks.v1.ListMyTeamTasksResponse")
+        inputType: "tasks.v1.ListMyTeamTasksRequest", outputType: "tasks.v1.ListMyTeamTasksResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// A UC4, UC7: task detail with "k of n" completion.
     public static let getTeamTask = RPCCore.MethodDescriptor(
         service: serviceName, method: "GetTeamTask", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.GetTeamTaskRequest", outputType: "tasks.v1.GetTeamTaskResponse")
+        inputType: "tasks.v1.GetTeamTaskRequest", outputType: "tasks.v1.GetTeamTaskResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// A UC4: comments of a task.
     public static let listTeamTaskComments = RPCCore.MethodDescriptor(
         service: serviceName, method: "ListTeamTaskComments", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.ListTeamTaskCommentsRequest", outputType: "tasks.v1.ListTeamTaskCommentsResponse")
+        inputType: "tasks.v1.ListTeamTaskCommentsRequest", outputType: "tasks.v1.ListTeamTaskCommentsResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// A UC5: comment on a task.
     public static let addTeamTaskComment = RPCCore.MethodDescriptor(
         service: serviceName, method: "AddTeamTaskComment", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.AddTeamTaskCommentRequest", outputType: "tasks.v1.AddTeamTaskCommentResponse")
+        inputType: "tasks.v1.AddTeamTaskCommentRequest", outputType: "tasks.v1.AddTeamTaskCommentResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// A UC6: opt out of a task.
     public static let optOutOfTeamTask = RPCCore.MethodDescriptor(
         service: serviceName, method: "OptOutOfTeamTask", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.OptOutOfTeamTaskRequest", outputType: "tasks.v1.OptOutOfTeamTaskResponse")
+        inputType: "tasks.v1.OptOutOfTeamTaskRequest", outputType: "tasks.v1.OptOutOfTeamTaskResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// A UC7: mark or unmark my own completion.
     public static let setTeamTaskCompletion = RPCCore.MethodDescriptor(
         service: serviceName, method: "SetTeamTaskCompletion", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.SetTeamTaskCompletionRequest", outputType: "tasks.v1.SetTeamTaskCompletionResponse")
+        inputType: "tasks.v1.SetTeamTaskCompletionRequest", outputType: "tasks.v1.SetTeamTaskCompletionResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// A UC8: create (or get) the public link token of a task I completed.
     public static let createTeamTaskLink = RPCCore.MethodDescriptor(
         service: serviceName, method: "CreateTeamTaskLink", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.CreateTeamTaskLinkRequest", outputType: "tasks.v1.CreateTeamTaskLinkResponse")
+        inputType: "tasks.v1.CreateTeamTaskLinkRequest", outputType: "tasks.v1.CreateTeamTaskLinkResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// A UC8: revoke the public link.
     public static let revokeTeamTaskLink = RPCCore.MethodDescriptor(
         service: serviceName, method: "RevokeTeamTaskLink", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.RevokeTeamTaskLinkRequest", outputType: "tasks.v1.RevokeTeamTaskLinkResponse")
+        inputType: "tasks.v1.RevokeTeamTaskLinkRequest", outputType: "tasks.v1.RevokeTeamTaskLinkResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// A UC8: public view by link token (the token is the credential).
     public static let getPublicTeamTask = RPCCore.MethodDescriptor(
         service: serviceName, method: "GetPublicTeamTask", kind: .unary, visibility: .publicAnonymous,
-        inputType: "tasks.v1.GetPublicTeamTaskRequest", outputType: "tasks.v1.GetPublicTeamTaskResponse")
+        inputType: "tasks.v1.GetPublicTeamTaskRequest", outputType: "tasks.v1.GetPublicTeamTaskResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// A UC17: create the task token used on the web upload page.
     public static let createTeamTaskUploadToken = RPCCore.MethodDescriptor(
         service: serviceName, method: "CreateTeamTaskUploadToken", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.CreateTeamTaskUploadTokenRequest", outputType: "tasks.v1.CreateTeamTaskUploadTokenResponse")
+        inputType: "tasks.v1.CreateTeamTaskUploadTokenRequest", outputType: "tasks.v1.CreateTeamTaskUploadTokenResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// A UC17: upload an attachment with a task token (the token is the credential).
     public static let uploadTeamTaskAttachment = RPCCore.MethodDescriptor(
         service: serviceName, method: "UploadTeamTaskAttachment", kind: .unary, visibility: .publicAnonymous,
-        inputType: "tasks.v1.UploadTeamTaskAttachmentRequest", outputType: "tasks.v1.UploadTeamTaskAttachmentResponse")
+        inputType: "tasks.v1.UploadTeamTaskAttachmentRequest", outputType: "tasks.v1.UploadTeamTaskAttachmentResponse", maxRequestBytes: 5259264)
     /// A UC17: download an attachment (participants).
     public static let getTeamTaskAttachment = RPCCore.MethodDescriptor(
         service: serviceName, method: "GetTeamTaskAttachment", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.GetTeamTaskAttachmentRequest", outputType: "tasks.v1.GetTeamTaskAttachmentResponse")
+        inputType: "tasks.v1.GetTeamTaskAttachmentRequest", outputType: "tasks.v1.GetTeamTaskAttachmentResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// A UC11: request help from the other participants (notifies them via social).
     public static let requestTeamTaskHelp = RPCCore.MethodDescriptor(
         service: serviceName, method: "RequestTeamTaskHelp", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.RequestTeamTaskHelpRequest", outputType: "tasks.v1.RequestTeamTaskHelpResponse")
+        inputType: "tasks.v1.RequestTeamTaskHelpRequest", outputType: "tasks.v1.RequestTeamTaskHelpResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// A UC12: offer help to the other participants (notifies them via social).
     public static let offerTeamTaskHelp = RPCCore.MethodDescriptor(
         service: serviceName, method: "OfferTeamTaskHelp", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.OfferTeamTaskHelpRequest", outputType: "tasks.v1.OfferTeamTaskHelpResponse")
+        inputType: "tasks.v1.OfferTeamTaskHelpRequest", outputType: "tasks.v1.OfferTeamTaskHelpResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// B UC-14: create a chore.
     public static let createChore = RPCCore.MethodDescriptor(
         service: serviceName, method: "CreateChore", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.CreateChoreRequest", outputType: "tasks.v1.CreateChoreResponse")
+        inputType: "tasks.v1.CreateChoreRequest", outputType: "tasks.v1.CreateChoreResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// B UC-13: view a chore.
     public static let getChore = RPCCore.MethodDescriptor(
         service: serviceName, method: "GetChore", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.GetChoreRequest", outputType: "tasks.v1.GetChoreResponse")
+        inputType: "tasks.v1.GetChoreRequest", outputType: "tasks.v1.GetChoreResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// B UC-13: the household's chore feed, by due date.
     public static let listChores = RPCCore.MethodDescriptor(
         service: serviceName, method: "ListChores", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.ListChoresRequest", outputType: "tasks.v1.ListChoresResponse")
+        inputType: "tasks.v1.ListChoresRequest", outputType: "tasks.v1.ListChoresResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// B UC-15: finish the current turn.
     public static let finishChore = RPCCore.MethodDescriptor(
         service: serviceName, method: "FinishChore", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.FinishChoreRequest", outputType: "tasks.v1.FinishChoreResponse")
+        inputType: "tasks.v1.FinishChoreRequest", outputType: "tasks.v1.FinishChoreResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// B UC-17: skip my turn.
     public static let skipChore = RPCCore.MethodDescriptor(
         service: serviceName, method: "SkipChore", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.SkipChoreRequest", outputType: "tasks.v1.SkipChoreResponse")
+        inputType: "tasks.v1.SkipChoreRequest", outputType: "tasks.v1.SkipChoreResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// B UC-16: delete a chore.
     public static let deleteChore = RPCCore.MethodDescriptor(
         service: serviceName, method: "DeleteChore", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.DeleteChoreRequest", outputType: "tasks.v1.DeleteChoreResponse")
+        inputType: "tasks.v1.DeleteChoreRequest", outputType: "tasks.v1.DeleteChoreResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// B UC-18: remind the current assignee.
     public static let remindChoreAssignee = RPCCore.MethodDescriptor(
         service: serviceName, method: "RemindChoreAssignee", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.RemindChoreAssigneeRequest", outputType: "tasks.v1.RemindChoreAssigneeResponse")
+        inputType: "tasks.v1.RemindChoreAssigneeRequest", outputType: "tasks.v1.RemindChoreAssigneeResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// B UC-14: ask for a waiting on-demand chore again.
     public static let requestOnDemandChore = RPCCore.MethodDescriptor(
         service: serviceName, method: "RequestOnDemandChore", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.RequestOnDemandChoreRequest", outputType: "tasks.v1.RequestOnDemandChoreResponse")
+        inputType: "tasks.v1.RequestOnDemandChoreRequest", outputType: "tasks.v1.RequestOnDemandChoreResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// D 1.b: request a new task.
     public static let createMarketTask = RPCCore.MethodDescriptor(
         service: serviceName, method: "CreateMarketTask", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.CreateMarketTaskRequest", outputType: "tasks.v1.CreateMarketTaskResponse")
+        inputType: "tasks.v1.CreateMarketTaskRequest", outputType: "tasks.v1.CreateMarketTaskResponse", maxRequestBytes: 1327104)
     /// D 2.a: task detail.
     public static let getMarketTask = RPCCore.MethodDescriptor(
         service: serviceName, method: "GetMarketTask", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.GetMarketTaskRequest", outputType: "tasks.v1.GetMarketTaskResponse")
+        inputType: "tasks.v1.GetMarketTaskRequest", outputType: "tasks.v1.GetMarketTaskResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// D 2.a: one photo's bytes.
     public static let getMarketTaskPhoto = RPCCore.MethodDescriptor(
         service: serviceName, method: "GetMarketTaskPhoto", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.GetMarketTaskPhotoRequest", outputType: "tasks.v1.GetMarketTaskPhotoResponse")
+        inputType: "tasks.v1.GetMarketTaskPhotoRequest", outputType: "tasks.v1.GetMarketTaskPhotoResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// D 2.b: edit my task.
     public static let updateMarketTask = RPCCore.MethodDescriptor(
         service: serviceName, method: "UpdateMarketTask", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.UpdateMarketTaskRequest", outputType: "tasks.v1.UpdateMarketTaskResponse")
+        inputType: "tasks.v1.UpdateMarketTaskRequest", outputType: "tasks.v1.UpdateMarketTaskResponse", maxRequestBytes: 1327104)
     /// D 1.d: delete my task.
     public static let deleteMarketTask = RPCCore.MethodDescriptor(
         service: serviceName, method: "DeleteMarketTask", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.DeleteMarketTaskRequest", outputType: "tasks.v1.DeleteMarketTaskResponse")
+        inputType: "tasks.v1.DeleteMarketTaskRequest", outputType: "tasks.v1.DeleteMarketTaskResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// D 1.c, 1.f, 5.c, 5.d, 6.a, 6.b: task lists by scope and status.
     public static let listMarketTasks = RPCCore.MethodDescriptor(
         service: serviceName, method: "ListMarketTasks", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.ListMarketTasksRequest", outputType: "tasks.v1.ListMarketTasksResponse")
+        inputType: "tasks.v1.ListMarketTasksRequest", outputType: "tasks.v1.ListMarketTasksResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// D 1.g, 4.a, 4.b: search by keywords, status and distance.
     public static let searchMarketTasks = RPCCore.MethodDescriptor(
         service: serviceName, method: "SearchMarketTasks", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.SearchMarketTasksRequest", outputType: "tasks.v1.SearchMarketTasksResponse")
+        inputType: "tasks.v1.SearchMarketTasksRequest", outputType: "tasks.v1.SearchMarketTasksResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// D 5.a: place (or replace) my bid.
     public static let placeBid = RPCCore.MethodDescriptor(
         service: serviceName, method: "PlaceBid", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.PlaceBidRequest", outputType: "tasks.v1.PlaceBidResponse")
+        inputType: "tasks.v1.PlaceBidRequest", outputType: "tasks.v1.PlaceBidResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// D 5.b: delete my bid.
     public static let deleteBid = RPCCore.MethodDescriptor(
         service: serviceName, method: "DeleteBid", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.DeleteBidRequest", outputType: "tasks.v1.DeleteBidResponse")
+        inputType: "tasks.v1.DeleteBidRequest", outputType: "tasks.v1.DeleteBidResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// D 5.e: bids on a task.
     public static let listBids = RPCCore.MethodDescriptor(
         service: serviceName, method: "ListBids", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.ListBidsRequest", outputType: "tasks.v1.ListBidsResponse")
+        inputType: "tasks.v1.ListBidsRequest", outputType: "tasks.v1.ListBidsResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// D 5.f: accept a bid.
     public static let acceptBid = RPCCore.MethodDescriptor(
         service: serviceName, method: "AcceptBid", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.AcceptBidRequest", outputType: "tasks.v1.AcceptBidResponse")
+        inputType: "tasks.v1.AcceptBidRequest", outputType: "tasks.v1.AcceptBidResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// D 5.g: decline a bid.
     public static let declineBid = RPCCore.MethodDescriptor(
         service: serviceName, method: "DeclineBid", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.DeclineBidRequest", outputType: "tasks.v1.DeclineBidResponse")
+        inputType: "tasks.v1.DeclineBidRequest", outputType: "tasks.v1.DeclineBidResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// D 7.a: mark an assigned task done (finance settles it).
     public static let markMarketTaskDone = RPCCore.MethodDescriptor(
         service: serviceName, method: "MarkMarketTaskDone", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.MarkMarketTaskDoneRequest", outputType: "tasks.v1.MarkMarketTaskDoneResponse")
+        inputType: "tasks.v1.MarkMarketTaskDoneRequest", outputType: "tasks.v1.MarkMarketTaskDoneResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// D 7.b: mark an assigned task not complete.
     public static let markMarketTaskNotComplete = RPCCore.MethodDescriptor(
         service: serviceName, method: "MarkMarketTaskNotComplete", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.MarkMarketTaskNotCompleteRequest", outputType: "tasks.v1.MarkMarketTaskNotCompleteResponse")
+        inputType: "tasks.v1.MarkMarketTaskNotCompleteRequest", outputType: "tasks.v1.MarkMarketTaskNotCompleteResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// C 01.01: create a habit.
     public static let createHabit = RPCCore.MethodDescriptor(
         service: serviceName, method: "CreateHabit", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.CreateHabitRequest", outputType: "tasks.v1.CreateHabitResponse")
+        inputType: "tasks.v1.CreateHabitRequest", outputType: "tasks.v1.CreateHabitResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// C 01.02: view a habit with metrics.
     public static let getHabit = RPCCore.MethodDescriptor(
         service: serviceName, method: "GetHabit", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.GetHabitRequest", outputType: "tasks.v1.GetHabitResponse")
+        inputType: "tasks.v1.GetHabitRequest", outputType: "tasks.v1.GetHabitResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// C 01.03: edit a habit.
     public static let updateHabit = RPCCore.MethodDescriptor(
         service: serviceName, method: "UpdateHabit", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.UpdateHabitRequest", outputType: "tasks.v1.UpdateHabitResponse")
+        inputType: "tasks.v1.UpdateHabitRequest", outputType: "tasks.v1.UpdateHabitResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// C 01.04: delete a habit and its events.
     public static let deleteHabit = RPCCore.MethodDescriptor(
         service: serviceName, method: "DeleteHabit", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.DeleteHabitRequest", outputType: "tasks.v1.DeleteHabitResponse")
+        inputType: "tasks.v1.DeleteHabitRequest", outputType: "tasks.v1.DeleteHabitResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// C 01.05: my habits.
     public static let listMyHabits = RPCCore.MethodDescriptor(
         service: serviceName, method: "ListMyHabits", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.ListMyHabitsRequest", outputType: "tasks.v1.ListMyHabitsResponse")
+        inputType: "tasks.v1.ListMyHabitsRequest", outputType: "tasks.v1.ListMyHabitsResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// C 01.06: today's to-do.
     public static let listTodayHabits = RPCCore.MethodDescriptor(
         service: serviceName, method: "ListTodayHabits", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.ListTodayHabitsRequest", outputType: "tasks.v1.ListTodayHabitsResponse")
+        inputType: "tasks.v1.ListTodayHabitsRequest", outputType: "tasks.v1.ListTodayHabitsResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// C 01.07: habits of people I follow.
     public static let listFollowedHabits = RPCCore.MethodDescriptor(
         service: serviceName, method: "ListFollowedHabits", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.ListFollowedHabitsRequest", outputType: "tasks.v1.ListFollowedHabitsResponse")
+        inputType: "tasks.v1.ListFollowedHabitsRequest", outputType: "tasks.v1.ListFollowedHabitsResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// C 02.01: add today's event.
     public static let createHabitEvent = RPCCore.MethodDescriptor(
         service: serviceName, method: "CreateHabitEvent", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.CreateHabitEventRequest", outputType: "tasks.v1.CreateHabitEventResponse")
+        inputType: "tasks.v1.CreateHabitEventRequest", outputType: "tasks.v1.CreateHabitEventResponse", maxRequestBytes: 73728)
     /// C 02.02: view an event.
     public static let getHabitEvent = RPCCore.MethodDescriptor(
         service: serviceName, method: "GetHabitEvent", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.GetHabitEventRequest", outputType: "tasks.v1.GetHabitEventResponse")
+        inputType: "tasks.v1.GetHabitEventRequest", outputType: "tasks.v1.GetHabitEventResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// C 02.03: edit an event.
     public static let updateHabitEvent = RPCCore.MethodDescriptor(
         service: serviceName, method: "UpdateHabitEvent", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.UpdateHabitEventRequest", outputType: "tasks.v1.UpdateHabitEventResponse")
+        inputType: "tasks.v1.UpdateHabitEventRequest", outputType: "tasks.v1.UpdateHabitEventResponse", maxRequestBytes: 73728)
     /// C 02.04: delete an event.
     public static let deleteHabitEvent = RPCCore.MethodDescriptor(
         service: serviceName, method: "DeleteHabitEvent", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.DeleteHabitEventRequest", outputType: "tasks.v1.DeleteHabitEventResponse")
+        inputType: "tasks.v1.DeleteHabitEventRequest", outputType: "tasks.v1.DeleteHabitEventResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// C 03.01..03.05: history by scope, habit, comment text and location.
     public static let listHabitHistory = RPCCore.MethodDescriptor(
         service: serviceName, method: "ListHabitHistory", kind: .unary, visibility: .publicAuthenticated,
-        inputType: "tasks.v1.ListHabitHistoryRequest", outputType: "tasks.v1.ListHabitHistoryResponse")
+        inputType: "tasks.v1.ListHabitHistoryRequest", outputType: "tasks.v1.ListHabitHistoryResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Every method, in `.proto` order.
     public static let all: [RPCCore.MethodDescriptor] = [createTeamTask, listMyTeamTasks, getTeamTask, listTeamTaskComments, addTeamTaskComment, optOutOfTeamTask, setTeamTaskCompletion, createTeamTaskLink, revokeTeamTaskLink, getPublicTeamTask, createTeamTaskUploadToken, uploadTeamTaskAttachment, getTeamTaskAttachment, requestTeamTaskHelp, offerTeamTaskHelp, createChore, getChore, listChores, finishChore, skipChore, deleteChore, remindChoreAssignee, requestOnDemandChore, createMarketTask, getMarketTask, getMarketTaskPhoto, updateMarketTask, deleteMarketTask, listMarketTasks, searchMarketTasks, placeBid, deleteBid, listBids, acceptBid, declineBid, markMarketTaskDone, markMarketTaskNotComplete, createHabit, getHabit, updateHabit, deleteHabit, listMyHabits, listTodayHabits, listFollowedHabits, createHabitEvent, getHabitEvent, updateHabitEvent, deleteHabitEvent, listHabitHistory]
 }
@@ -1041,15 +1041,15 @@ public enum Tasks_V1_TasksInternalMethods {
     /// B UC-12 (for social's housemate profile): chores whose current assignee is the user.
     public static let listTasksAssignedToUser = RPCCore.MethodDescriptor(
         service: serviceName, method: "ListTasksAssignedToUser", kind: .unary, visibility: .internal,
-        inputType: "tasks.v1.ListTasksAssignedToUserRequest", outputType: "tasks.v1.ListTasksAssignedToUserResponse")
+        inputType: "tasks.v1.ListTasksAssignedToUserRequest", outputType: "tasks.v1.ListTasksAssignedToUserResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// B UC-8 (household deleted, from social's outbox): end every chore of the household.
     public static let endHouseholdChores = RPCCore.MethodDescriptor(
         service: serviceName, method: "EndHouseholdChores", kind: .unary, visibility: .internal,
-        inputType: "tasks.v1.EndHouseholdChoresRequest", outputType: "tasks.v1.EndHouseholdChoresResponse")
+        inputType: "tasks.v1.EndHouseholdChoresRequest", outputType: "tasks.v1.EndHouseholdChoresResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// A UC16 (account deleted, from accounts' outbox): erase or anonymise the user's data.
     public static let eraseUser = RPCCore.MethodDescriptor(
         service: serviceName, method: "EraseUser", kind: .unary, visibility: .internal,
-        inputType: "tasks.v1.EraseUserRequest", outputType: "tasks.v1.EraseUserResponse")
+        inputType: "tasks.v1.EraseUserRequest", outputType: "tasks.v1.EraseUserResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Every method, in `.proto` order.
     public static let all: [RPCCore.MethodDescriptor] = [listTasksAssignedToUser, endHouseholdChores, eraseUser]
 }

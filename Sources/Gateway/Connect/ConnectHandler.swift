@@ -17,6 +17,8 @@ struct ConnectHandler: HTTPHandler {
     let transcoder: JSONTranscoder
     let logger: Logger
     let statusPage: @Sendable () async -> (serving: Bool, text: String)
+    /// The gateway's own cap on any request message (`GatewayConfiguration.maxRequestBytes`).
+    var maxRequestBytes = Int.max
 
     /// Request headers that belong to HTTP or Connect, not to the call's metadata.
     static let protocolHeaders: Set<String> = [
@@ -24,6 +26,20 @@ struct ConnectHandler: HTTPHandler {
         "keep-alive", "te", "trailer", "transfer-encoding", "upgrade", "user-agent", "proxy-connection", "expect",
         "origin", "referer", "accept-language", "cache-control", "pragma", "http2-settings",
     ]
+
+    /// A Connect call's body may be its message limit twice over plus 4 KiB: JSON spells field
+    /// names and base64-encodes bytes (4/3), so the same message is larger than its protobuf
+    /// encoding. The message limit is the method's (from the contracts), within the gateway's.
+    /// Asked at the request head: a larger declared body is refused (413) before it is read.
+    /// Other requests (unknown paths, pages): the server's limit.
+    func maxBodyBytes(method: String, path: Substring) -> Int? {
+        guard method == "POST", case .success(let m) = router.lookup(String(path)),
+            let limit = m.descriptor.maxRequestBytes
+        else { return nil }
+        return Self.bodyLimit(forRequestLimit: min(limit, maxRequestBytes))
+    }
+
+    static func bodyLimit(forRequestLimit limit: Int) -> Int { limit * 2 + 4 * 1024 }
 
     func handle(_ request: HTTPRequest) async -> HTTPResponse {
         let path = String(request.path)
@@ -57,13 +73,15 @@ struct ConnectHandler: HTTPHandler {
         case "application/json": json = true
         case "application/proto": json = false
         default:
-            var r = Self.error(RPCError(.unimplemented, "unsupported content-type '\(contentType)': use application/json or application/proto"),
-                               status: 415)
+            var r = Self.error(
+                RPCError(.unimplemented, "unsupported content-type '\(contentType)': use application/json or application/proto"),
+                status: 415)
             r.headers.append(("accept-post", "application/json, application/proto"))
             return r
         }
         if json, let charset = mediaParts.dropFirst().first(where: { $0.hasPrefix("charset=") }),
-           !["charset=utf-8", "charset=\"utf-8\""].contains(charset) {
+            !["charset=utf-8", "charset=\"utf-8\""].contains(charset)
+        {
             return Self.error(RPCError(.unimplemented, "JSON must be UTF-8 (got \(charset))"), status: 415)
         }
         if let version = request.header("connect-protocol-version"), version != "1" {
@@ -86,8 +104,9 @@ struct ConnectHandler: HTTPHandler {
             return Self.error(RPCError(.internal, "bad headers"))
         }
 
-        let context = ServerContext(method: method.descriptor, requestMetadata: metadata, deadline: deadline, peer: request.peer,
-                                    authority: request.header("host") ?? "")
+        let context = ServerContext(
+            method: method.descriptor, requestMetadata: metadata, deadline: deadline, peer: request.peer,
+            authority: request.header("host") ?? "")
         do {
             for i in interceptors { try await i.intercept(context) }
             let input: [UInt8]
@@ -129,8 +148,9 @@ struct ConnectHandler: HTTPHandler {
         violation.description_p = error.reason
         var bad = Google_Rpc_BadRequest()
         bad.fieldViolations = [violation]
-        return RPCError.withDetails(.invalidArgument, "invalid \(message) JSON: \(error)",
-                                    details: [("type.googleapis.com/google.rpc.BadRequest", bad.serializedBytes())])
+        return RPCError.withDetails(
+            .invalidArgument, "invalid \(message) JSON: \(error)",
+            details: [("type.googleapis.com/google.rpc.BadRequest", bad.serializedBytes())])
     }
 
     /// Connect headers → call metadata (`-bin` values are base64).
@@ -215,9 +235,13 @@ struct ConnectHandler: HTTPHandler {
             var url = ""
             var value = ArraySlice<UInt8>()
             while let (an, at) = try? a.tag() {
-                if an == 1, at == .lengthDelimited, let b = try? a.lengthDelimited() { url = String(decoding: b, as: UTF8.self) }
-                else if an == 2, at == .lengthDelimited, let b = try? a.lengthDelimited() { value = b }
-                else if (try? a.skip(at, number: an)) == nil { break }
+                if an == 1, at == .lengthDelimited, let b = try? a.lengthDelimited() {
+                    url = String(decoding: b, as: UTF8.self)
+                } else if an == 2, at == .lengthDelimited, let b = try? a.lengthDelimited() {
+                    value = b
+                } else if (try? a.skip(at, number: an)) == nil {
+                    break
+                }
             }
             let type = String(url.split(separator: "/").last ?? "")
             var item: [(String, JSONValue)] = [("type", .string(type)), ("value", .string(Base64.encode(value)))]

@@ -38,6 +38,13 @@ public final class GatewayPolicy: ServerInterceptor {
         return true
     }
 
+    /// At the request headers, before any body byte is read: an authenticated method without a
+    /// token is refused at once (so an anonymous client cannot make the gateway buffer large
+    /// requests it would refuse anyway). The gateway accepts no service credential from outside.
+    public func rejectAtHeaders(_ method: MethodDescriptor, _ metadata: Metadata) -> RPCError? {
+        CredentialCheck.missingCredential(method, metadata, open: AuthInterceptor.open, serviceCredential: false)
+    }
+
     /// Set when `interceptImmediately` deferred a call it had charged to the address.
     static let addressChargedKey = "gateway.address-charged"
 

@@ -50,8 +50,9 @@ struct Proxy: Sendable {
             guard remaining > .zero else { throw RPCError.deadlineExceeded() }
             timeout = min(remaining, cap(for: kind))
         }
-        let metadata = HeaderPolicy.upstreamMetadata(context.requestMetadata, clientAddress: context.peerHost,
-                                                     gatewayToken: gatewayToken)
+        let metadata = HeaderPolicy.upstreamMetadata(
+            context.requestMetadata, clientAddress: context.peerHost,
+            gatewayToken: gatewayToken)
         return CallOptions(timeout: timeout, metadata: metadata)
     }
 
@@ -66,8 +67,10 @@ struct Proxy: Sendable {
     /// A streaming relay's upstream call: started on this loop's pool, watched by the sweeper
     /// when it has no deadline of its own, cancelled with the client's call. A failure of `body`
     /// becomes the upstream's own status when the upstream ended the call.
-    func withUpstreamCall(_ method: MethodDescriptor, _ context: ServerContext,
-                          _ body: (any RawClientCall) async throws -> Void) async throws {
+    func withUpstreamCall(
+        _ method: MethodDescriptor, _ context: ServerContext,
+        _ body: (any RawClientCall) async throws -> Void
+    ) async throws {
         let options = try options(context, kind: method.kind)
         let lease = pool.acquire()
         defer { pool.release(lease) }
@@ -83,7 +86,9 @@ struct Proxy: Sendable {
                 let (status, trailers) = await call.finalStatus()
                 throw status.code == .ok ? error : Self.error(status, trailers)
             }
-        } onCancel: { call.cancel() }
+        } onCancel: {
+            call.cancel()
+        }
     }
 
     /// Upstream response headers, status and trailers → the gateway's response.
@@ -96,8 +101,10 @@ struct Proxy: Sendable {
     /// Unary calls relay without a task: the upstream stream opens on a connection of the
     /// calling event loop, the request leaves with its headers, and the upstream's answer
     /// completes the client's call from the connection's read (see `PendingUnaryCall`).
-    func unary(_ method: MethodDescriptor, _ request: [UInt8], _ context: ServerContext, _ cancellation: CallCancellation,
-               _ done: @escaping @Sendable (Result<[UInt8], any Error>) -> Void) {
+    func unary(
+        _ method: MethodDescriptor, _ request: [UInt8], _ context: ServerContext, _ cancellation: CallCancellation,
+        _ done: @escaping @Sendable (Result<[UInt8], any Error>) -> Void
+    ) {
         let options: CallOptions
         do { options = try self.options(context, kind: .unary) } catch { return done(.failure(error)) }
         let pool = self.pool
@@ -116,8 +123,10 @@ struct Proxy: Sendable {
 
     /// The upstream's answer to a unary call as the gateway's: its message, headers and
     /// trailers, or its status (details kept).
-    static func outcome(_ r: UnaryCallResult, _ method: MethodDescriptor, _ context: ServerContext,
-                        expired: Bool) -> Result<[UInt8], any Error> {
+    static func outcome(
+        _ r: UnaryCallResult, _ method: MethodDescriptor, _ context: ServerContext,
+        expired: Bool
+    ) -> Result<[UInt8], any Error> {
         // Headers go back on errors too (Trailers-Only carries them); an answer that made it in
         // time is kept even if the sweeper fired meanwhile.
         context.initialMetadata = r.initialMetadata
@@ -129,8 +138,10 @@ struct Proxy: Sendable {
         return .success(response)
     }
 
-    func serverStreaming(_ method: MethodDescriptor, _ request: [UInt8], _ sink: any ServerResponseSink,
-                         _ context: ServerContext) async throws {
+    func serverStreaming(
+        _ method: MethodDescriptor, _ request: [UInt8], _ sink: any ServerResponseSink,
+        _ context: ServerContext
+    ) async throws {
         try await withUpstreamCall(method, context) { call in
             try await call.send(request, compress: false)
             try await call.closeSend()
@@ -138,8 +149,10 @@ struct Proxy: Sendable {
         }
     }
 
-    func streaming(_ method: MethodDescriptor, _ requests: RawMessageStream, _ sink: any ServerResponseSink,
-                   _ context: ServerContext) async throws {
+    func streaming(
+        _ method: MethodDescriptor, _ requests: RawMessageStream, _ sink: any ServerResponseSink,
+        _ context: ServerContext
+    ) async throws {
         try await withUpstreamCall(method, context) { call in
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { await Self.pumpRequests(requests, into: call) }

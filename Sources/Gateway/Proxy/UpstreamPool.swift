@@ -30,8 +30,10 @@ public final class UpstreamPool: ClientTransport, Sendable {
     private let byLoop = Mutex<[ObjectIdentifier: [PooledChannel]]>([:])
     private let closed = Atomic<Bool>(false)
 
-    init(name: String, configuration: ChannelConfiguration, fallbackLoop: any EventLoop,
-         streamsPerConnection: Int = 90, maxConnectionsPerLoop: Int = 16) {
+    init(
+        name: String, configuration: ChannelConfiguration, fallbackLoop: any EventLoop,
+        streamsPerConnection: Int = 90, maxConnectionsPerLoop: Int = 16
+    ) {
         self.name = name
         self.configuration = configuration
         self.fallbackLoop = fallbackLoop
@@ -81,7 +83,9 @@ public final class UpstreamPool: ClientTransport, Sendable {
     /// server's event loops.
     func close() async {
         guard !closed.exchange(true, ordering: .relaxed) else { return }
-        let all = byLoop.withLock { m in defer { m = [:] }; return Array(m.values.joined()) }
+        let all = byLoop.withLock { m in
+            defer { m = [:] }; return Array(m.values.joined())
+        }
         for c in all where c.ownLoop { await c.channel.close() }
     }
 }

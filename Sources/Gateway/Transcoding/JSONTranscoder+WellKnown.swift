@@ -77,8 +77,10 @@ extension JSONTranscoder {
     }
 
     /// A wrapper's single value, written only when not the default.
-    private func encodeFieldValue(_ v: JSONValue, _ field: FieldSchema, path: String, depth: Int,
-                                  into w: inout WireWriter) throws(TranscodingError) {
+    private func encodeFieldValue(
+        _ v: JSONValue, _ field: FieldSchema, path: String, depth: Int,
+        into w: inout WireWriter
+    ) throws(TranscodingError) {
         let probe = MessageSchema(fullName: "", fields: [field], oneofNames: [], isMapEntry: false)
         let bytes = try encodeMessage(.object([(field.name, v)]), probe, path: path, depth: depth)
         w.bytes.append(contentsOf: bytes)
@@ -107,9 +109,11 @@ extension JSONTranscoder {
     private func encodeAny(_ v: JSONValue, path: String, depth: Int) throws(TranscodingError) -> [UInt8] {
         guard case .object(let members) = v else { throw TranscodingError(field: path, reason: "expected an object with \"@type\"") }
         if members.isEmpty { return [] }
-        guard let typeURL = members.first(where: { $0.0 == "@type" }).flatMap({ m -> String? in
-            if case .string(let s) = m.1 { return s } else { return nil }
-        }) else { throw TranscodingError(field: path, reason: "an Any needs a string \"@type\"") }
+        guard
+            let typeURL = members.first(where: { $0.0 == "@type" }).flatMap({ m -> String? in
+                if case .string(let s) = m.1 { return s } else { return nil }
+            })
+        else { throw TranscodingError(field: path, reason: "an Any needs a string \"@type\"") }
         let typeName = String(typeURL.split(separator: "/").last ?? "")
         guard let schema = registry.message(typeName) else {
             throw TranscodingError(field: path, reason: "unknown type \(typeURL) in Any")
@@ -181,9 +185,11 @@ extension JSONTranscoder {
             }
             let field = schema.fields[fi]
             if field.type == .message {
-                let merged: RawValue = .bytes(ArraySlice(values[fi].flatMap { r -> [UInt8] in
-                    if case .bytes(let b) = r { return Array(b) } else { return [] }
-                }))
+                let merged: RawValue = .bytes(
+                    ArraySlice(
+                        values[fi].flatMap { r -> [UInt8] in
+                            if case .bytes(let b) = r { return Array(b) } else { return [] }
+                        }))
                 return try decodeScalar(merged, field, path: path, depth: depth)
             }
             return try decodeScalar(values[fi][values[fi].count - 1], field, path: path, depth: depth)
@@ -273,8 +279,9 @@ extension JSONTranscoder {
             return v
         }
         guard b.count >= 20, let y = num(0, 4), b[4] == UInt8(ascii: "-"), let mo = num(5, 2), b[7] == UInt8(ascii: "-"),
-              let d = num(8, 2), b[10] == UInt8(ascii: "T") || b[10] == UInt8(ascii: "t"), let h = num(11, 2),
-              b[13] == UInt8(ascii: ":"), let mi = num(14, 2), b[16] == UInt8(ascii: ":"), let se = num(17, 2) else { return nil }
+            let d = num(8, 2), b[10] == UInt8(ascii: "T") || b[10] == UInt8(ascii: "t"), let h = num(11, 2),
+            b[13] == UInt8(ascii: ":"), let mi = num(14, 2), b[16] == UInt8(ascii: ":"), let se = num(17, 2)
+        else { return nil }
         guard (1...12).contains(mo), d >= 1, h < 24, mi < 60, se < 60 else { return nil }
         let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0
         let monthDays: [Int64] = [31, leap ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
@@ -315,7 +322,8 @@ extension JSONTranscoder {
 
     static func formatDuration(_ secs: Int64, _ nanos: Int32) -> String? {
         guard abs(secs) <= maxDurationSeconds, abs(nanos) < 1_000_000_000,
-              secs == 0 || nanos == 0 || (secs < 0) == (nanos < 0) else { return nil }
+            secs == 0 || nanos == 0 || (secs < 0) == (nanos < 0)
+        else { return nil }
         let negative = secs < 0 || nanos < 0
         return "\(negative ? "-" : "")\(abs(secs))\(fraction(abs(nanos)))s"
     }
@@ -327,7 +335,8 @@ extension JSONTranscoder {
         if body.hasPrefix("-") { negative = true; body = body.dropFirst() }
         let parts = body.split(separator: ".", maxSplits: 1, omittingEmptySubsequences: false)
         guard let whole = parts.first, !whole.isEmpty, whole.allSatisfy({ $0.isASCII && $0.isNumber }),
-              let secs = Int64(whole), secs <= maxDurationSeconds else { return nil }
+            let secs = Int64(whole), secs <= maxDurationSeconds
+        else { return nil }
         var nanos: Int64 = 0
         if parts.count == 2 {
             let frac = parts[1]

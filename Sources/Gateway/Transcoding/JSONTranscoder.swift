@@ -75,12 +75,15 @@ public struct JSONTranscoder: Sendable {
         return out
     }
 
-    private func encodeField(_ value: JSONValue, _ field: FieldSchema, path: String, depth: Int,
-                             into w: inout WireWriter) throws(TranscodingError) {
+    private func encodeField(
+        _ value: JSONValue, _ field: FieldSchema, path: String, depth: Int,
+        into w: inout WireWriter
+    ) throws(TranscodingError) {
         if field.isRepeated, field.type == .message, let entry = registry.message(field.typeName), entry.isMapEntry {
             guard case .object(let members) = value else { throw fail(path, "expected an object (map), got \(value.kindName)") }
             guard entry.fields.count == 2, let kf = entry.byNumber[1].map({ entry.fields[$0] }),
-                  let vf = entry.byNumber[2].map({ entry.fields[$0] }) else { throw fail(path, "malformed map entry type") }
+                let vf = entry.byNumber[2].map({ entry.fields[$0] })
+            else { throw fail(path, "malformed map entry type") }
             for (key, v) in members {
                 let itemPath = "\(path)[\"\(key)\"]"
                 var e = WireWriter()
@@ -125,8 +128,10 @@ public struct JSONTranscoder: Sendable {
         }
     }
 
-    private func encodePackedElement(_ v: JSONValue, _ field: FieldSchema, path: String,
-                                     into w: inout WireWriter) throws(TranscodingError) {
+    private func encodePackedElement(
+        _ v: JSONValue, _ field: FieldSchema, path: String,
+        into w: inout WireWriter
+    ) throws(TranscodingError) {
         switch field.type.wireType {
         case .varint: w.varint(try varintValue(v, field, path: path))
         case .fixed32: w.fixed32(try fixed32Value(v, field, path: path))
@@ -136,8 +141,10 @@ public struct JSONTranscoder: Sendable {
     }
 
     /// Encodes one value (singular field, list item or map key/value) with its tag.
-    private func encodeScalar(_ v: JSONValue, _ field: FieldSchema, path: String, depth: Int, emitDefault: Bool,
-                              into w: inout WireWriter) throws(TranscodingError) {
+    private func encodeScalar(
+        _ v: JSONValue, _ field: FieldSchema, path: String, depth: Int, emitDefault: Bool,
+        into w: inout WireWriter
+    ) throws(TranscodingError) {
         switch field.type {
         case .message, .group:
             guard let schema = registry.message(field.typeName) else { throw fail(path, "unknown message type \(field.typeName)") }
@@ -348,9 +355,14 @@ public struct JSONTranscoder: Sendable {
                 }
                 members.append((field.jsonName, .array(items)))
             } else if field.type == .message {
-                let merged = raws.count == 1 ? raws[0] : .bytes(ArraySlice(raws.flatMap { r -> [UInt8] in
-                    if case .bytes(let b) = r { return Array(b) } else { return [] }
-                }))
+                let merged =
+                    raws.count == 1
+                    ? raws[0]
+                    : .bytes(
+                        ArraySlice(
+                            raws.flatMap { r -> [UInt8] in
+                                if case .bytes(let b) = r { return Array(b) } else { return [] }
+                            }))
                 members.append((field.jsonName, try decodeScalar(merged, field, path: fieldPath, depth: depth)))
             } else {
                 let value = try decodeScalar(raws[raws.count - 1], field, path: fieldPath, depth: depth)
@@ -371,26 +383,32 @@ public struct JSONTranscoder: Sendable {
         }
     }
 
-    func decodeMapEntry(_ bytes: ArraySlice<UInt8>, _ entry: MessageSchema, path: String,
-                                depth: Int) throws(TranscodingError) -> (String, JSONValue) {
+    func decodeMapEntry(
+        _ bytes: ArraySlice<UInt8>, _ entry: MessageSchema, path: String,
+        depth: Int
+    ) throws(TranscodingError) -> (String, JSONValue) {
         guard let ki = entry.byNumber[1], let vi = entry.byNumber[2] else { throw fail(path, "malformed map entry type") }
         let kf = entry.fields[ki], vf = entry.fields[vi]
         let values = try readFields(bytes, entry, path: path)
-        let keyJSON: JSONValue = values[ki].last.map { raw in (try? decodeScalar(raw, kf, path: path, depth: depth)) ?? .null }
+        let keyJSON: JSONValue =
+            values[ki].last.map { raw in (try? decodeScalar(raw, kf, path: path, depth: depth)) ?? .null }
             ?? Self.defaultJSON(kf)
-        let key: String = switch keyJSON {
-        case .string(let s): s
-        case .number(let n): n
-        case .bool(let b): b ? "true" : "false"
-        default: ""
-        }
+        let key: String =
+            switch keyJSON {
+            case .string(let s): s
+            case .number(let n): n
+            case .bool(let b): b ? "true" : "false"
+            default: ""
+            }
         let itemPath = "\(path)[\"\(key)\"]"
         let value: JSONValue
         if vf.type == .message {
             let raws = values[vi]
-            let merged: RawValue = .bytes(ArraySlice(raws.flatMap { r -> [UInt8] in
-                if case .bytes(let b) = r { return Array(b) } else { return [] }
-            }))
+            let merged: RawValue = .bytes(
+                ArraySlice(
+                    raws.flatMap { r -> [UInt8] in
+                        if case .bytes(let b) = r { return Array(b) } else { return [] }
+                    }))
             value = try decodeScalar(merged, vf, path: itemPath, depth: depth)
         } else if let raw = values[vi].last {
             value = try decodeScalar(raw, vf, path: itemPath, depth: depth)

@@ -90,21 +90,33 @@ struct MethodSchema: Sendable {
     var serverStreaming: Bool
     /// `common.v1.Access` value: 1 public, 2 authenticated, 3 internal, 0 when absent.
     var access: Int32
+    /// `(common.v1.max_request_bytes)`, 0 when absent.
+    var maxRequestBytes: UInt64 = 0
+    /// The method's file imports `common/v1/options.proto`: our contracts, where an absent
+    /// `max_request_bytes` means the default (as the generated method tables say).
+    var usesContractOptions = false
 
     var descriptor: MethodDescriptor {
-        let kind: CallKind = switch (clientStreaming, serverStreaming) {
-        case (false, false): .unary
-        case (false, true): .serverStreaming
-        case (true, false): .clientStreaming
-        case (true, true): .bidirectionalStreaming
-        }
-        let visibility: MethodVisibility = switch access {
-        case 1: .publicAnonymous
-        case 2: .publicAuthenticated
-        default: .internal
-        }
-        return MethodDescriptor(service: service, method: name, kind: kind, visibility: visibility,
-                                inputType: inputType, outputType: outputType)
+        let kind: CallKind =
+            switch (clientStreaming, serverStreaming) {
+            case (false, false): .unary
+            case (false, true): .serverStreaming
+            case (true, false): .clientStreaming
+            case (true, true): .bidirectionalStreaming
+            }
+        let visibility: MethodVisibility =
+            switch access {
+            case 1: .publicAnonymous
+            case 2: .publicAuthenticated
+            default: .internal
+            }
+        let limit: Int? =
+            maxRequestBytes > 0
+            ? Int(clamping: maxRequestBytes)
+            : usesContractOptions ? MethodDescriptor.defaultMaxRequestBytes : nil
+        return MethodDescriptor(
+            service: service, method: name, kind: kind, visibility: visibility,
+            inputType: inputType, outputType: outputType, maxRequestBytes: limit)
     }
 }
 
@@ -119,6 +131,8 @@ public final class SchemaRegistry: Sendable {
 
     /// Field number of the `(common.v1.access)` extension of `google.protobuf.MethodOptions`.
     static let accessExtension: Int32 = 50001
+    /// Field number of `(common.v1.max_request_bytes)`.
+    static let maxRequestBytesExtension: Int32 = 50002
 
     public init(_ set: ProtoDescriptorSet) throws {
         var messages: [String: MessageSchema] = [:]
@@ -159,9 +173,12 @@ enum FileParser {
         var enumBlobs: [ArraySlice<UInt8>] = []
         var serviceBlobs: [ArraySlice<UInt8>] = []
         var syntax = "proto2"
+        var usesContractOptions = false
         while let (n, t) = try r.tag() {
             switch (n, t) {
             case (2, .lengthDelimited): package = string(try r.lengthDelimited())
+            case (3, .lengthDelimited):
+                if string(try r.lengthDelimited()) == "common/v1/options.proto" { usesContractOptions = true }
             case (4, .lengthDelimited): messageBlobs.append(try r.lengthDelimited())
             case (5, .lengthDelimited): enumBlobs.append(try r.lengthDelimited())
             case (6, .lengthDelimited): serviceBlobs.append(try r.lengthDelimited())
@@ -173,7 +190,11 @@ enum FileParser {
         let prefix = package.isEmpty ? "" : package + "."
         for m in messageBlobs { try parseMessage(m, prefix: prefix, proto3: syntax == "proto3", into: &file) }
         for e in enumBlobs { file.enums.append(try parseEnum(e, prefix: prefix)) }
-        for s in serviceBlobs { file.services.append(try parseService(s, prefix: prefix)) }
+        for s in serviceBlobs {
+            var (name, methods) = try parseService(s, prefix: prefix)
+            for i in methods.indices { methods[i].usesContractOptions = usesContractOptions }
+            file.services.append((name, methods))
+        }
         return file
     }
 
@@ -244,9 +265,10 @@ enum FileParser {
         }
         guard let fieldType = FieldType(rawValue: type) else { throw WireError("field \(name) has unknown type \(type)") }
         let repeated = label == 3
-        return FieldSchema(name: name, jsonName: jsonName ?? Self.jsonName(name), number: number, isRepeated: repeated,
-                           type: fieldType, typeName: typeName, oneofIndex: oneofIndex, isProto3Optional: proto3Optional,
-                           packed: repeated && fieldType.isPackable && (packedOption ?? proto3))
+        return FieldSchema(
+            name: name, jsonName: jsonName ?? Self.jsonName(name), number: number, isRepeated: repeated,
+            type: fieldType, typeName: typeName, oneofIndex: oneofIndex, isProto3Optional: proto3Optional,
+            packed: repeated && fieldType.isPackable && (packedOption ?? proto3))
     }
 
     /// protoc's default JSON name: underscores dropped, the letter after one upper-cased.
@@ -301,8 +323,9 @@ enum FileParser {
         var methods: [MethodSchema] = []
         for blob in methodBlobs {
             var m = WireReader(blob)
-            var method = MethodSchema(service: service, name: "", inputType: "", outputType: "",
-                                      clientStreaming: false, serverStreaming: false, access: 0)
+            var method = MethodSchema(
+                service: service, name: "", inputType: "", outputType: "",
+                clientStreaming: false, serverStreaming: false, access: 0)
             while let (n, t) = try m.tag() {
                 switch (n, t) {
                 case (1, .lengthDelimited): method.name = string(try m.lengthDelimited())
@@ -313,6 +336,8 @@ enum FileParser {
                     while let (on, ot) = try o.tag() {
                         if on == SchemaRegistry.accessExtension && ot == .varint {
                             method.access = Int32(truncatingIfNeeded: try o.varint())
+                        } else if on == SchemaRegistry.maxRequestBytesExtension && ot == .varint {
+                            method.maxRequestBytes = try o.varint()
                         } else {
                             try o.skip(ot, number: on)
                         }

@@ -84,7 +84,11 @@ final class ClientCall: RawClientCall, ClientCallObserver, Sendable {
 
     func finish(status: RPCStatus, trailers: Metadata, headers: Metadata?) {
         let error = RPCError(status.code, status.message, trailers: trailers)
-        let (hw, sw, headerResult) = state.withLock { s -> ([CheckedContinuation<Metadata, any Error>], [CheckedContinuation<(status: RPCStatus, trailers: Metadata), Never>], Result<Metadata, RPCError>?) in
+        let (hw, sw, headerResult) = state.withLock {
+            s -> (
+                [CheckedContinuation<Metadata, any Error>], [CheckedContinuation<(status: RPCStatus, trailers: Metadata), Never>],
+                Result<Metadata, RPCError>?
+            ) in
             guard s.status == nil else { return ([], [], nil) }
             s.status = (status, trailers)
             var result: Result<Metadata, RPCError>? = nil

@@ -66,6 +66,11 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
 
     /// The output buffer reused across flushes (see `drainSessionOutput`).
     private var outputScratch: ByteBuffer?
+    /// Keepalive (`ChannelConfiguration.keepaliveTime`): reads so far (wraps) and at the last tick.
+    private var reads = 0
+    private var readsAtTick = 0
+    private var keepaliveTimer: RepeatedTask?
+    private var pingTimeout: Scheduled<Void>?
     /// The request headers every call on this connection sends, built once (`:path` and the
     /// call's own go around them).
     private lazy var requestHeaders: HeaderBlock = {
@@ -98,12 +103,47 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         session = s
         var settings = [
             nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_ENABLE_PUSH.rawValue), value: 0),
-            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE.rawValue), value: HTTP2Setting.window(configuration.initialWindowSize)),
-            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE.rawValue), value: HTTP2Setting.value(configuration.maxHeaderListSize)),
+            nghttp2_settings_entry(
+                settings_id: Int32(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE.rawValue), value: HTTP2Setting.window(configuration.initialWindowSize)),
+            nghttp2_settings_entry(
+                settings_id: Int32(NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE.rawValue), value: HTTP2Setting.value(configuration.maxHeaderListSize)),
         ]
         nghttp2_submit_settings(s, UInt8(NGHTTP2_FLAG_NONE.rawValue), &settings, settings.count)
-        nghttp2_session_set_local_window_size(s, UInt8(NGHTTP2_FLAG_NONE.rawValue), 0, HTTP2Setting.connectionWindow(streamWindow: configuration.initialWindowSize))
+        nghttp2_session_set_local_window_size(
+            s, UInt8(NGHTTP2_FLAG_NONE.rawValue), 0, HTTP2Setting.connectionWindow(streamWindow: configuration.initialWindowSize))
+        if let every = configuration.keepaliveTime {
+            let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
+            keepaliveTimer = context.eventLoop.scheduleRepeatedTask(initialDelay: TimeAmount(every), delay: TimeAmount(every)) { _ in
+                bound.value.keepaliveTick()
+            }
+        }
         if context.channel.isActive { flush() }
+    }
+
+    /// Nothing read for a whole `keepaliveTime` (and a call open, unless `keepaliveWithoutCalls`):
+    /// PING; nothing read within `keepaliveTimeout` after it ends the connection.
+    private func keepaliveTick() {
+        guard let session, let context, pingTimeout == nil else { return }
+        if reads != readsAtTick {
+            readsAtTick = reads
+            return
+        }
+        guard configuration.keepaliveWithoutCalls || !streams.isEmpty else { return }
+        nghttp2_submit_ping(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), nil)
+        flush()
+        let snapshot = reads
+        let timeout = configuration.keepaliveTimeout
+        let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        pingTimeout = context.eventLoop.scheduleTask(in: TimeAmount(timeout)) {
+            let h = bound.value
+            h.pingTimeout = nil
+            guard h.reads == snapshot else {
+                h.readsAtTick = h.reads
+                return
+            }
+            h.teardown(RPCError(.unavailable, "\(h.configuration.target) did not answer a keepalive PING within \(timeout)"))
+            h.context?.close(promise: nil)
+        }
     }
 
     func channelActive(context: ChannelHandlerContext) {
@@ -144,6 +184,7 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard let session else { return }
+        reads &+= 1
         let buffer = unwrapInboundIn(data)
         let rv = buffer.withUnsafeReadableBytes { bytes -> Int in
             inCallback = true
@@ -172,6 +213,10 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         guard !closed else { return }
         closed = true
         isUsable = false
+        keepaliveTimer?.cancel()
+        keepaliveTimer = nil
+        pingTimeout?.cancel()
+        pingTimeout = nil
         closeReason = error
         ready.fail(error)
         for s in streams.all { finishStream(s, status: RPCStatus(error.code, error.message), trailers: Metadata()) }
@@ -336,8 +381,10 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         return n
     }
 
-    func onHeader(_ frame: UnsafePointer<nghttp2_frame>, _ name: UnsafePointer<UInt8>, _ nameLen: Int,
-                  _ value: UnsafePointer<UInt8>, _ valueLen: Int) -> Int32 {
+    func onHeader(
+        _ frame: UnsafePointer<nghttp2_frame>, _ name: UnsafePointer<UInt8>, _ nameLen: Int,
+        _ value: UnsafePointer<UInt8>, _ valueLen: Int
+    ) -> Int32 {
         guard let s = streams[frame.pointee.hd.stream_id] else { return 0 }
         let nameBytes = UnsafeRawBufferPointer(start: name, count: nameLen)
         let valueBytes = UnsafeRawBufferPointer(start: value, count: valueLen)
@@ -358,7 +405,7 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
                 s.headers.add(lowercased: n, .string(String(nghttp2: value, count: valueLen)))
             }
         case .method, .path, .authority, .scheme, .otherPseudo, .te, .userAgent, .host, .grpcTimeout,
-             .grpcAcceptEncoding, .otherGRPC, .otherReserved:
+            .grpcAcceptEncoding, .otherGRPC, .otherReserved:
             break
         }
         return 0
@@ -379,7 +426,9 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
                 s.headersReceived = true
                 if s.responseStatus != 200 || (!s.isGRPCContentType && s.grpcStatus == nil) {
                     let code = s.grpcStatus.flatMap(StatusCode.init(rawValue:)) ?? StatusCode(httpStatus: s.responseStatus)
-                    let message = s.grpcStatus != nil ? s.grpcMessage
+                    let message =
+                        s.grpcStatus != nil
+                        ? s.grpcMessage
                         : "unexpected HTTP status \(s.responseStatus) (content-type '\(s.contentType)')"
                     finishStream(s, status: RPCStatus(code, message), trailers: s.headers)
                     releaseHeld(s)
@@ -429,7 +478,10 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
                 if frame.compressed {
                     guard s.encoding == "gzip", let inflated = try? Gzip.decompress(payload, limit: configuration.maxReceiveMessageSize) else {
                         nghttp2_session_consume(session, id, deferred)
-                        cancel(id, status: RPCStatus(.internal, "compressed response message could not be decompressed (grpc-encoding '\(s.encoding ?? "")')"))
+                        cancel(
+                            id,
+                            status: RPCStatus(
+                                .internal, "compressed response message could not be decompressed (grpc-encoding '\(s.encoding ?? "")')"))
                         return
                     }
                     payload = inflated
@@ -447,9 +499,14 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             nghttp2_session_consume(session, id, len)
             switch error {
             case .tooLarge(let n):
-                cancel(id, status: RPCStatus(.resourceExhausted, "response message of \(n) bytes exceeds the limit of \(configuration.maxReceiveMessageSize) bytes"))
+                cancel(
+                    id,
+                    status: RPCStatus(
+                        .resourceExhausted, "response message of \(n) bytes exceeds the limit of \(configuration.maxReceiveMessageSize) bytes"))
             case .badFlag(let f):
                 cancel(id, status: RPCStatus(.internal, "invalid gRPC message flag \(f)"))
+            case .overBudget:
+                break  // only the server's feed admits messages
             }
         }
         return 0
@@ -459,13 +516,14 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         guard let s = streams.removeValue(forKey: id) else { return 0 }
         releaseHeld(s)
         if !s.call.isFinished {
-            let status: RPCStatus = switch code {
-            case NGHTTP2_REFUSED_STREAM.rawValue: RPCStatus(.unavailable, "the server refused the stream (too many concurrent streams)")
-            case NGHTTP2_CANCEL.rawValue: RPCStatus(.cancelled, "the server cancelled the stream")
-            case NGHTTP2_ENHANCE_YOUR_CALM.rawValue: RPCStatus(.resourceExhausted, "the server asked to slow down (ENHANCE_YOUR_CALM)")
-            case NGHTTP2_INADEQUATE_SECURITY.rawValue: RPCStatus(.permissionDenied, "inadequate security")
-            default: RPCStatus(.internal, "stream closed with HTTP/2 error \(code) before a status")
-            }
+            let status: RPCStatus =
+                switch code {
+                case NGHTTP2_REFUSED_STREAM.rawValue: RPCStatus(.unavailable, "the server refused the stream (too many concurrent streams)")
+                case NGHTTP2_CANCEL.rawValue: RPCStatus(.cancelled, "the server cancelled the stream")
+                case NGHTTP2_ENHANCE_YOUR_CALM.rawValue: RPCStatus(.resourceExhausted, "the server asked to slow down (ENHANCE_YOUR_CALM)")
+                case NGHTTP2_INADEQUATE_SECURITY.rawValue: RPCStatus(.permissionDenied, "inadequate security")
+                default: RPCStatus(.internal, "stream closed with HTTP/2 error \(code) before a status")
+                }
             finishStream(s, status: status, trailers: Metadata())
         }
         return 0

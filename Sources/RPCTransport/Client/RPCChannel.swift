@@ -23,6 +23,18 @@ public struct ChannelConfiguration: Sendable {
     public var maxReceiveMessageSize: Int = 4 * 1024 * 1024
     /// Bytes a sender may queue per stream before `send` waits for the server to read.
     public var maxBufferedRequestBytes: Int = 256 * 1024
+    /// Keepalive: after this long without reading anything, send a PING; when nothing at all
+    /// comes back within `keepaliveTimeout`, the peer is taken for dead: the connection closes
+    /// and its calls fail with UNAVAILABLE (the next call reconnects). Keeps a quiet long-lived
+    /// call (a relayed notification stream) alive through NATs and proxies and notices a peer
+    /// that vanished without a FIN. nil (default): no PINGs. Servers may limit how often they
+    /// accept PINGs (grpc-go: every 5 min without calls): keep it well above a minute against
+    /// servers we do not run.
+    public var keepaliveTime: Duration?
+    public var keepaliveTimeout: Duration = .seconds(20)
+    /// Also PING while no call is open (gRPC's `permit_without_calls`); otherwise only while
+    /// calls are in flight.
+    public var keepaliveWithoutCalls = false
 
     public init(host: String, port: Int, authority: String? = nil, tls: TLSConfiguration? = nil) {
         self.host = host
@@ -103,8 +115,10 @@ public final class RPCChannel: ClientTransport, Sendable {
     /// and lives on the calling thread's event loop, the stream is opened right here; otherwise
     /// on the connection's loop once it is up. `completion` runs exactly once.
     @discardableResult
-    public func unary(_ method: MethodDescriptor, request: [UInt8], options: CallOptions = .defaults,
-                      completion: @escaping @Sendable (UnaryCallResult) -> Void) -> PendingUnaryCall {
+    public func unary(
+        _ method: MethodDescriptor, request: [UInt8], options: CallOptions = .defaults,
+        completion: @escaping @Sendable (UnaryCallResult) -> Void
+    ) -> PendingUnaryCall {
         let call = PendingUnaryCall(request: request, completion: completion)
         if let connection = state.withLock({ $0.connection }) {
             Self.start(call, method, options, on: connection)

@@ -102,8 +102,10 @@ public final class PendingUnaryCall: ClientCallObserver, Cancellable, @unchecked
         }
         guard first, let completion else { return }
         self.completion = nil
-        completion(UnaryCallResult(status: status, initialMetadata: headers ?? trailersOnlyHeaders ?? Metadata(),
-                                   response: response, responseCount: count, trailers: trailers))
+        completion(
+            UnaryCallResult(
+                status: status, initialMetadata: headers ?? trailersOnlyHeaders ?? Metadata(),
+                response: response, responseCount: count, trailers: trailers))
         response = nil
     }
 }

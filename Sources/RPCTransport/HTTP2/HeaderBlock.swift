@@ -59,14 +59,22 @@ struct HeaderBlock {
     }
 
     /// The headers as strings, in order.
+    /// The `content-length` header's value, when present and a number (plain-HTTP requests).
+    var contentLength: Int? {
+        pairs.first { $0.name == "content-length" }.flatMap { Int($0.value) }
+    }
+
     var pairs: [(name: String, value: String)] {
         var out: [(name: String, value: String)] = []
         out.reserveCapacity(count)
         bytes.withUnsafeBytes { buf in
             guard let base = buf.baseAddress else { return }
             forEach(base) { _, name, nameLen, value, valueLen in
-                out.append((String(decoding: UnsafeRawBufferPointer(start: name, count: nameLen), as: UTF8.self),
-                            String(decoding: UnsafeRawBufferPointer(start: value, count: valueLen), as: UTF8.self)))
+                out.append(
+                    (
+                        String(decoding: UnsafeRawBufferPointer(start: name, count: nameLen), as: UTF8.self),
+                        String(decoding: UnsafeRawBufferPointer(start: value, count: valueLen), as: UTF8.self)
+                    ))
             }
         }
         return out
@@ -84,9 +92,10 @@ struct HeaderBlock {
     }
 
     static func isValidName(_ name: String) -> Bool {
-        !name.isEmpty && name.utf8.allSatisfy { c in
-            (c >= 97 && c <= 122) || (c >= 48 && c <= 57) || c == 45 || c == 95 || c == 46
-        }
+        !name.isEmpty
+            && name.utf8.allSatisfy { c in
+                (c >= 97 && c <= 122) || (c >= 48 && c <= 57) || c == 45 || c == 95 || c == 46
+            }
     }
     /// Text metadata must be printable ASCII; anything else is replaced rather than sent broken.
     static func sanitize(_ s: String) -> String {
@@ -101,10 +110,12 @@ struct HeaderBlock {
             withUnsafeTemporaryAllocation(of: nghttp2_nv.self, capacity: max(1, count)) { nva in
                 if let base = buf.baseAddress {
                     forEach(base) { i, name, nameLen, value, valueLen in
-                        nva.initializeElement(at: i, to: nghttp2_nv(
-                            name: UnsafeMutablePointer(mutating: name.assumingMemoryBound(to: UInt8.self)),
-                            value: UnsafeMutablePointer(mutating: value.assumingMemoryBound(to: UInt8.self)),
-                            namelen: nameLen, valuelen: valueLen, flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue)))
+                        nva.initializeElement(
+                            at: i,
+                            to: nghttp2_nv(
+                                name: UnsafeMutablePointer(mutating: name.assumingMemoryBound(to: UInt8.self)),
+                                value: UnsafeMutablePointer(mutating: value.assumingMemoryBound(to: UInt8.self)),
+                                namelen: nameLen, valuelen: valueLen, flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue)))
                     }
                 }
                 return body(nva.baseAddress!, count)

@@ -11,8 +11,10 @@ import NIOCore
 /// to what a flush needs (no fixed 16 KiB per flush, which glibc serves from its slow path) and
 /// is dropped past 64 KiB, so an idle connection holds little. It is passed by value, not inout:
 /// the flush can re-enter the handler (writability changes), which flushes again.
-func drainSessionOutput(_ session: OpaquePointer, into context: ChannelHandlerContext,
-                        reusing scratch: ByteBuffer?) -> (error: Int32?, reuse: ByteBuffer?) {
+func drainSessionOutput(
+    _ session: OpaquePointer, into context: ChannelHandlerContext,
+    reusing scratch: ByteBuffer?
+) -> (error: Int32?, reuse: ByteBuffer?) {
     var scratch = scratch
     let channel = context.channel
     var buffer: ByteBuffer? = nil

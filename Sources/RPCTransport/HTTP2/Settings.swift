@@ -7,9 +7,17 @@ enum HTTP2Setting {
     /// A stream's initial window.
     static func window(_ bytes: Int) -> UInt32 { UInt32(min(max(bytes, 0), maxWindow)) }
 
-    /// The connection's window: room for four streams' worth, within the limit.
+    /// The connection's window: room for four streams' worth, within the limit (the client).
     static func connectionWindow(streamWindow bytes: Int) -> Int32 {
         Int32(clamping: min(max(bytes, 0), maxWindow) * 4)
+    }
+
+    /// The server's connection window: twice every stream's window (see
+    /// `ServerConfiguration.connectionWindowSize`), at least nghttp2's 64 KiB, within the limit.
+    static func connectionWindow(streamWindow bytes: Int, streams: Int) -> Int32 {
+        let perStream = min(max(bytes, 0), maxWindow)
+        let total = perStream.multipliedReportingOverflow(by: 2 * max(streams, 1))
+        return Int32(clamping: total.overflow ? maxWindow : min(max(total.partialValue, 65535), maxWindow))
     }
 
     /// Any other value (stream counts, header list sizes).

@@ -32,4 +32,5 @@ struct StreamTable<Stream: AnyObject> {
     }
 
     var all: Dictionary<Int32, Stream>.Values { byID.values }
+    var isEmpty: Bool { byID.isEmpty }
 }

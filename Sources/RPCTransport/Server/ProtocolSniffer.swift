@@ -55,8 +55,9 @@ final class ProtocolSniffer: RegisteredConnectionHandler, ChannelInboundHandler,
             if isHTTP2Prefix {
                 try ops.addHandler(ServerConnectionHandler(shared: shared), position: .after(self))
             } else {
-                try ops.configureHTTPServerPipeline(position: .after(self), withPipeliningAssistance: true,
-                                                    withErrorHandling: true)
+                try ops.configureHTTPServerPipeline(
+                    position: .after(self), withPipeliningAssistance: true,
+                    withErrorHandling: true)
                 try ops.addHandler(HTTP1RequestHandler(shared: shared))
             }
         } catch {
@@ -72,60 +73,135 @@ final class ProtocolSniffer: RegisteredConnectionHandler, ChannelInboundHandler,
 }
 
 /// Serves HTTP/1.1 requests with the server's `HTTPHandler` (one request at a time per
-/// connection, keep-alive honoured, bodies capped at the receive limit). Registered with the
-/// server so a graceful shutdown answers the request in progress before closing.
+/// connection, keep-alive honoured, bodies capped at the request's limit: the handler's
+/// `maxBodyBytes`, else the receive limit). Registered with the server so a graceful shutdown
+/// answers the request in progress before closing. A connection is closed after any response
+/// that says `connection: close`, after NIO's 400 for bytes that are not HTTP/1.1, and when it
+/// stays idle (`http1IdleTimeout`: no request being handled and nothing read).
 final class HTTP1RequestHandler: RegisteredConnectionHandler, ChannelInboundHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias OutboundOut = HTTPServerResponsePart
 
     private var head: HTTPRequestHead?
     private var body: [UInt8] = []
-    private var tooLarge = false
+    private var limit = 0
+    /// The body is being discarded: refused already (413, 429), the connection closes after.
+    private var refused = false
+    /// Body bytes charged to the process budget (those past the small-message size).
+    private var charged = 0
     /// A request is being read or handled (its response not written yet).
     private var busy = false
+    /// The handler is computing a response: not idle, whatever the socket does.
+    private var handling = false
     /// Shutting down: answer what is in progress with `connection: close`, take nothing new.
     private var draining = false
+    private var readSinceTick = true
+    private var idleTicks = 0
+    private var idleTimer: RepeatedTask?
 
     override func beginGracefulShutdown() {
         draining = true
         if !busy { context?.close(promise: nil) }
     }
 
+    override func handlerAdded(context: ChannelHandlerContext) {
+        super.handlerAdded(context: context)
+        // Idle: four quiet ticks in a row (closed within 1¼ of the timeout).
+        if let idle = shared.configuration.http1IdleTimeout {
+            let tick = TimeAmount(idle / 4)
+            let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
+            idleTimer = context.eventLoop.scheduleRepeatedTask(initialDelay: tick, delay: tick) { _ in bound.value.idleTick() }
+        }
+    }
+
+    override func handlerRemoved(context: ChannelHandlerContext) {
+        stop()
+        super.handlerRemoved(context: context)
+    }
+
+    override func channelInactive(context: ChannelHandlerContext) {
+        stop()
+        super.channelInactive(context: context)
+    }
+
+    private func stop() {
+        idleTimer?.cancel()
+        idleTimer = nil
+        releaseCharge()
+    }
+
+    private func idleTick() {
+        defer { readSinceTick = false }
+        if readSinceTick || handling {
+            idleTicks = 0
+            return
+        }
+        idleTicks += 1
+        if idleTicks >= 4 {
+            shared.logger.debug("closing idle HTTP/1.1 connection")
+            context?.close(promise: nil)
+        }
+    }
+
+    private func releaseCharge() {
+        if charged > 0 {
+            shared.configuration.requestBudget.release(charged)
+            charged = 0
+        }
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        // Bytes that are not HTTP/1.1: NIO's error handler has answered 400 with
+        // `connection: close`; close now (the client would otherwise keep the socket open).
+        shared.logger.debug("HTTP/1.1 error: \(error)")
+        context.close(promise: nil)
+    }
+
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        readSinceTick = true
         switch unwrapInboundIn(data) {
         case .head(let h):
             head = h
             body = []
-            tooLarge = false
+            refused = false
             busy = true
-            if h.version.minor >= 1, h.headers.first(name: "expect")?.lowercased() == "100-continue" {
+            context.triggerUserOutboundEvent(ConnectionGuard.RequestStarted(), promise: nil)
+            let config = shared.configuration
+            limit =
+                config.httpHandler?.maxBodyBytes(method: h.method.rawValue, path: HTTPRequest.path(of: h.uri))
+                ?? config.maxReceiveMessageSize
+            // A body declared too large is refused now, before it is read (the connection then
+            // closes: the body that may follow is not read).
+            if let declared = h.headers.first(name: "content-length").flatMap(Int.init), declared > limit {
+                refuse(context, .bodyTooLarge(limit: limit), version: h.version)
+            } else if h.version.minor >= 1, h.headers.first(name: "expect")?.lowercased() == "100-continue" {
                 // The client waits for a go-ahead before the body (curl does for bodies over 1 MiB).
-                // A body declared too large is refused now; the rest get "100 Continue".
-                if let declared = h.headers.first(name: "content-length").flatMap(Int.init),
-                   declared > shared.configuration.maxReceiveMessageSize {
-                    head = nil
-                    write(context, .bodyTooLarge(limit: shared.configuration.maxReceiveMessageSize), keepAlive: false, version: h.version)
-                } else {
-                    context.writeAndFlush(wrapOutboundOut(.head(HTTPResponseHead(version: h.version, status: .continue))), promise: nil)
-                }
+                context.writeAndFlush(wrapOutboundOut(.head(HTTPResponseHead(version: h.version, status: .continue))), promise: nil)
             }
         case .body(var chunk):
-            if body.count + chunk.readableBytes > shared.configuration.maxReceiveMessageSize {
-                tooLarge = true
-            } else if let bytes = chunk.readBytes(length: chunk.readableBytes) {
+            guard !refused, let head else { return }
+            let total = body.count + chunk.readableBytes
+            if total > limit {
+                return refuse(context, .bodyTooLarge(limit: limit), version: head.version)
+            }
+            let over = max(0, total - Int(HTTP2Setting.window(shared.configuration.initialWindowSize))) - charged
+            if over > 0 {
+                guard shared.configuration.requestBudget.tryCharge(over, limit: shared.configuration.maxBufferedRequestBytesPerProcess) else {
+                    return refuse(context, .busy, version: head.version)
+                }
+                charged += over
+            }
+            if let bytes = chunk.readBytes(length: chunk.readableBytes) {
                 body.append(contentsOf: bytes)
             }
         case .end:
-            guard let head else { return }
+            guard !refused, let head else { return }
             self.head = nil
             let keepAlive = head.isKeepAlive
-            if tooLarge {
-                write(context, .bodyTooLarge(limit: shared.configuration.maxReceiveMessageSize), keepAlive: false, version: head.version)
-                return
-            }
             guard let handler = shared.configuration.httpHandler else {
-                write(context, HTTPResponse(status: 415, body: Array("this server speaks gRPC over HTTP/2 only\n".utf8)),
-                      keepAlive: keepAlive, version: head.version)
+                write(
+                    context, HTTPResponse(status: 415, body: Array("this server speaks gRPC over HTTP/2 only\n".utf8)),
+                    keepAlive: keepAlive, version: head.version)
                 return
             }
             let request = HTTPRequest(
@@ -133,6 +209,8 @@ final class HTTP1RequestHandler: RegisteredConnectionHandler, ChannelInboundHand
                 headers: head.headers.map { ($0.name.lowercased(), $0.value) }, body: body,
                 peer: context.channel.remoteAddress.map(ServerConnectionHandler.describe) ?? "unknown")
             body = []
+            releaseCharge()
+            handling = true
             let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
             let loop = context.eventLoop
             let version = head.version
@@ -140,10 +218,20 @@ final class HTTP1RequestHandler: RegisteredConnectionHandler, ChannelInboundHand
                 let response = await handler.handle(request)
                 loop.runOnLoop {
                     let (h, ctx) = bound.value
+                    h.handling = false
                     h.write(ctx, response, keepAlive: keepAlive, version: version)
                 }
             }
         }
+    }
+
+    /// Answers now and closes: the rest of the request is not read.
+    private func refuse(_ context: ChannelHandlerContext, _ response: HTTPResponse, version: HTTPVersion) {
+        refused = true
+        head = nil
+        body = []
+        releaseCharge()
+        write(context, response, keepAlive: false, version: version)
     }
 
     private func write(_ context: ChannelHandlerContext, _ response: HTTPResponse, keepAlive: Bool, version: HTTPVersion) {
@@ -177,8 +265,12 @@ extension ChannelHandlerContext {
 }
 
 extension HTTPResponse {
-    /// 413 for a plain-HTTP request body over the server's receive limit (HTTP/1.1 and HTTP/2).
+    /// 413 for a plain-HTTP request body over the request's limit (HTTP/1.1 and HTTP/2).
     static func bodyTooLarge(limit: Int) -> HTTPResponse {
         HTTPResponse(status: 413, headers: [("content-type", "text/plain")], body: Array("request body exceeds \(limit) bytes\n".utf8))
     }
+    /// 429 for a large body while the process holds its budget of request bytes.
+    static let busy = HTTPResponse(
+        status: 429, headers: [("content-type", "text/plain"), ("retry-after", "1")],
+        body: Array("the server is busy receiving other large requests: retry shortly\n".utf8))
 }

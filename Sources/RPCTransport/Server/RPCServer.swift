@@ -11,6 +11,7 @@ final class ServerShared: Sendable {
     let router: Router
     let logger: Logger
     let registry = ConnectionRegistry()
+    let connections = ConnectionCounter()
 
     init(configuration: ServerConfiguration, router: Router, logger: Logger) {
         self.configuration = configuration
@@ -48,7 +49,10 @@ final class ConnectionRegistry: Sendable {
     func remove(_ connection: any DrainableConnection) {
         let waiters: [CheckedContinuation<Void, Never>] = entries.withLock { e in
             guard e.removeValue(forKey: ObjectIdentifier(connection)) != nil else { return [] }
-            return e.isEmpty ? emptied.withLock { w in defer { w = [:] }; return Array(w.values) } : []
+            return e.isEmpty
+                ? emptied.withLock { w in
+                    defer { w = [:] }; return Array(w.values)
+                } : []
         }
         for w in waiters { w.resume() }
     }
@@ -121,6 +125,7 @@ public final class RPCServer: Sendable {
             .childChannelOption(.writeBufferWaterMark, value: .init(low: 64 * 1024, high: 256 * 1024))
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(ConnectionGuard(shared: shared))
                     if let tls {
                         try channel.pipeline.syncOperations.addHandler(OpenSSLHandler(configuration: tls))
                     }
@@ -139,7 +144,9 @@ public final class RPCServer: Sendable {
     /// Stops accepting, sends GOAWAY on every connection, lets in-flight calls finish within the
     /// grace period, then closes what is left and stops the event loops.
     public func shutdownGracefully() async {
-        let channel = listener.withLock { c in defer { c = nil }; return c }
+        let channel = listener.withLock { c in
+            defer { c = nil }; return c
+        }
         try? await channel?.close().get()
         let registry = shared.registry
         await registry.beginDraining()
@@ -157,4 +164,9 @@ public final class RPCServer: Sendable {
 
     /// Number of open connections (for tests and metrics).
     public var connectionCount: Int { shared.registry.count }
+    /// Open sockets, counted from accept (before TLS and protocol sniffing): what
+    /// `maxConnections` caps.
+    public var openSocketCount: Int { shared.connections.count }
+    /// Bytes of large requests the process holds now (`maxBufferedRequestBytesPerProcess`).
+    public var bufferedRequestBytes: Int { configuration.requestBudget.inUse }
 }

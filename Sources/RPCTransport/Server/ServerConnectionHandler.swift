@@ -28,10 +28,45 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     private let keepsRawHeaders: Bool
     /// The output buffer reused across flushes (see `drainSessionOutput`).
     private var outputScratch: ByteBuffer?
+    /// Large request messages of this connection: admitted, or waiting for room.
+    var budget: ConnectionRequestBudget
+    /// Messages up to this wire size (half the stream window) are small: held whole within their
+    /// stream's window.
+    private let smallLimit: Int
+    private let processBudget: RequestBudget
+    private let processLimit: Int
+    /// Plain-HTTP body bytes past this many are charged to the process budget.
+    private let httpUncharged: Int
+    private let interceptors: [any ServerInterceptor]
+
+    // Connection management (`ServerConfiguration`: keepalive, idle, age).
+    /// Reads so far (wraps): keepalive compares it across ticks instead of reading a clock per read.
+    private var reads = 0
+    private var readsAtTick = 0
+    private var pingTimeout: Scheduled<Void>?
+    /// Streams begun so far (wraps) and at the last idle tick.
+    private var streamsBegun = 0
+    private var streamsAtIdleTick = 0
+    private var idleTicks = 0
+    private var timers: [RepeatedTask] = []
+    private var ageTimer: Scheduled<Void>?
+    private var graceTimer: Scheduled<Void>?
+    /// The first request headers have been reported to the `ConnectionGuard`.
+    private var sawRequest = false
 
     init(shared: ServerShared) {
         self.shared = shared
-        self.keepsRawHeaders = shared.configuration.httpHandler != nil
+        let config = shared.configuration
+        self.keepsRawHeaders = config.httpHandler != nil
+        self.budget = ConnectionRequestBudget(limit: config.maxBufferedRequestBytesPerConnection)
+        // Half the window: nghttp2 sends a WINDOW_UPDATE only once half of it is consumed, so
+        // up to half may be read but not yet reopened; a message within the other half always
+        // arrives whole.
+        self.smallLimit = max(1, Int(HTTP2Setting.window(config.initialWindowSize)) / 2)
+        self.processBudget = config.requestBudget
+        self.processLimit = config.maxBufferedRequestBytesPerProcess
+        self.httpUncharged = Int(HTTP2Setting.window(config.initialWindowSize))
+        self.interceptors = config.interceptors
     }
 
     // MARK: Channel lifecycle
@@ -43,7 +78,91 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         self.peerHost = context.channel.remoteAddress?.ipAddress ?? ServerContext.host(ofPeer: peer)
         startSession()
         shared.registry.add(self, loop: context.eventLoop)
+        startTimers(context)
         if context.channel.isActive { flush() }
+    }
+
+    private func startTimers(_ context: ChannelHandlerContext) {
+        let config = shared.configuration
+        let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        let loop = context.eventLoop
+        if let every = config.keepaliveTime {
+            timers.append(
+                loop.scheduleRepeatedTask(initialDelay: TimeAmount(every), delay: TimeAmount(every)) { _ in
+                    bound.value.keepaliveTick()
+                })
+        }
+        if let idle = config.maxConnectionIdle {
+            // Four quiet ticks in a row: idle for at least `idle`, closed within 1¼ of it.
+            let tick = TimeAmount(idle / 4)
+            timers.append(loop.scheduleRepeatedTask(initialDelay: tick, delay: tick) { _ in bound.value.idleTick() })
+        }
+        if let age = config.maxConnectionAge {
+            let jittered = age * Double.random(in: 0.9...1.1)
+            ageTimer = loop.scheduleTask(in: TimeAmount(jittered)) { bound.value.maxAgeReached() }
+        }
+    }
+
+    private func stopTimers() {
+        for t in timers { t.cancel() }
+        timers = []
+        pingTimeout?.cancel()
+        pingTimeout = nil
+        ageTimer?.cancel()
+        ageTimer = nil
+        graceTimer?.cancel()
+        graceTimer = nil
+    }
+
+    /// Nothing read for a whole `keepaliveTime`: PING, and close if nothing at all (the ACK or
+    /// anything else) is read within `keepaliveTimeout`.
+    private func keepaliveTick() {
+        guard let session, let context, pingTimeout == nil else { return }
+        if reads != readsAtTick {
+            readsAtTick = reads
+            return
+        }
+        nghttp2_submit_ping(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), nil)
+        flush()
+        let snapshot = reads
+        let timeout = shared.configuration.keepaliveTimeout
+        let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        pingTimeout = context.eventLoop.scheduleTask(in: TimeAmount(timeout)) {
+            let h = bound.value
+            h.pingTimeout = nil
+            if h.reads == snapshot {
+                h.shared.logger.debug("closing connection from \(h.peer): no answer to a keepalive PING within \(timeout)")
+                h.closeConnection()
+            } else {
+                h.readsAtTick = h.reads
+            }
+        }
+    }
+
+    /// No stream open and none begun for four ticks: GOAWAY, then the connection closes itself.
+    private func idleTick() {
+        if streams.isEmpty && streamsBegun == streamsAtIdleTick {
+            idleTicks += 1
+            if idleTicks >= 4 {
+                shared.logger.debug("closing idle connection from \(peer) (maxConnectionIdle)")
+                beginGracefulShutdown()
+            }
+        } else {
+            idleTicks = 0
+            streamsAtIdleTick = streamsBegun
+        }
+    }
+
+    /// `maxConnectionAge`: graceful GOAWAY now, hard close after the grace period.
+    private func maxAgeReached() {
+        ageTimer = nil
+        guard let context, !closed else { return }
+        shared.logger.debug("connection from \(peer) reached its maximum age: GOAWAY")
+        beginGracefulShutdown()
+        let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        graceTimer = context.eventLoop.scheduleTask(in: TimeAmount(shared.configuration.maxConnectionAgeGrace)) {
+            bound.value.forceClose()
+        }
     }
 
     func channelActive(context: ChannelHandlerContext) {
@@ -63,6 +182,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard let session else { return }
+        reads &+= 1
         let buffer = unwrapInboundIn(data)
         let rv = buffer.withUnsafeReadableBytes { bytes -> Int in
             inCallback = true
@@ -118,20 +238,29 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         session = s
         let config = shared.configuration
         var settings = [
-            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue), value: HTTP2Setting.value(config.maxConcurrentStreams)),
-            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE.rawValue), value: HTTP2Setting.value(config.maxHeaderListSize)),
-            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE.rawValue), value: HTTP2Setting.window(config.initialWindowSize)),
+            nghttp2_settings_entry(
+                settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue), value: HTTP2Setting.value(config.maxConcurrentStreams)),
+            nghttp2_settings_entry(
+                settings_id: Int32(NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE.rawValue), value: HTTP2Setting.value(config.maxHeaderListSize)),
+            nghttp2_settings_entry(
+                settings_id: Int32(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE.rawValue), value: HTTP2Setting.window(config.initialWindowSize)),
         ]
         nghttp2_submit_settings(s, UInt8(NGHTTP2_FLAG_NONE.rawValue), &settings, settings.count)
-        let connectionWindow = HTTP2Setting.connectionWindow(streamWindow: config.initialWindowSize)
+        let connectionWindow =
+            config.connectionWindowSize.map { Int32(clamping: min(max($0, 65535), HTTP2Setting.maxWindow)) }
+            ?? HTTP2Setting.connectionWindow(streamWindow: config.initialWindowSize, streams: config.maxConcurrentStreams)
         nghttp2_session_set_local_window_size(s, UInt8(NGHTTP2_FLAG_NONE.rawValue), 0, connectionWindow)
     }
 
     private func teardown() {
         guard !closed else { return }
         closed = true
+        stopTimers()
         shared.registry.remove(self)
-        for stream in streams.all { abandon(stream) }
+        for stream in streams.all {
+            releaseCharges(stream)
+            abandon(stream)
+        }
         streams.removeAll()
         if let session { nghttp2_session_del(session) }
         session = nil
@@ -147,8 +276,9 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     func beginGracefulShutdown() {
         guard let session, !shuttingDown else { return }
         shuttingDown = true
-        nghttp2_submit_goaway(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), nghttp2_session_get_last_proc_stream_id(session),
-                              NGHTTP2_NO_ERROR.rawValue, nil, 0)
+        nghttp2_submit_goaway(
+            session, UInt8(NGHTTP2_FLAG_NONE.rawValue), nghttp2_session_get_last_proc_stream_id(session),
+            NGHTTP2_NO_ERROR.rawValue, nil, 0)
         flush()
     }
 
@@ -192,15 +322,19 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     func onBeginHeaders(_ frame: UnsafePointer<nghttp2_frame>) -> Int32 {
         let hd = frame.pointee.hd
         guard hd.type == UInt8(NGHTTP2_HEADERS.rawValue),
-              frame.pointee.headers.cat == NGHTTP2_HCAT_REQUEST,
-              context != nil else { return 0 }
+            frame.pointee.headers.cat == NGHTTP2_HCAT_REQUEST,
+            context != nil
+        else { return 0 }
         let stream = ServerStream(id: hd.stream_id, maxMessageSize: shared.configuration.maxReceiveMessageSize)
         streams[hd.stream_id] = stream
+        streamsBegun &+= 1
         return 0
     }
 
-    func onHeader(_ frame: UnsafePointer<nghttp2_frame>, _ name: UnsafePointer<UInt8>, _ nameLen: Int,
-                  _ value: UnsafePointer<UInt8>, _ valueLen: Int) -> Int32 {
+    func onHeader(
+        _ frame: UnsafePointer<nghttp2_frame>, _ name: UnsafePointer<UInt8>, _ nameLen: Int,
+        _ value: UnsafePointer<UInt8>, _ valueLen: Int
+    ) -> Int32 {
         guard let stream = streams[frame.pointee.hd.stream_id], stream.phase == .receivingHeaders else { return 0 }
         stream.headerListSize += nameLen + valueLen + 32
         if stream.headerListSize > shared.configuration.maxHeaderListSize {
@@ -237,7 +371,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
                 stream.metadata.add(lowercased: n, .string(String(nghttp2: value, count: valueLen)))
             }
         case .scheme, .status, .otherPseudo, .te, .userAgent, .grpcStatus, .grpcMessage, .grpcStatusDetailsBin,
-             .otherGRPC, .otherReserved:
+            .otherGRPC, .otherReserved:
             break
         }
         // Plain HTTP requests (the configured HTTPHandler) get every header; which kind a request
@@ -269,50 +403,170 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     func onDataChunk(_ streamID: Int32, _ data: UnsafePointer<UInt8>, _ len: Int) -> Int32 {
         guard let session else { return 0 }
         if let stream = streams[streamID], stream.isHTTP, stream.phase == .receiving {
-            nghttp2_session_consume(session, streamID, len)
-            if stream.httpBody.count + len > shared.configuration.maxReceiveMessageSize {
-                stream.phase = .done
-                respondHTTP(stream, .bodyTooLarge(limit: shared.configuration.maxReceiveMessageSize))
-            } else {
-                stream.httpBody.append(contentsOf: UnsafeBufferPointer(start: data, count: len))
-            }
+            receivedHTTPBody(stream, data, len)
             return 0
         }
         guard let stream = streams[streamID], stream.phase == .receiving || stream.phase == .running,
-              stream.target != nil, !stream.inputClosed else {
+            stream.target != nil, !stream.inputClosed
+        else {
             // Data for a stream we already answered: give the window back and drop it.
             nghttp2_session_consume(session, streamID, len)
             return 0
         }
+        // The closures must not touch `stream.deframer` (it is being mutated): a message that
+        // fails the call only marks it done, and its buffers are released after the feed.
+        let limit = stream.deframer.maxMessageSize
         do throws(MessageDeframer.Failure) {
-            let streaming = stream.clientStreams
-            let partial = try stream.deframer.feed(UnsafeRawBufferPointer(start: data, count: len)) { frame, deferred in
-                // Single-message calls release every byte at once (the message is capped by
-                // maxReceiveMessageSize); streaming calls hold a message's bytes until it is read.
-                if !streaming { nghttp2_session_consume(session, streamID, deferred) }
-                receivedMessage(stream, frame, deferred: streaming ? deferred : 0)
-            }
-            if partial > 0 { nghttp2_session_consume(session, streamID, partial) }
+            try stream.deframer.feedServer(
+                UnsafeRawBufferPointer(start: data, count: len), smallLimit: smallLimit,
+                admit: { bytes in admit(stream, bytes) },
+                emit: { frame, held, charged in receivedMessage(stream, frame, held: held, charged: charged, limit: limit) })
+            let release = stream.deframer.takeRelease()
+            if release > 0 { nghttp2_session_consume(session, streamID, release) }
+            if stream.phase == .done { releaseRequestBuffers(stream) }
         } catch {
-            nghttp2_session_consume(session, streamID, len)
             switch error {
             case .tooLarge(let size):
-                fail(stream, RPCError(.resourceExhausted,
-                                      "request message of \(size) bytes exceeds the limit of \(shared.configuration.maxReceiveMessageSize) bytes"))
+                fail(
+                    stream,
+                    RPCError(
+                        .resourceExhausted,
+                        "request message of \(size) bytes exceeds the limit of \(stream.deframer.maxMessageSize) bytes for \(stream.path)"))
             case .badFlag(let flag):
                 fail(stream, RPCError(.internal, "invalid gRPC message flag \(flag)"))
+            case .overBudget(let size):
+                fail(stream, Self.overBudget(size))
             }
+            releaseRequestBuffers(stream)
         }
         return 0
     }
 
+    static func overBudget(_ size: Int) -> RPCError {
+        RPCError.resourceExhausted(
+            "the server is busy receiving other large requests (this one declares \(size) bytes): retry shortly",
+            retryAfter: .seconds(1))
+    }
+
+    /// A large message's prefix arrived: admitted against the connection's budget, then the
+    /// process's; waiting when the connection has no room; refused when the process has none.
+    private func admit(_ stream: ServerStream, _ bytes: Int) -> MessageDeframer.Admission {
+        switch budget.request(stream: stream.id, bytes: bytes) {
+        case .wait:
+            // What it may hold while it waits (its window) counts for the process too, so waiting
+            // streams of many connections cannot add up past the budget.
+            guard processBudget.tryCharge(smallLimit, limit: processLimit) else {
+                budget.cancelWait(stream: stream.id)
+                return .refused
+            }
+            stream.awaitingAdmission = true
+            stream.waitCharged = smallLimit
+            return .wait
+        case .admitted:
+            guard processBudget.tryCharge(bytes, limit: processLimit) else {
+                budget.release(bytes)
+                return .refused
+            }
+            stream.charged += bytes
+            return .admitted
+        }
+    }
+
+    /// Gives back `bytes` of the stream's charge (a message reached its handler) and lets in
+    /// messages that waited for the room.
+    func releaseCharge(_ stream: ServerStream, _ bytes: Int) {
+        let n = min(bytes, stream.charged)
+        guard n > 0 else { return }
+        stream.charged -= n
+        budget.release(n)
+        processBudget.release(n)
+        admitWaitingMessages()
+    }
+
+    private func admitWaitingMessages() {
+        for (id, bytes) in budget.admitWaiting() {
+            guard let s = streams[id], s.awaitingAdmission, s.phase != .done, let session else {
+                budget.release(bytes)
+                continue
+            }
+            endWait(s)
+            guard processBudget.tryCharge(bytes, limit: processLimit) else {
+                budget.release(bytes)
+                fail(s, Self.overBudget(bytes))
+                releaseRequestBuffers(s)
+                continue
+            }
+            s.charged += bytes
+            let held = s.deframer.admitPartial(charged: bytes)
+            if held > 0 { nghttp2_session_consume(session, id, held) }
+            scheduleFlush()
+        }
+    }
+
+    /// The stream will read no more request bytes (answered early, failed, or gone): every byte
+    /// it held goes back to flow control and every charge to the budgets.
+    private func releaseRequestBuffers(_ stream: ServerStream) {
+        let held = stream.deframer.dropPartial().held + stream.deframer.takeRelease() + stream.heldBytes
+        stream.heldBytes = 0
+        stream.single = nil
+        stream.unreadCharges = [:]
+        if held > 0, let session { nghttp2_session_consume(session, stream.id, held) }
+        releaseCharges(stream)
+    }
+
+    /// The stream's message no longer waits (admitted, completed within its window, or gone).
+    private func endWait(_ stream: ServerStream) {
+        stream.awaitingAdmission = false
+        if stream.waitCharged > 0 {
+            processBudget.release(stream.waitCharged)
+            stream.waitCharged = 0
+        }
+    }
+
+    /// Budgets only (the stream is gone from nghttp2, or the connection is).
+    private func releaseCharges(_ stream: ServerStream) {
+        if stream.awaitingAdmission {
+            endWait(stream)
+            budget.cancelWait(stream: stream.id)
+        }
+        if stream.httpCharged > 0 {
+            processBudget.release(stream.httpCharged)
+            stream.httpCharged = 0
+        }
+        releaseCharge(stream, stream.charged)
+    }
+
+    /// A plain-HTTP request's body: consumed at once (it goes to the handler whole), capped by
+    /// the request's limit; bytes past `smallLimit` are charged to the process budget.
+    private func receivedHTTPBody(_ stream: ServerStream, _ data: UnsafePointer<UInt8>, _ len: Int) {
+        guard let session else { return }
+        nghttp2_session_consume(session, stream.id, len)
+        let total = stream.httpBody.count + len
+        if total > stream.httpLimit {
+            stream.phase = .done
+            respondHTTP(stream, .bodyTooLarge(limit: stream.httpLimit))
+            releaseRequestBuffers(stream)
+            return
+        }
+        let over = max(0, total - httpUncharged) - stream.httpCharged
+        if over > 0 {
+            guard processBudget.tryCharge(over, limit: processLimit) else {
+                stream.phase = .done
+                respondHTTP(stream, .busy)
+                stream.httpBody = []
+                releaseRequestBuffers(stream)
+                return
+            }
+            stream.httpCharged += over
+        }
+        stream.httpBody.append(contentsOf: UnsafeBufferPointer(start: data, count: len))
+    }
+
     func onStreamClose(_ streamID: Int32, _ errorCode: UInt32) -> Int32 {
         guard let stream = streams.removeValue(forKey: streamID) else { return 0 }
-        if stream.heldBytes > 0, let session {
-            // Unread request bytes go back to the connection window (the stream is gone).
-            nghttp2_session_consume(session, streamID, stream.heldBytes)
-            stream.heldBytes = 0
-        }
+        // Unread request bytes go back to the connection window (the stream is gone), charges
+        // to the budgets.
+        releaseRequestBuffers(stream)
         abandon(stream)
         return 0
     }
@@ -334,17 +588,34 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
 
     /// Request headers are complete: validate them and pick the method.
     private func acceptCall(_ stream: ServerStream) {
+        if !sawRequest, let context {
+            sawRequest = true
+            context.triggerUserOutboundEvent(ConnectionGuard.RequestStarted(), promise: nil)
+        }
         if stream.headersTooLarge {
-            return fail(stream, RPCError(.resourceExhausted,
-                                         "request header list exceeds the limit of \(shared.configuration.maxHeaderListSize) bytes"))
+            return fail(
+                stream,
+                RPCError(
+                    .resourceExhausted,
+                    "request header list exceeds the limit of \(shared.configuration.maxHeaderListSize) bytes"))
         }
         if !stream.isGRPCContentType, keepsRawHeaders {
             stream.isHTTP = true
+            let config = shared.configuration
+            stream.httpLimit =
+                config.httpHandler?.maxBodyBytes(method: stream.method, path: HTTPRequest.path(of: stream.path))
+                ?? config.maxReceiveMessageSize
+            if let declared = stream.rawHeaders.contentLength, declared > stream.httpLimit {
+                // Refused from its declared length: the body is never read.
+                stream.phase = .done
+                respondHTTP(stream, .bodyTooLarge(limit: stream.httpLimit))
+            }
             return
         }
         guard stream.isGRPCContentType else {
-            return respondNonGRPC(stream, status: 415,
-                                  message: "invalid content-type '\(stream.contentType)': a gRPC request needs application/grpc")
+            return respondNonGRPC(
+                stream, status: 415,
+                message: "invalid content-type '\(stream.contentType)': a gRPC request needs application/grpc")
         }
         guard stream.method == "POST" else {
             return respondNonGRPC(stream, status: 405, message: "gRPC requests use POST, not \(stream.method)")
@@ -360,6 +631,14 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             stream.target = method
             // What the handler is decides when it starts (the switch in startHandler).
             stream.clientStreams = method.handler.kind.clientStreams
+            if let limit = method.descriptor.maxRequestBytes, limit < stream.deframer.maxMessageSize {
+                stream.deframer.maxMessageSize = limit
+            }
+            // Refusals that need nothing but the headers (no credential at all) come now,
+            // before a request byte is buffered.
+            for i in interceptors {
+                if let error = i.rejectAtHeaders(method.descriptor, stream.metadata) { return fail(stream, error) }
+            }
         }
         if let timeout = stream.timeout {
             guard let d = GRPCTimeout.parse(timeout) else {
@@ -388,30 +667,37 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         flush()
     }
 
-    /// `deferred`: bytes of this message still holding the flow-control window (released when the
-    /// handler reads it, or here if the message is rejected).
-    private func receivedMessage(_ stream: ServerStream, _ frame: MessageDeframer.Frame, deferred: Int) {
-        guard stream.target != nil, let session else { return }
+    /// A request message is complete. `held`: its bytes still holding the flow-control window;
+    /// `charged`: its budget charge. Both are given back when the handler takes the message (or
+    /// when the stream ends).
+    private func receivedMessage(_ stream: ServerStream, _ frame: MessageDeframer.Frame, held: Int, charged: Int, limit: Int) {
+        if stream.awaitingAdmission {
+            // It fitted in its window after all: nothing to admit any more.
+            endWait(stream)
+            budget.cancelWait(stream: stream.id)
+        }
+        stream.heldBytes += held
+        guard stream.target != nil, stream.phase != .done else { return }
         var payload = frame.payload
         if frame.compressed {
             guard stream.encoding == "gzip" else {
-                nghttp2_session_consume(session, stream.id, deferred)
                 return fail(stream, RPCError(.internal, "compressed message received but the request has no grpc-encoding"))
             }
             do {
-                payload = try Gzip.decompress(payload, limit: shared.configuration.maxReceiveMessageSize)
+                payload = try Gzip.decompress(payload, limit: limit)
             } catch is Gzip.TooLarge {
-                nghttp2_session_consume(session, stream.id, deferred)
-                return fail(stream, RPCError(.resourceExhausted, "decompressed request message exceeds the limit of \(shared.configuration.maxReceiveMessageSize) bytes"))
+                return fail(
+                    stream, RPCError(.resourceExhausted, "decompressed request message exceeds the limit of \(limit) bytes for \(stream.path)"))
             } catch {
-                nghttp2_session_consume(session, stream.id, deferred)
                 return fail(stream, RPCError(.internal, "request message is not valid gzip"))
             }
         }
-        let message = RawMessageStream.InboundMessage(bytes: payload, compressed: frame.compressed, wireSize: deferred)
+        let message = RawMessageStream.InboundMessage(bytes: payload, compressed: frame.compressed, wireSize: held)
         if stream.clientStreams {
-            // Window opens when the handler reads the message (RawMessageStream.onConsumed).
-            stream.heldBytes += deferred
+            // Window opens, and the charge is given back, when the handler reads the message
+            // (RawMessageStream.onConsumed).
+            stream.messagesYielded += 1
+            if charged > 0 { stream.unreadCharges[stream.messagesYielded] = charged }
             stream.requestStream?.yield(message)
         } else {
             if stream.single != nil {
@@ -468,9 +754,18 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
                 loop.runOnLoop { bound.value.complete(id, response: result, streaming: streaming) }
             }
         }
-        /// The single request of a unary or server-streaming call, handed over once.
+        /// The single request of a unary or server-streaming call, handed over once: its bytes
+        /// leave flow control here; a large one's charge stays until the call ends (`finish`),
+        /// since the handler holds the bytes until then (the gateway's relay until the upstream
+        /// took them).
         func takeSingle() -> [UInt8] {
-            defer { stream.single = nil }
+            defer {
+                stream.single = nil
+                if stream.heldBytes > 0, let session {
+                    nghttp2_session_consume(session, stream.id, stream.heldBytes)
+                    stream.heldBytes = 0
+                }
+            }
             return stream.single!.bytes
         }
 
@@ -507,19 +802,25 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         case .serverStreaming(let body):
             let request = takeSingle()
             let sink = StreamSink(handler: bound, loop: loop, streamID: id)
-            runTask(streaming: true) { try await body(request, sink, callContext); return [] }
+            runTask(streaming: true) {
+                try await body(request, sink, callContext); return []
+            }
         case .clientStreaming(let body):
             let requests = makeRequestStream(stream, bound: bound, loop: loop)
             runTask(streaming: false) { try await body(requests, callContext) }
         case .bidirectionalStreaming(let body):
             let requests = makeRequestStream(stream, bound: bound, loop: loop)
             let sink = StreamSink(handler: bound, loop: loop, streamID: id)
-            runTask(streaming: true) { try await body(requests, sink, callContext); return [] }
+            runTask(streaming: true) {
+                try await body(requests, sink, callContext); return []
+            }
         }
     }
 
-    private func makeRequestStream(_ stream: ServerStream, bound: NIOLoopBound<ServerConnectionHandler>,
-                                   loop: any EventLoop) -> RawMessageStream {
+    private func makeRequestStream(
+        _ stream: ServerStream, bound: NIOLoopBound<ServerConnectionHandler>,
+        loop: any EventLoop
+    ) -> RawMessageStream {
         let id = stream.id
         let requests = RawMessageStream(onConsumed: { bytes in
             loop.runOnLoop {
@@ -529,6 +830,11 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
                 let n = min(bytes, s.heldBytes)
                 s.heldBytes -= n
                 if n > 0 { nghttp2_session_consume(session, id, n) }
+                // Messages are read in the order they were queued.
+                s.messagesRead += 1
+                if !s.unreadCharges.isEmpty, let charge = s.unreadCharges.removeValue(forKey: s.messagesRead) {
+                    handler.releaseCharge(s, charge)
+                }
                 handler.scheduleFlush()
             }
         })
@@ -573,6 +879,9 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     private func finish(_ stream: ServerStream, _ status: RPCError) {
         guard let session, stream.phase != .done else { return }
         stream.phase = .done
+        // The call is over: its large messages leave the budgets (their window bytes are given
+        // back when the stream stops reading: after the current feed, or when it closes).
+        if stream.charged > 0 || stream.awaitingAdmission { releaseCharges(stream) }
         stream.deadlineTimer?.cancel()
         stream.deadlineTimer = nil
         var trailers = stream.headersSent ? HeaderBlock(capacity: 128) : responseHeaderBlock(stream)
@@ -600,9 +909,14 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     private func startHTTP(_ stream: ServerStream) {
         guard let handler = shared.configuration.httpHandler, let context, let executor else { return }
         stream.phase = .running
-        let request = HTTPRequest(method: stream.method, target: stream.path, headers: stream.rawHeaders.pairs,
-                                  body: stream.httpBody, peer: peer)
+        let request = HTTPRequest(
+            method: stream.method, target: stream.path, headers: stream.rawHeaders.pairs,
+            body: stream.httpBody, peer: peer)
         stream.httpBody = []
+        if stream.httpCharged > 0 {
+            shared.configuration.requestBudget.release(stream.httpCharged)
+            stream.httpCharged = 0
+        }
         let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
         let loop = context.eventLoop
         let id = stream.id
@@ -686,8 +1000,10 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     }
 
     /// nghttp2 pulls response bytes for DATA frames.
-    func readData(_ streamID: Int32, _ buf: UnsafeMutablePointer<UInt8>, _ length: Int,
-                  _ flags: UnsafeMutablePointer<UInt32>) -> Int {
+    func readData(
+        _ streamID: Int32, _ buf: UnsafeMutablePointer<UInt8>, _ length: Int,
+        _ flags: UnsafeMutablePointer<UInt32>
+    ) -> Int {
         guard let stream = streams[streamID], let session else { return Int(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue) }
         let n = min(length, stream.outbound.readableBytes)
         if n > 0 {

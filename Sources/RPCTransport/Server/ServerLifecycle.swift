@@ -1,5 +1,6 @@
 import Dispatch
 import Logging
+
 #if canImport(Glibc)
 import Glibc
 #endif

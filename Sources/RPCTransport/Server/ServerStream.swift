@@ -39,9 +39,27 @@ final class ServerStream {
     var single: RawMessageStream.InboundMessage?
     var requestStream: RawMessageStream?
     var inputClosed = false
-    /// Bytes of queued-but-unread request messages still holding the flow-control window;
-    /// returned to the connection when the stream closes.
+    /// Request bytes received but not yet released to flow control (`nghttp2_session_consume`):
+    /// a completed message's until its handler takes it (unary: when it starts; streaming: as it
+    /// reads each message). Returned to the connection when the stream ends.
     var heldBytes = 0
+    /// Budget bytes (connection and process) charged for this stream's large messages: the one
+    /// arriving, once admitted, and completed ones not handed over yet. Released on hand-over or
+    /// when the stream ends.
+    var charged = 0
+    /// Its large message waits for room in the connection's budget (`ConnectionRequestBudget`);
+    /// meanwhile its window (what it may hold unconsumed) is charged to the process budget.
+    var awaitingAdmission = false
+    var waitCharged = 0
+    /// Streaming calls: charges of queued messages by their position (only charged ones), and
+    /// how many were yielded and read, so each read releases its own message's charge.
+    var unreadCharges: [Int: Int] = [:]
+    var messagesYielded = 0
+    var messagesRead = 0
+    /// Plain HTTP: the body limit (from the handler's `maxBodyBytes`, else the server's) and the
+    /// bytes of the body charged to the process budget (those past `initialWindowSize`).
+    var httpLimit = 0
+    var httpCharged = 0
 
     // The call.
     var context: ServerContext?

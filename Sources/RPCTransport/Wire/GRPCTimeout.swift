@@ -28,8 +28,10 @@ enum GRPCTimeout {
         // Past ~285 years the sum below could overflow Int64 nanoseconds: that is the cap anyway.
         if s >= 9_000_000_000 { return "99999999H" }
         let totalNanos = max(0, s) * 1_000_000_000 + max(0, atto) / 1_000_000_000
-        let units: [(Int64, String)] = [(1, "n"), (1_000, "u"), (1_000_000, "m"), (1_000_000_000, "S"),
-                                        (60_000_000_000, "M"), (3_600_000_000_000, "H")]
+        let units: [(Int64, String)] = [
+            (1, "n"), (1_000, "u"), (1_000_000, "m"), (1_000_000_000, "S"),
+            (60_000_000_000, "M"), (3_600_000_000_000, "H"),
+        ]
         for (div, unit) in units {
             let v = (totalNanos + div - 1) / div
             if v < 100_000_000 { return "\(v)\(unit)" }

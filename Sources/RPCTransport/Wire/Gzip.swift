@@ -8,8 +8,11 @@ enum Gzip {
     static func compress(_ input: [UInt8]) -> [UInt8] {
         var stream = z_stream()
         // windowBits 15 + 16 selects the gzip wrapper.
-        guard deflateInit2_(&stream, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY,
-                            ZLIB_VERSION, Int32(MemoryLayout<z_stream>.size)) == Z_OK else { return input }
+        guard
+            deflateInit2_(
+                &stream, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY,
+                ZLIB_VERSION, Int32(MemoryLayout<z_stream>.size)) == Z_OK
+        else { return input }
         defer { deflateEnd(&stream) }
         let bound = Int(deflateBound(&stream, uLong(input.count))) + 32
         var out = [UInt8](repeating: 0, count: bound)

@@ -86,7 +86,9 @@ func bench() {
     let everythingBytes = everything.serializedBytes()
     var sink = 0
     measure("encode SimpleRequest(64 B payload)", 1_000_000) { sink &+= request.serializedBytes().count }
-    measure("decode SimpleRequest(64 B payload)", 1_000_000) { sink &+= (try! Grpc_Testing_SimpleRequest(serializedBytes: requestBytes)).payload.body.count }
+    measure("decode SimpleRequest(64 B payload)", 1_000_000) {
+        sink &+= (try! Grpc_Testing_SimpleRequest(serializedBytes: requestBytes)).payload.body.count
+    }
     measure("encode Everything (\(everythingBytes.count) B)", 100_000) { sink &+= everything.serializedBytes().count }
     measure("decode Everything", 100_000) { sink &+= (try! Codectest_V1_Everything(serializedBytes: everythingBytes)).choices.count }
     if sink == 42 { print(sink) }

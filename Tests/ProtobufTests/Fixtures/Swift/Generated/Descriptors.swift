@@ -64,6 +64,7 @@ public enum ProtobufTestContractsDescriptors {
         "codectest.v1.Tree.NamedEntry": "codectest/v1/codec_test.proto",
         "common.v1.Access": "common/v1/options.proto",
         "common.v1.access": "common/v1/options.proto",
+        "common.v1.max_request_bytes": "common/v1/options.proto",
         "google.protobuf.BoolValue": "google/protobuf/wrappers.proto",
         "google.protobuf.BytesValue": "google/protobuf/wrappers.proto",
         "google.protobuf.DescriptorProto": "google/protobuf/descriptor.proto",
@@ -200,7 +201,8 @@ public enum ProtobufTestContractsDescriptors {
         Chdjb21tb24vdjEvb3B0aW9ucy5wcm90bxIJY29tbW9uLnYxGiBnb29nbGUvcHJvdG9idWYvZGVzY3JpcHRvci5wcm90bypiCgZB
         Y2Nlc3MSFgoSQUNDRVNTX1VOU1BFQ0lGSUVEEAASEQoNQUNDRVNTX1BVQkxJQxABEhgKFEFDQ0VTU19BVVRIRU5USUNBVEVEEAIS
         EwoPQUNDRVNTX0lOVEVSTkFMEAM6SwoGYWNjZXNzEh4uZ29vZ2xlLnByb3RvYnVmLk1ldGhvZE9wdGlvbnMY0YYDIAEoDjIRLmNv
-        bW1vbi52MS5BY2Nlc3NSBmFjY2Vzc0IcWhpiYWNrZW5kL2NvbW1vbi92MTtjb21tb252MWIGcHJvdG8z
+        bW1vbi52MS5BY2Nlc3NSBmFjY2VzczpMChFtYXhfcmVxdWVzdF9ieXRlcxIeLmdvb2dsZS5wcm90b2J1Zi5NZXRob2RPcHRpb25z
+        GNKGAyABKA1SD21heFJlcXVlc3RCeXRlc0IcWhpiYWNrZW5kL2NvbW1vbi92MTtjb21tb252MWIGcHJvdG8z
         """),
         ("google/protobuf/descriptor.proto", """
         CiBnb29nbGUvcHJvdG9idWYvZGVzY3JpcHRvci5wcm90bxIPZ29vZ2xlLnByb3RvYnVmIk0KEUZpbGVEZXNjcmlwdG9yU2V0EjgK

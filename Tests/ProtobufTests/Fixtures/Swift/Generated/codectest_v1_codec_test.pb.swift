@@ -1143,20 +1143,20 @@ public enum Codectest_V1_CodecTestServiceMethods {
     public static let serviceName = "codectest.v1.CodecTestService"
     public static let unary = RPCCore.MethodDescriptor(
         service: serviceName, method: "Unary", kind: .unary, visibility: .publicAnonymous,
-        inputType: "codectest.v1.Scalars", outputType: "codectest.v1.Scalars")
+        inputType: "codectest.v1.Scalars", outputType: "codectest.v1.Scalars", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     public static let serverStream = RPCCore.MethodDescriptor(
         service: serviceName, method: "ServerStream", kind: .serverStreaming, visibility: .publicAuthenticated,
-        inputType: "codectest.v1.Nested", outputType: "codectest.v1.Nested")
+        inputType: "codectest.v1.Nested", outputType: "codectest.v1.Nested", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     public static let clientStream = RPCCore.MethodDescriptor(
         service: serviceName, method: "ClientStream", kind: .clientStreaming, visibility: .internal,
-        inputType: "codectest.v1.Choice", outputType: "codectest.v1.Everything")
+        inputType: "codectest.v1.Choice", outputType: "codectest.v1.Everything", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     public static let bidi = RPCCore.MethodDescriptor(
         service: serviceName, method: "Bidi", kind: .bidirectionalStreaming, visibility: .internal,
-        inputType: "codectest.v1.Tree", outputType: "codectest.v1.Tree")
+        inputType: "codectest.v1.Tree", outputType: "codectest.v1.Tree", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// A Swift keyword as method name (C keywords break protoc-c).
     public static let `import` = RPCCore.MethodDescriptor(
         service: serviceName, method: "Import", kind: .unary, visibility: .internal,
-        inputType: "codectest.v1.Empty", outputType: "codectest.v1.Empty")
+        inputType: "codectest.v1.Empty", outputType: "codectest.v1.Empty", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Every method, in `.proto` order.
     public static let all: [RPCCore.MethodDescriptor] = [unary, serverStream, clientStream, bidi, `import`]
 }
