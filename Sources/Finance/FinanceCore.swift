@@ -25,13 +25,16 @@ public final class FinanceCore: Sendable {
     ]
 
     /// Opens (and migrates) the database. Blocking: call at startup.
-    public init(configuration: FinanceConfiguration, peers: PeerClients, clock: any WallClock = SystemClock(),
-                logger: Logger = Logger(label: "finance")) throws {
+    public init(
+        configuration: FinanceConfiguration, peers: PeerClients, clock: any WallClock = SystemClock(),
+        logger: Logger = Logger(label: "finance")
+    ) throws {
         self.configuration = configuration
         self.clock = clock
         self.logger = logger
-        database = try Database.open(directory: configuration.dataDirectory, fileName: FinanceSchema.fileName,
-                                     migrations: FinanceSchema.migrations, logger: logger)
+        database = try Database.open(
+            directory: configuration.dataDirectory, fileName: FinanceSchema.fileName,
+            migrations: FinanceSchema.migrations, logger: logger)
         store = ServiceStore(database: database, uniqueFields: Self.uniqueFields, logger: logger)
         do { pageTokens = try PageTokens.load(from: database) } catch {
             database.close()
@@ -62,10 +65,11 @@ public final class FinanceCore: Sendable {
                 let v = try Ledger.verify(c, scope: scope)
                 ok = ok && v.verified
                 let name = scope.isEmpty ? "marketplace" : "household \(scope)"
-                lines.append(v.verified
-                    ? "\(name): verified, \(v.entriesChecked) entries, head \(v.headHash)"
-                    : "\(name): NOT verified after \(v.entriesChecked) entries: "
-                        + (v.firstBadTransactionId.isEmpty ? "" : "entry #\(v.firstBadSequence) (\(v.firstBadTransactionId)): ") + v.problem)
+                lines.append(
+                    v.verified
+                        ? "\(name): verified, \(v.entriesChecked) entries, head \(v.headHash)"
+                        : "\(name): NOT verified after \(v.entriesChecked) entries: "
+                            + (v.firstBadTransactionId.isEmpty ? "" : "entry #\(v.firstBadSequence) (\(v.firstBadTransactionId)): ") + v.problem)
             }
             return (ok, lines)
         }

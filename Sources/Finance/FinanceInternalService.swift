@@ -9,7 +9,9 @@ import Storage
 public struct FinanceInternalService: Finance_V1_FinanceInternalService {
     let core: FinanceCore
 
-    public func recordTaskSettlement(request: Finance_V1_RecordTaskSettlementRequest, context: ServerContext) async throws -> Finance_V1_RecordTaskSettlementResponse {
+    public func recordTaskSettlement(
+        request: Finance_V1_RecordTaskSettlementRequest, context: ServerContext
+    ) async throws -> Finance_V1_RecordTaskSettlementResponse {
         var errors = FieldErrors()
         FieldRules.eventID(request.idempotencyKey, field: "idempotency_key", into: &errors)
         let task = FieldRules.id(request.taskId, field: "task_id", into: &errors)
@@ -26,13 +28,15 @@ public struct FinanceInternalService: Finance_V1_FinanceInternalService {
             // Exactly once per task: the unique index on task_id guards it even against a
             // concurrent delivery (which then loses its write and is answered as a repeat).
             if let id = try tx.queryOne("SELECT id FROM ledger_transactions WHERE task_id = ?", task)?.get(0, as: String.self),
-               let earlier = try Ledger.transaction(tx, id: id) {
+                let earlier = try Ledger.transaction(tx, id: id)
+            {
                 let debt = earlier.debts.first
                 guard debt?.debtorUserId == requester, debt?.creditorUserId == provider, earlier.total.amountCents == cents,
-                      earlier.total.currency == currency
+                    earlier.total.currency == currency
                 else {
-                    throw FieldErrors.single(.failedPrecondition, field: "task_id",
-                                             "this task was settled already with other parties or another amount")
+                    throw FieldErrors.single(
+                        .failedPrecondition, field: "task_id",
+                        "this task was settled already with other parties or another amount")
                 }
                 return (earlier, true)
             }
@@ -43,8 +47,9 @@ public struct FinanceInternalService: Finance_V1_FinanceInternalService {
             try Notifications.enqueue(tx, for: t, recipients: [requester, provider], actor: "")
             return (t, false)
         }
-        core.logger.info(replayed ? "settlement replayed" : "task settled",
-                         metadata: ["task": "\(task)", "transaction": "\(transaction.transactionId)", "event": "\(request.idempotencyKey)"])
+        core.logger.info(
+            replayed ? "settlement replayed" : "task settled",
+            metadata: ["task": "\(task)", "transaction": "\(transaction.transactionId)", "event": "\(request.idempotencyKey)"])
         var response = Finance_V1_RecordTaskSettlementResponse()
         response.transaction = transaction
         response.replayed = replayed
@@ -72,8 +77,12 @@ public struct FinanceInternalService: Finance_V1_FinanceInternalService {
         try errors.throwIfAny()
         let response = try await core.store.read { c in try Ledger.verify(c, scope: scope) }
         if !response.verified {
-            core.logger.error("ledger does not verify", metadata: ["scope": "\(scope)", "entry": "\(response.firstBadTransactionId)",
-                                                                  "problem": "\(response.problem)"])
+            core.logger.error(
+                "ledger does not verify",
+                metadata: [
+                    "scope": "\(scope)", "entry": "\(response.firstBadTransactionId)",
+                    "problem": "\(response.problem)",
+                ])
         }
         return response
     }

@@ -41,8 +41,10 @@ public struct FinanceService: Finance_V1_FinanceService {
     }
 
     /// A payment or charge: validate, answer a retry from its key, confirm membership, record.
-    func record(_ kind: Finance_V1_TransactionKind, _ form: MoneyForm, request: some ProtoMessage, method: String,
-                context: ServerContext) async throws -> (Finance_V1_Transaction, Bool) {
+    func record(
+        _ kind: Finance_V1_TransactionKind, _ form: MoneyForm, request: some ProtoMessage, method: String,
+        context: ServerContext
+    ) async throws -> (Finance_V1_Transaction, Bool) {
         let caller = try core.caller(context)
         let valid = try form.validate(caller: caller)
         let scope = Self.idempotencyScope(caller), fingerprint = Self.fingerprint(method, request)
@@ -55,8 +57,9 @@ public struct FinanceService: Finance_V1_FinanceService {
 
         // Every listed housemate must be a current member of the active household, and so must
         // the caller; while social cannot say, nothing is recorded.
-        let household = try await core.peers.household(valid.householdID, users: [caller] + valid.shares.map(\.userID),
-                                                       purpose: .write)
+        let household = try await core.peers.household(
+            valid.householdID, users: [caller] + valid.shares.map(\.userID),
+            purpose: .write)
         try Self.requireCurrentMember(household, caller)
         var errors = FieldErrors()
         for share in valid.shares where household.state(of: share.userID) != .member {
@@ -68,7 +71,9 @@ public struct FinanceService: Finance_V1_FinanceService {
         let new = Ledger.NewTransaction(
             scope: valid.householdID, kind: kind, currency: valid.currency, totalCents: valid.totalCents, splitMode: valid.splitMode,
             createdBy: caller, taskID: "", description: valid.description,
-            debts: valid.shares.map { kind == .payment ? LedgerChain.Debt(caller, $0.userID, $0.cents) : LedgerChain.Debt($0.userID, caller, $0.cents) })
+            debts: valid.shares.map {
+                kind == .payment ? LedgerChain.Debt(caller, $0.userID, $0.cents) : LedgerChain.Debt($0.userID, caller, $0.cents)
+            })
         let (transaction, replayed) = try await core.store.write { tx in
             try tx.idempotent(scope: scope, key: key, fingerprint: fingerprint, now: clock.nowMilliseconds()) {
                 try Self.requireHouseholdCurrency(tx, scope: new.scope, currency: new.currency)
@@ -78,8 +83,12 @@ public struct FinanceService: Finance_V1_FinanceService {
             }
         }
         if !replayed {
-            core.logger.info("money recorded", metadata: ["transaction": "\(transaction.transactionId)", "kind": "\(kind)",
-                                                          "household": "\(valid.householdID)"])
+            core.logger.info(
+                "money recorded",
+                metadata: [
+                    "transaction": "\(transaction.transactionId)", "kind": "\(kind)",
+                    "household": "\(valid.householdID)",
+                ])
         }
         return (transaction, replayed)
     }
@@ -87,8 +96,9 @@ public struct FinanceService: Finance_V1_FinanceService {
     /// One currency per household, fixed by its first transaction.
     static func requireHouseholdCurrency(_ tx: Transaction, scope: String, currency: String, field: String = "amount.currency") throws {
         if let fixed = try Ledger.currency(tx, scope: scope), fixed != currency {
-            throw FieldErrors.single(.invalidArgument, field: field,
-                                     "this household's money is in \(fixed) (fixed by its first transaction): use \(fixed)")
+            throw FieldErrors.single(
+                .invalidArgument, field: field,
+                "this household's money is in \(fixed) (fixed by its first transaction): use \(fixed)")
         }
     }
 
@@ -99,7 +109,9 @@ public struct FinanceService: Finance_V1_FinanceService {
         case .formerMember: throw RPCError(.failedPrecondition, "you are no longer a member of this household: only its members record money in it")
         default: throw RPCError(.notFound, "no such household")
         }
-        if !h.active { throw RPCError(.failedPrecondition, "this household was deleted: its history stays readable, but no new money can be recorded in it") }
+        if !h.active {
+            throw RPCError(.failedPrecondition, "this household was deleted: its history stays readable, but no new money can be recorded in it")
+        }
     }
 
     /// Reads need the caller to be a current or former member (also of a deleted household).
@@ -159,7 +171,9 @@ public struct FinanceService: Finance_V1_FinanceService {
         return response
     }
 
-    public func listTransactions(request: Finance_V1_ListTransactionsRequest, context: ServerContext) async throws -> Finance_V1_ListTransactionsResponse {
+    public func listTransactions(
+        request: Finance_V1_ListTransactionsRequest, context: ServerContext
+    ) async throws -> Finance_V1_ListTransactionsResponse {
         let caller = try core.caller(context)
         var errors = FieldErrors()
         let scope = FieldRules.id(request.householdId, field: "household_id", required: false, into: &errors)
@@ -184,7 +198,8 @@ public struct FinanceService: Finance_V1_FinanceService {
 
     // MARK: Settling up
 
-    public func getSettleUpPlan(request: Finance_V1_GetSettleUpPlanRequest, context: ServerContext) async throws -> Finance_V1_GetSettleUpPlanResponse {
+    public func getSettleUpPlan(request: Finance_V1_GetSettleUpPlanRequest, context: ServerContext) async throws -> Finance_V1_GetSettleUpPlanResponse
+    {
         let caller = try core.caller(context)
         var errors = FieldErrors()
         let scope = FieldRules.id(request.householdId, field: "household_id", into: &errors)
@@ -209,7 +224,8 @@ public struct FinanceService: Finance_V1_FinanceService {
         return response
     }
 
-    public func recordRepayment(request: Finance_V1_RecordRepaymentRequest, context: ServerContext) async throws -> Finance_V1_RecordRepaymentResponse {
+    public func recordRepayment(request: Finance_V1_RecordRepaymentRequest, context: ServerContext) async throws -> Finance_V1_RecordRepaymentResponse
+    {
         let caller = try core.caller(context)
         var errors = FieldErrors()
         let scope = FieldRules.id(request.householdId, field: "household_id", into: &errors)
@@ -250,9 +266,12 @@ public struct FinanceService: Finance_V1_FinanceService {
                 switch SettleUp.repay(graph, SettleUp.Transfer(caller, payee, cents)) {
                 case .success(let d): deltas = d
                 case .failure(.tooMuch(let maximum)):
-                    throw FieldErrors.single(.failedPrecondition, field: "amount", maximum == 0
-                        ? "you owe this housemate nothing now (directly or through other housemates): a repayment never moves a balance past zero"
-                        : "at most \(MoneyRules.format(maximum, fixed)) can be repaid to this housemate now: a repayment never moves a balance past zero")
+                    throw FieldErrors.single(
+                        .failedPrecondition, field: "amount",
+                        maximum == 0
+                            ? "you owe this housemate nothing now (directly or through other housemates): a repayment never moves a balance past zero"
+                            : "at most \(MoneyRules.format(maximum, fixed)) can be repaid to this housemate now: a repayment never moves a balance past zero"
+                    )
                 case .failure(.overflow):
                     throw RPCError(.failedPrecondition, "this household's balances are too large to add up")
                 }

@@ -36,7 +36,8 @@ enum Ledger {
         // transaction before an old one): history pages and balance_after rely on it.
         var id = ULID.make(now: clock.nowMilliseconds())
         if let last = try tx.queryOne("SELECT id FROM ledger_transactions ORDER BY id DESC LIMIT 1")?.get(0, as: String.self),
-           id <= last {
+            id <= last
+        {
             id = ULID.make(now: ulidMilliseconds(last) + 1)
         }
         let createdAt = ulidMilliseconds(id)
@@ -65,8 +66,9 @@ enum Ledger {
             new.scope, seq, hash, new.scope.isEmpty ? "" : new.currency)
 
         for (position, d) in new.debts.enumerated() {
-            try tx.execute("INSERT INTO ledger_debts (transaction_id, position, debtor, creditor, amount_cents) VALUES (?, ?, ?, ?, ?)",
-                           id, Int64(position), d.debtor, d.creditor, d.cents)
+            try tx.execute(
+                "INSERT INTO ledger_debts (transaction_id, position, debtor, creditor, amount_cents) VALUES (?, ?, ?, ?, ?)",
+                id, Int64(position), d.debtor, d.creditor, d.cents)
             let (a, b) = d.debtor < d.creditor ? (d.debtor, d.creditor) : (d.creditor, d.debtor)
             let delta = d.debtor == b ? d.cents : -d.cents  // positive = b owes a
             let current = try tx.queryOne(
@@ -123,9 +125,10 @@ enum Ledger {
 
     /// A recorded transaction, as the contract shows it.
     static func transaction(_ r: some SQLReader, id: String) throws -> Finance_V1_Transaction? {
-        guard let row = try r.queryOne(
-            "SELECT scope, kind, currency, total_cents, split_mode, created_by, task_id, created_at, description FROM ledger_transactions WHERE id = ?",
-            id)
+        guard
+            let row = try r.queryOne(
+                "SELECT scope, kind, currency, total_cents, split_mode, created_by, task_id, created_at, description FROM ledger_transactions WHERE id = ?",
+                id)
         else { return nil }
         let debts = try r.query("SELECT debtor, creditor, amount_cents FROM ledger_debts WHERE transaction_id = ? ORDER BY position", id)
             .map { LedgerChain.Debt(try $0.get(0), try $0.get(1), try $0.get(2)) }
@@ -154,21 +157,30 @@ enum Ledger {
             "SELECT user_b, currency, balance_cents, last_transaction_at FROM pair_balances WHERE scope = ? AND user_a = ?", scope, user)
         let asB = try r.query(
             "SELECT user_a, currency, balance_cents, last_transaction_at FROM pair_balances WHERE scope = ? AND user_b = ?", scope, user)
-        return try asA.map { PairBalance(counterpart: try $0.get(0), currency: try $0.get(1), cents: try $0.get(2), lastTransactionAt: try $0.get(3)) }
-            + asB.map { PairBalance(counterpart: try $0.get(0), currency: try $0.get(1), cents: -(try $0.get(2, as: Int64.self)), lastTransactionAt: try $0.get(3)) }
+        return try asA.map {
+            PairBalance(counterpart: try $0.get(0), currency: try $0.get(1), cents: try $0.get(2), lastTransactionAt: try $0.get(3))
+        }
+            + asB.map {
+                PairBalance(
+                    counterpart: try $0.get(0), currency: try $0.get(1), cents: -(try $0.get(2, as: Int64.self)), lastTransactionAt: try $0.get(3))
+            }
     }
 
     /// Every pair balance of a scope in one currency: (a, b, cents; positive = b owes a).
     static func pairs(_ r: some SQLReader, scope: String, currency: String) throws -> [(a: String, b: String, cents: Int64)] {
-        try r.query("SELECT user_a, user_b, balance_cents FROM pair_balances WHERE scope = ? AND currency = ? AND balance_cents != 0",
-                    scope, currency)
-            .map { (try $0.get(0), try $0.get(1), try $0.get(2)) }
+        try r.query(
+            "SELECT user_a, user_b, balance_cents FROM pair_balances WHERE scope = ? AND currency = ? AND balance_cents != 0",
+            scope, currency
+        )
+        .map { (try $0.get(0), try $0.get(1), try $0.get(2)) }
     }
 
     /// The history of `user` with `counterpart`, newest first, after the cursor `before` (a
     /// transaction id), at most `limit`.
-    static func history(_ r: some SQLReader, scope: String, user: String, counterpart: String, before: String?,
-                        limit: Int) throws -> [Finance_V1_TransactionEntry] {
+    static func history(
+        _ r: some SQLReader, scope: String, user: String, counterpart: String, before: String?,
+        limit: Int
+    ) throws -> [Finance_V1_TransactionEntry] {
         let (a, b) = user < counterpart ? (user, counterpart) : (counterpart, user)
         let sign: Int64 = user == a ? 1 : -1
         let rows = try r.query(
@@ -212,7 +224,8 @@ enum Ledger {
             """
             SELECT d.transaction_id, d.debtor, d.creditor, d.amount_cents FROM ledger_debts d
             JOIN ledger_transactions t ON t.id = d.transaction_id WHERE t.scope = ? ORDER BY d.transaction_id, d.position
-            """, scope) {
+            """, scope)
+        {
             debtsByID[try d.get(0), default: []].append(LedgerChain.Debt(try d.get(1), try d.get(2), try d.get(3)))
         }
         var stored: [LedgerChain.Stored] = []
@@ -225,9 +238,10 @@ enum Ledger {
                 splitMode: Int32(try row.get("split_mode", as: Int64.self)), createdBy: try row.get("created_by"),
                 taskID: try row.get("task_id"), createdAt: try row.get("created_at"),
                 descriptionCommitment: try row.get("description_hash"), debts: debtsByID[id] ?? [])
-            stored.append(LedgerChain.Stored(
-                entry: entry, previousHash: try row.get("prev_hash"), entryHash: try row.get("entry_hash"),
-                description: try row.get("description"), salt: try row.get("description_salt")))
+            stored.append(
+                LedgerChain.Stored(
+                    entry: entry, previousHash: try row.get("prev_hash"), entryHash: try row.get("entry_hash"),
+                    description: try row.get("description"), salt: try row.get("description_salt")))
         }
         let verdict = LedgerChain.verify(stored)
         var response = Finance_V1_VerifyLedgerResponse()
@@ -264,7 +278,8 @@ enum Ledger {
         }
         var found = 0
         for row in try r.query(
-            "SELECT transaction_id, user_a, user_b, currency, delta_cents, balance_after_cents FROM pair_entries WHERE scope = ?", scope) {
+            "SELECT transaction_id, user_a, user_b, currency, delta_cents, balance_after_cents FROM pair_entries WHERE scope = ?", scope)
+        {
             let id: String = try row.get(0)
             let key = PairKey(a: try row.get(1), b: try row.get(2), currency: try row.get(3))
             found += 1

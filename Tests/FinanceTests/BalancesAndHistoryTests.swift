@@ -90,7 +90,9 @@ struct BalancesAndHistoryTests {
             r.pageToken = ""
             r.pageSize = -1
             r.counterpartUserId = a.id
-            await expectFailure(.invalidArgument, fields: ["page_size", "counterpart_user_id"]) { try await env.finance.listTransactions(r, options: a.options) }
+            await expectFailure(.invalidArgument, fields: ["page_size", "counterpart_user_id"]) {
+                try await env.finance.listTransactions(r, options: a.options)
+            }
             r.pageSize = 0
             r.counterpartUserId = ""
             await expectFailure(.invalidArgument, fields: ["counterpart_user_id"]) { try await env.finance.listTransactions(r, options: a.options) }
@@ -117,7 +119,8 @@ struct BalancesAndHistoryTests {
             var rest = plan
             while let t = rest.first {
                 let payer = try #require(users.first { $0.id == t.payer.userId })
-                let recorded = try await env.finance.recordRepayment(repaymentRequest(h, to: t.payee.userId, t.amount.amountCents), options: payer.options)
+                let recorded = try await env.finance.recordRepayment(
+                    repaymentRequest(h, to: t.payee.userId, t.amount.amountCents), options: payer.options)
                 #expect(recorded.transaction.kind == .repayment && recorded.transaction.total == t.amount)
                 rest.removeFirst()
                 // No reshuffle: the plan is now exactly the transfers not yet made.
@@ -170,7 +173,9 @@ struct BalancesAndHistoryTests {
             env.household([a, c], formers: [b], id: h)
             _ = try await env.finance.recordRepayment(repaymentRequest(h, to: a.id, 600), options: b.options)
             #expect(try await env.balances(b, h)[a.id] == 0)
-            let notified = await eventually { env.social.received.contains { $0.eventId == "finance:\(first.transaction.transactionId)" && $0.recipientUserIds == [a.id] } }
+            let notified = await eventually {
+                env.social.received.contains { $0.eventId == "finance:\(first.transaction.transactionId)" && $0.recipientUserIds == [a.id] }
+            }
             #expect(notified)
         }
     }
@@ -192,7 +197,9 @@ struct BalancesAndHistoryTests {
             let again = try await env.internalAPI.recordTaskSettlement(s)
             #expect(again.replayed && again.transaction == first.transaction)
             // Concurrent deliveries of another task: one settlement.
-            let s2 = { var c = s; c.taskId = "task-2"; return c }()
+            let s2 = {
+                var c = s; c.taskId = "task-2"; return c
+            }()
             let api = env.internalAPI
             let results = try await withThrowingTaskGroup(of: Bool.self) { g in
                 for _ in 0..<10 { g.addTask { try await api.recordTaskSettlement(s2).replayed } }
@@ -225,7 +232,8 @@ struct BalancesAndHistoryTests {
             let a = try await env.user(displayName: "Alice")
             let b = try await env.user(displayName: "Bob")
             let h = env.household([a, b])
-            _ = try await env.finance.createCharge(chargeRequest(h, 1200, among: [a], description: "Bob's secret thing", key: "bk"), options: b.options)
+            _ = try await env.finance.createCharge(
+                chargeRequest(h, 1200, among: [a], description: "Bob's secret thing", key: "bk"), options: b.options)
             _ = try await env.finance.createCharge(chargeRequest(h, 200, among: [b], description: "Alice's line"), options: a.options)
             var erase = Finance_V1_EraseUserRequest()
             erase.eventId = "accounts:del-1"
@@ -242,9 +250,13 @@ struct BalancesAndHistoryTests {
             #expect(history.map(\.description_p) == ["Alice's line", "(erased)"])
             #expect(try await env.verify(h).verified)
             // b's idempotency keys are gone.
-            let keys = try env.core.database.readSync { c in try c.queryOne("SELECT count(*) FROM idempotency_keys WHERE scope = ?", "finance:\(b.id)")!.get(0, as: Int64.self) }
+            let keys = try env.core.database.readSync { c in
+                try c.queryOne("SELECT count(*) FROM idempotency_keys WHERE scope = ?", "finance:\(b.id)")!.get(0, as: Int64.self)
+            }
             #expect(keys == 0)
-            await expectFailure(.invalidArgument, fields: ["event_id", "user_id"]) { try await env.internalAPI.eraseUser(Finance_V1_EraseUserRequest()) }
+            await expectFailure(.invalidArgument, fields: ["event_id", "user_id"]) {
+                try await env.internalAPI.eraseUser(Finance_V1_EraseUserRequest())
+            }
         }
     }
 
@@ -253,7 +265,10 @@ struct BalancesAndHistoryTests {
             let (a, b) = (try await env.user(), try await env.user())
             let h = env.household([a, b])
             var ids: [String] = []
-            for i in 1...6 { ids.append(try await env.finance.createCharge(chargeRequest(h, Int64(i * 100), among: [b]), options: a.options).transaction.transactionId) }
+            for i in 1...6 {
+                ids.append(
+                    try await env.finance.createCharge(chargeRequest(h, Int64(i * 100), among: [b]), options: a.options).transaction.transactionId)
+            }
             let tampered = ids[3]
             let ok = try await env.verify(h)
             #expect(ok.verified && ok.entriesChecked == 6 && ok.headHash.count == 64)
@@ -261,7 +276,8 @@ struct BalancesAndHistoryTests {
             try await env.core.database.write { tx in try tx.execute("UPDATE ledger_debts SET amount_cents = 1 WHERE transaction_id = ?", tampered) }
             let bad = try await env.verify(h)
             #expect(!bad.verified && bad.firstBadTransactionId == ids[3] && bad.firstBadSequence == 4, "\(bad)")
-            try await env.core.database.write { tx in try tx.execute("UPDATE ledger_debts SET amount_cents = 400 WHERE transaction_id = ?", tampered) }
+            try await env.core.database.write { tx in try tx.execute("UPDATE ledger_debts SET amount_cents = 400 WHERE transaction_id = ?", tampered)
+            }
             #expect(try await env.verify(h).verified)
             // A balance nudged without history.
             try await env.core.database.write { tx in try tx.execute("UPDATE pair_balances SET balance_cents = balance_cents + 1") }

@@ -20,26 +20,39 @@ struct ContractFixtureTests {
             let bob = try await env.user("bob_k", displayName: "Bob Kowalski")
             let carol = try await env.user("carol.w", displayName: "Carol Wong")
             let dave = try await env.user("dave", displayName: "Dave Okafor")
-            let live = ["01JD3K7Q2M8W5X9Y4Z6A1B2C3D": alice.id, "01JD3K8R4N9X6Y1Z5A7B2C3D4E": bob.id,
-                        "01JD3K9S5P1Y7Z2A6B8C3D4E5F": carol.id, "01JD3KAT6Q2Z8A3B7C9D4E5F6G": dave.id]
+            let live = [
+                "01JD3K7Q2M8W5X9Y4Z6A1B2C3D": alice.id, "01JD3K8R4N9X6Y1Z5A7B2C3D4E": bob.id,
+                "01JD3K9S5P1Y7Z2A6B8C3D4E5F": carol.id, "01JD3KAT6Q2Z8A3B7C9D4E5F6G": dave.id,
+            ]
             let map = { (id: String) in live[id] ?? id }
             let household = "01JD4H2M3N4P5Q6R7S8T9V0W1X"
             env.household([alice, bob, carol, dave], id: household)
             let runner = FixtureRunner(env: env)
             let f = env.finance, i = env.internalAPI
 
-            _ = try await runner.run("CreatePayment", Finance_V1_CreatePaymentRequest.self, rewrite: { $0.housemateUserIds = $0.housemateUserIds.map(map) }) {
+            _ = try await runner.run(
+                "CreatePayment", Finance_V1_CreatePaymentRequest.self, rewrite: { $0.housemateUserIds = $0.housemateUserIds.map(map) }
+            ) {
                 try await f.createPayment($0, options: alice.options)
             }
             env.household([alice, bob, carol], formers: [dave], id: household)  // dave moves out
-            _ = try await runner.run("CreateCharge", Finance_V1_CreateChargeRequest.self, rewrite: { r in
-                r.customShares = r.customShares.map { var s = $0; s.userId = map(s.userId); return s }
-            }) { try await f.createCharge($0, options: alice.options) }
+            _ = try await runner.run(
+                "CreateCharge", Finance_V1_CreateChargeRequest.self,
+                rewrite: { r in
+                    r.customShares = r.customShares.map {
+                        var s = $0; s.userId = map(s.userId); return s
+                    }
+                }
+            ) { try await f.createCharge($0, options: alice.options) }
             _ = try await runner.run("GetBalances", Finance_V1_GetBalancesRequest.self) { try await f.getBalances($0, options: alice.options) }
-            _ = try await runner.run("ListTransactions", Finance_V1_ListTransactionsRequest.self, rewrite: { $0.counterpartUserId = map($0.counterpartUserId) }) {
+            _ = try await runner.run(
+                "ListTransactions", Finance_V1_ListTransactionsRequest.self, rewrite: { $0.counterpartUserId = map($0.counterpartUserId) }
+            ) {
                 try await f.listTransactions($0, options: alice.options)
             }
-            _ = try await runner.run("GetSettleUpPlan", Finance_V1_GetSettleUpPlanRequest.self) { try await f.getSettleUpPlan($0, options: alice.options) }
+            _ = try await runner.run("GetSettleUpPlan", Finance_V1_GetSettleUpPlanRequest.self) {
+                try await f.getSettleUpPlan($0, options: alice.options)
+            }
             _ = try await runner.run("RecordRepayment", Finance_V1_RecordRepaymentRequest.self, rewrite: { $0.payeeUserId = map($0.payeeUserId) }) {
                 try await f.recordRepayment($0, options: alice.options)
             }

@@ -43,7 +43,9 @@ struct PaymentsAndChargesTests {
             r.customShares = [share(b, 2000), share(c, 2499)]
             await expectFailure(.invalidArgument, fields: ["custom_shares"]) { try await env.finance.createCharge(r, options: a.options) }
             r.customShares = [share(b, 2000), share(c, 2500, "USD")]
-            await expectFailure(.invalidArgument, fields: ["custom_shares[1].amount.currency"]) { try await env.finance.createCharge(r, options: a.options) }
+            await expectFailure(.invalidArgument, fields: ["custom_shares[1].amount.currency"]) {
+                try await env.finance.createCharge(r, options: a.options)
+            }
             r.customShares = [share(b, 4500), share(c, 0)]
             await expectFailure(.invalidArgument, fields: ["custom_shares[1].amount"]) { try await env.finance.createCharge(r, options: a.options) }
         }
@@ -61,8 +63,13 @@ struct PaymentsAndChargesTests {
             var bad = paymentRequest(h, 1_000_000_001, among: [b, a, b], currency: "eur")
             bad.description_p = String(repeating: "x", count: 101)
             bad.idempotencyKey = String(repeating: "k", count: 65)
-            await expectFailure(.invalidArgument, fields: ["description", "amount", "amount.currency", "housemate_user_ids[1]",
-                                                           "housemate_user_ids[2]", "idempotency_key"]) {
+            await expectFailure(
+                .invalidArgument,
+                fields: [
+                    "description", "amount", "amount.currency", "housemate_user_ids[1]",
+                    "housemate_user_ids[2]", "idempotency_key",
+                ]
+            ) {
                 try await env.finance.createPayment(bad, options: a.options)
             }
             var unspecified = paymentRequest(h, 100, among: [b])
@@ -89,7 +96,9 @@ struct PaymentsAndChargesTests {
 
     @Test func membershipIsCheckedWithSocial() async throws {
         try await withFinance { env in
-            let (a, b, c, stranger, former) = (try await env.user(), try await env.user(), try await env.user(), try await env.user(), try await env.user())
+            let (a, b, c, stranger, former) = (
+                try await env.user(), try await env.user(), try await env.user(), try await env.user(), try await env.user()
+            )
             let h = env.household([a, b, c], formers: [former])
             // Listed users who are not current members: each entry named.
             await expectFailure(.invalidArgument, fields: ["housemate_user_ids[1]", "housemate_user_ids[2]"]) {
@@ -97,11 +106,17 @@ struct PaymentsAndChargesTests {
             }
             var custom = chargeRequest(h, 900, among: [], mode: .custom)
             custom.customShares = [share(b, 400), share(stranger, 500)]
-            await expectFailure(.invalidArgument, fields: ["custom_shares[1].user_id"]) { try await env.finance.createCharge(custom, options: a.options) }
+            await expectFailure(.invalidArgument, fields: ["custom_shares[1].user_id"]) {
+                try await env.finance.createCharge(custom, options: a.options)
+            }
             // The caller: never a member → NOT_FOUND; former → FAILED_PRECONDITION; unknown household → NOT_FOUND.
             await expectFailure(.notFound) { try await env.finance.createCharge(chargeRequest(h, 900, among: [b]), options: stranger.options) }
-            await expectFailure(.failedPrecondition) { try await env.finance.createCharge(chargeRequest(h, 900, among: [b]), options: former.options) }
-            await expectFailure(.notFound) { try await env.finance.createCharge(chargeRequest("no-such-household", 900, among: [b]), options: a.options) }
+            await expectFailure(.failedPrecondition) {
+                try await env.finance.createCharge(chargeRequest(h, 900, among: [b]), options: former.options)
+            }
+            await expectFailure(.notFound) {
+                try await env.finance.createCharge(chargeRequest("no-such-household", 900, among: [b]), options: a.options)
+            }
             // A deleted household keeps its history but takes no new money.
             _ = try await env.finance.createCharge(chargeRequest(h, 900, among: [b]), options: a.options)
             env.social.set(h, .init(state: .deleted, members: [a.id, b.id, c.id]))
@@ -152,7 +167,9 @@ struct PaymentsAndChargesTests {
             }
             #expect(Set(results.map(\.transaction.transactionId)).count == 1)
             #expect(results.filter { !$0.replayed }.count == 1)
-            let count = try env.core.database.readSync { c in try c.queryOne("SELECT count(*) FROM ledger_transactions WHERE total_cents = 777")!.get(0, as: Int64.self) }
+            let count = try env.core.database.readSync { c in
+                try c.queryOne("SELECT count(*) FROM ledger_transactions WHERE total_cents = 777")!.get(0, as: Int64.self)
+            }
             #expect(count == 1)
             let balances = try await env.balances(a, h)
             #expect(balances[b.id] == 500 + 389 - 50 && balances[c.id] == 500 + 388)
@@ -166,12 +183,16 @@ struct PaymentsAndChargesTests {
             let first = try await env.finance.createCharge(chargeRequest(h, 300, among: [b], key: "before-outage"), options: a.options)
             await env.stopSocial()
             let started = ContinuousClock.now
-            let f = await expectFailure(.unavailable) { try await env.finance.createCharge(chargeRequest(h, 400, among: [b], key: "k-down"), options: a.options) }
+            let f = await expectFailure(.unavailable) {
+                try await env.finance.createCharge(chargeRequest(h, 400, among: [b], key: "k-down"), options: a.options)
+            }
             #expect(ContinuousClock.now - started < .seconds(3))
             #expect(f?.message.contains("nothing was recorded") == true)
             #expect(f?.retryDelaySeconds != nil)
             // A retry of an acknowledged request is answered from its key, social or not.
-            #expect(try await env.finance.createCharge(chargeRequest(h, 300, among: [b], key: "before-outage"), options: a.options).transaction == first.transaction)
+            #expect(
+                try await env.finance.createCharge(chargeRequest(h, 300, among: [b], key: "before-outage"), options: a.options).transaction
+                    == first.transaction)
             await expectFailure(.unavailable) { try await env.balances(a, h) }
             try await env.restartSocial()
             let ok = await eventually(timeout: .seconds(10)) {
@@ -199,7 +220,8 @@ struct PaymentsAndChargesTests {
         try await withFinance { env in
             let (a, b, c) = (try await env.user(), try await env.user(), try await env.user())
             let h = env.household([a, b, c])
-            let t = try await env.finance.createCharge(chargeRequest(h, 1000, among: [b, c], description: "Pizza night"), options: a.options).transaction
+            let t = try await env.finance.createCharge(chargeRequest(h, 1000, among: [b, c], description: "Pizza night"), options: a.options)
+                .transaction
             let delivered = await eventually { env.social.received.contains { $0.eventId == "finance:\(t.transactionId)" } }
             #expect(delivered)
             let n = try #require(env.social.received.first { $0.eventId == "finance:\(t.transactionId)" })

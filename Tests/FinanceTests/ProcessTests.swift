@@ -27,7 +27,8 @@ final class FinanceProcess: @unchecked Sendable {
     init(dataDir: String, env: FinanceEnv, arguments: [String]? = nil, environment: [String: String] = [:]) throws {
         self.dataDir = dataDir
         process.executableURL = URL(fileURLWithPath: "/usr/bin/timeout")
-        process.arguments = ["-s", "KILL", "300", builtProduct("finance-service")]
+        process.arguments =
+            ["-s", "KILL", "300", builtProduct("finance-service")]
             + (arguments ?? ["--host", "127.0.0.1", "--port", "0", "--data-dir", dataDir])
         var e = ProcessInfo.processInfo.environment
         e["SERVICE_TOKEN"] = TestCredentials.serviceToken
@@ -131,8 +132,10 @@ struct ProcessTests {
             #expect(await eventually { env.social.received.contains { $0.eventId == "finance:\(t.transactionId)" } })
             // Internal RPCs need the service credential.
             await expectFailure(.permissionDenied) {
-                try await Finance_V1_FinanceInternalClient(RPCClient(transport: CredentialedTransport(base: channel, gatewayToken: TestCredentials.gatewayToken)))
-                    .verifyLedger(Finance_V1_VerifyLedgerRequest())
+                try await Finance_V1_FinanceInternalClient(
+                    RPCClient(transport: CredentialedTransport(base: channel, gatewayToken: TestCredentials.gatewayToken))
+                )
+                .verifyLedger(Finance_V1_VerifyLedgerRequest())
             }
             await channel.close()
             service.signal(SIGTERM)
@@ -203,11 +206,15 @@ struct ProcessTests {
                                 i += 1
                                 let caller = (worker + i) % users.count
                                 let others = users.indices.filter { $0 != caller }.map { users[$0] }
-                                let request = chargeRequest(h, Int64(100 + (worker * 7919 + i * 31) % 5000), among: Array(others.prefix(1 + i % 4)),
-                                                            key: "crash-\(worker)-\(i)")
+                                let request = chargeRequest(
+                                    h, Int64(100 + (worker * 7919 + i * 31) % 5000), among: Array(others.prefix(1 + i % 4)),
+                                    key: "crash-\(worker)-\(i)")
                                 do {
-                                    let r = try await client.createCharge(request, options: CallOptions(timeout: .seconds(5),
-                                        metadata: Metadata([("authorization", "Bearer \(users[caller].token)")])))
+                                    let r = try await client.createCharge(
+                                        request,
+                                        options: CallOptions(
+                                            timeout: .seconds(5),
+                                            metadata: Metadata([("authorization", "Bearer \(users[caller].token)")])))
                                     acknowledged.append(Sent(caller: caller, request: request, id: r.transaction.transactionId))
                                 } catch {
                                     unacknowledged.append(Sent(caller: caller, request: request, id: nil))
@@ -252,21 +259,25 @@ struct ProcessTests {
             let core = try FinanceCore(configuration: FinanceConfiguration(dataDirectory: dir.path), peers: env.peers, logger: quietLogger)
             defer { core.close() }
             let (check, transactions, keys, mismatched) = try core.database.readSync { c in
-                (try c.query("PRAGMA integrity_check").map { try $0.get(0, as: String.self) },
-                 try c.queryOne("SELECT count(*) FROM ledger_transactions")!.get(0, as: Int64.self),
-                 try c.queryOne("SELECT count(*) FROM idempotency_keys")!.get(0, as: Int64.self),
-                 try c.queryOne("""
-                    SELECT count(*) FROM pair_balances p WHERE balance_cents != (SELECT coalesce(sum(delta_cents), 0) FROM pair_entries e
-                      WHERE e.scope = p.scope AND e.user_a = p.user_a AND e.user_b = p.user_b AND e.currency = p.currency)
-                    """)!.get(0, as: Int64.self))
+                (
+                    try c.query("PRAGMA integrity_check").map { try $0.get(0, as: String.self) },
+                    try c.queryOne("SELECT count(*) FROM ledger_transactions")!.get(0, as: Int64.self),
+                    try c.queryOne("SELECT count(*) FROM idempotency_keys")!.get(0, as: Int64.self),
+                    try c.queryOne(
+                        """
+                        SELECT count(*) FROM pair_balances p WHERE balance_cents != (SELECT coalesce(sum(delta_cents), 0) FROM pair_entries e
+                          WHERE e.scope = p.scope AND e.user_a = p.user_a AND e.user_b = p.user_b AND e.currency = p.currency)
+                        """)!.get(0, as: Int64.self)
+                )
             }
             #expect(check == ["ok"])
             #expect(transactions == Int64(acked.count + inFlight.count) && keys == transactions)
             #expect(mismatched == 0)
             let verified = try core.verifyAll()
             #expect(verified.ok, "\(verified.report)")
-            print("crash test: \(acked.count) charges acknowledged before SIGKILL, \(inFlight.count) in flight (\(committedInFlight) had committed); "
-                  + "\(transactions) transactions after restart, integrity ok, chains verify")
+            print(
+                "crash test: \(acked.count) charges acknowledged before SIGKILL, \(inFlight.count) in flight (\(committedInFlight) had committed); "
+                    + "\(transactions) transactions after restart, integrity ok, chains verify")
         }
     }
 }

@@ -49,14 +49,18 @@ struct PropertyTests {
                 case 0...2:  // charge, equal or each
                     let mode: Finance_V1_SplitMode = Bool.random(using: &rng) ? .equal : .each
                     let cents = Int64.random(in: Int64(chosen.count)...(op == 0 ? 1_000_000_000 : 50_000), using: &rng)
-                    let t = try await env.finance.createCharge(chargeRequest(household, cents, among: chosen, mode: mode, currency: currency), options: caller.options).transaction
+                    let t = try await env.finance.createCharge(
+                        chargeRequest(household, cents, among: chosen, mode: mode, currency: currency), options: caller.options
+                    ).transaction
                     try Self.checkSplit(t, cents, mode: mode, users: chosen)
                     recorded = t
                     counts["charge", default: 0] += 1
                 case 3...4:  // payment
                     let mode: Finance_V1_SplitMode = Bool.random(using: &rng) ? .equal : .each
                     let cents = Int64.random(in: Int64(chosen.count)...100_000, using: &rng)
-                    let t = try await env.finance.createPayment(paymentRequest(household, cents, among: chosen, mode: mode, currency: currency), options: caller.options).transaction
+                    let t = try await env.finance.createPayment(
+                        paymentRequest(household, cents, among: chosen, mode: mode, currency: currency), options: caller.options
+                    ).transaction
                     try Self.checkSplit(t, cents, mode: mode, users: chosen)
                     recorded = t
                     counts["payment", default: 0] += 1
@@ -76,12 +80,17 @@ struct PropertyTests {
                     if let t = transfers.randomElement(using: &rng), Bool.random(using: &rng) {
                         let payer = users.first { $0.id == t.payer.userId }!
                         let part = Int64.random(in: 1...min(t.amount.amountCents, 1_000_000_000), using: &rng)
-                        recorded = try await env.finance.recordRepayment(repaymentRequest(household, to: t.payee.userId, part, currency: currency), options: payer.options).transaction
+                        recorded = try await env.finance.recordRepayment(
+                            repaymentRequest(household, to: t.payee.userId, part, currency: currency), options: payer.options
+                        ).transaction
                         counts["repayment", default: 0] += 1
                     } else {
                         let payee = chosen[0]
                         do {
-                            recorded = try await env.finance.recordRepayment(repaymentRequest(household, to: payee.id, Int64.random(in: 1...20_000, using: &rng), currency: currency), options: caller.options).transaction
+                            recorded = try await env.finance.recordRepayment(
+                                repaymentRequest(household, to: payee.id, Int64.random(in: 1...20_000, using: &rng), currency: currency),
+                                options: caller.options
+                            ).transaction
                             counts["repayment", default: 0] += 1
                         } catch let e as RPCError where e.code == .failedPrecondition {
                             counts["refused repayment", default: 0] += 1
@@ -135,11 +144,14 @@ struct PropertyTests {
                 balances[Pair(a: try r.get(1), b: try r.get(2), scope: try r.get(0), currency: try r.get(3))] = try r.get(4)
             }
             var sums: [Pair: Int64] = [:]
-            for r in try c.query("SELECT scope, user_a, user_b, currency, sum(delta_cents) FROM pair_entries GROUP BY scope, user_a, user_b, currency") {
+            for r in try c.query(
+                "SELECT scope, user_a, user_b, currency, sum(delta_cents) FROM pair_entries GROUP BY scope, user_a, user_b, currency")
+            {
                 sums[Pair(a: try r.get(1), b: try r.get(2), scope: try r.get(0), currency: try r.get(3))] = try r.get(4)
             }
             // Rows whose balance_after is not the running sum of their pair up to them.
-            let bad = try c.queryOne("""
+            let bad = try c.queryOne(
+                """
                 SELECT count(*) FROM (SELECT balance_after_cents, sum(delta_cents) OVER (PARTITION BY scope, user_a, user_b, currency
                     ORDER BY transaction_id) AS running FROM pair_entries) WHERE running != balance_after_cents
                 """)!.get(0, as: Int64.self)
@@ -166,14 +178,17 @@ struct PropertyTests {
                 var r = Finance_V1_GetBalancesRequest()
                 r.householdId = scope
                 let balances: [Finance_V1_Balance]
-                do { balances = try await env.finance.getBalances(r, options: u.options).balances } catch let e as RPCError where e.code == .notFound {
+                do { balances = try await env.finance.getBalances(r, options: u.options).balances } catch let e as RPCError where e.code == .notFound
+                {
                     continue  // not a member of this household
                 }
                 var sumsByCounterpart: [String: [String: Int64]] = [:]
                 for b in balances where b.amount.amountCents != 0 || b.hasLastTransactionAt {
                     if sumsByCounterpart[b.counterpart.userId] == nil {
                         var sums: [String: Int64] = [:]
-                        for e in try await env.history(u, with: b.counterpart.userId, scope, pageSize: 100) { sums[e.amount.currency, default: 0] += e.amount.amountCents }
+                        for e in try await env.history(u, with: b.counterpart.userId, scope, pageSize: 100) {
+                            sums[e.amount.currency, default: 0] += e.amount.amountCents
+                        }
                         sumsByCounterpart[b.counterpart.userId] = sums
                     }
                     #expect(sumsByCounterpart[b.counterpart.userId]?[b.amount.currency] ?? 0 == b.amount.amountCents)

@@ -1,9 +1,10 @@
 import Contracts
 import RPCCore
-@testable import Finance
 import ServiceKit
 import ServiceKitTesting
 import Testing
+
+@testable import Finance
 
 @Suite("Finance rules: money, splits")
 struct MoneyAndSplitTests {
@@ -75,9 +76,12 @@ struct MoneyAndSplitTests {
             Issue.record("accepted")
         } catch let e as RPCError {
             #expect(e.code == .invalidArgument)
-            #expect(Set(e.failure.fields) == ["household_id", "description", "amount.currency", "custom_shares[0].user_id",
-                                              "custom_shares[1].amount", "custom_shares[2].user_id", "housemate_user_ids",
-                                              "idempotency_key"], "\(e.failure.fields)")
+            #expect(
+                Set(e.failure.fields) == [
+                    "household_id", "description", "amount.currency", "custom_shares[0].user_id",
+                    "custom_shares[1].amount", "custom_shares[2].user_id", "housemate_user_ids",
+                    "idempotency_key",
+                ], "\(e.failure.fields)")
         } catch { Issue.record("\(error)") }
     }
 }
@@ -190,10 +194,11 @@ struct LedgerChainTests {
         return (1...n).map { i in
             let salt: [UInt8] = Array(repeating: UInt8(i), count: 16)
             let text = "entry \(i)"
-            let e = LedgerChain.Entry(scope: "h1", sequence: Int64(i), transactionID: "t\(i)", kind: 2, currency: "EUR", totalCents: Int64(i) * 100,
-                                      splitMode: 1, createdBy: "alice", taskID: "", createdAt: 1000 + Int64(i),
-                                      descriptionCommitment: LedgerChain.commitment(salt: salt, description: text),
-                                      debts: [.init("bob", "alice", Int64(i) * 100)])
+            let e = LedgerChain.Entry(
+                scope: "h1", sequence: Int64(i), transactionID: "t\(i)", kind: 2, currency: "EUR", totalCents: Int64(i) * 100,
+                splitMode: 1, createdBy: "alice", taskID: "", createdAt: 1000 + Int64(i),
+                descriptionCommitment: LedgerChain.commitment(salt: salt, description: text),
+                debts: [.init("bob", "alice", Int64(i) * 100)])
             let h = LedgerChain.hash(previous: previous, e)
             defer { previous = h }
             return LedgerChain.Stored(entry: e, previousHash: previous, entryHash: h, description: text, salt: salt)

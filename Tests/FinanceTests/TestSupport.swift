@@ -38,7 +38,9 @@ final class SocialDouble: Social_V1_SocialInternalService, Sendable {
 
     func set(_ id: String, _ h: Household) { households.withLock { $0[id] = h } }
 
-    func checkHouseholdMembership(request: Social_V1_CheckHouseholdMembershipRequest, context: ServerContext) async throws -> Social_V1_CheckHouseholdMembershipResponse {
+    func checkHouseholdMembership(
+        request: Social_V1_CheckHouseholdMembershipRequest, context: ServerContext
+    ) async throws -> Social_V1_CheckHouseholdMembershipResponse {
         membershipCalls.wrappingAdd(1, ordering: .relaxed)
         let wait = delay.withLock { $0 }
         if wait > .zero {
@@ -72,13 +74,17 @@ final class SocialDouble: Social_V1_SocialInternalService, Sendable {
     func checkRelationship(request: Social_V1_CheckRelationshipRequest, context: ServerContext) async throws -> Social_V1_CheckRelationshipResponse {
         throw RPCError(.unimplemented, "not part of the double")
     }
-    func listFollowedUserIds(request: Social_V1_ListFollowedUserIdsRequest, context: ServerContext) async throws -> Social_V1_ListFollowedUserIdsResponse {
+    func listFollowedUserIds(
+        request: Social_V1_ListFollowedUserIdsRequest, context: ServerContext
+    ) async throws -> Social_V1_ListFollowedUserIdsResponse {
         throw RPCError(.unimplemented, "not part of the double")
     }
     func getTeamOfUser(request: Social_V1_GetTeamOfUserRequest, context: ServerContext) async throws -> Social_V1_GetTeamOfUserResponse {
         throw RPCError(.unimplemented, "not part of the double")
     }
-    func recordTeamTaskCompleted(request: Social_V1_RecordTeamTaskCompletedRequest, context: ServerContext) async throws -> Social_V1_RecordTeamTaskCompletedResponse {
+    func recordTeamTaskCompleted(
+        request: Social_V1_RecordTeamTaskCompletedRequest, context: ServerContext
+    ) async throws -> Social_V1_RecordTeamTaskCompletedResponse {
         throw RPCError(.unimplemented, "not part of the double")
     }
     func eraseUser(request: Social_V1_EraseUserRequest, context: ServerContext) async throws -> Social_V1_EraseUserResponse {
@@ -133,17 +139,21 @@ final class FinanceEnv: Sendable {
         let core = try FinanceCore(configuration: fc, peers: peers, clock: clock ?? SystemClock(), logger: quietLogger)
         let server = try await TestServer(services: core.services, keys: accountsCore.signingKeySource, logger: quietLogger)
         let deliver = OutboxSenders.rpc(peers: peers, timeout: .seconds(2)).deliver
-        let outbox = OutboxDelivery(database: core.database, retry: OutboxRetryPolicy(initialDelay: .milliseconds(50), maximumDelay: .milliseconds(400)),
-                                    pollInterval: .seconds(5), batchSize: 100, logger: quietLogger, deliver: deliver)
+        let outbox = OutboxDelivery(
+            database: core.database, retry: OutboxRetryPolicy(initialDelay: .milliseconds(50), maximumDelay: .milliseconds(400)),
+            pollInterval: .seconds(5), batchSize: 100, logger: quietLogger, deliver: deliver)
         let delivery = Task { await outbox.run() }
-        return FinanceEnv(directory: directory, accountsCore: accountsCore, accounts: accounts, social: social,
-                          socialServer: socialServer, socialPort: socialPort, core: core, server: server, peers: peers,
-                          delivery: delivery, clock: clock)
+        return FinanceEnv(
+            directory: directory, accountsCore: accountsCore, accounts: accounts, social: social,
+            socialServer: socialServer, socialPort: socialPort, core: core, server: server, peers: peers,
+            delivery: delivery, clock: clock)
     }
 
-    private init(directory: TemporaryDirectory, accountsCore: AccountsCore, accounts: TestServer, social: SocialDouble,
-                 socialServer: TestServer, socialPort: Int, core: FinanceCore, server: TestServer, peers: PeerClients,
-                 delivery: Task<Void, Never>, clock: ManualClock?) {
+    private init(
+        directory: TemporaryDirectory, accountsCore: AccountsCore, accounts: TestServer, social: SocialDouble,
+        socialServer: TestServer, socialPort: Int, core: FinanceCore, server: TestServer, peers: PeerClients,
+        delivery: Task<Void, Never>, clock: ManualClock?
+    ) {
         self.directory = directory
         self.accountsCore = accountsCore
         self.accounts = accounts
@@ -181,7 +191,9 @@ final class FinanceEnv: Sendable {
 
     /// Stops the social double (a peer that is down).
     func stopSocial() async {
-        let s = socialServer.withLock { s in defer { s = nil }; return s }
+        let s = socialServer.withLock { s in
+            defer { s = nil }; return s
+        }
         await s?.stop()
     }
 
@@ -206,8 +218,10 @@ final class FinanceEnv: Sendable {
 }
 
 /// Runs `body` against a fresh environment and always stops it.
-func withFinance(clock: ManualClock? = nil, configure: (inout FinanceConfiguration) -> Void = { _ in },
-                 _ body: (FinanceEnv) async throws -> Void) async throws {
+func withFinance(
+    clock: ManualClock? = nil, configure: (inout FinanceConfiguration) -> Void = { _ in },
+    _ body: (FinanceEnv) async throws -> Void
+) async throws {
     let env = try await FinanceEnv.start(clock: clock, configure: configure)
     do { try await body(env) } catch {
         await env.stop()
@@ -225,8 +239,10 @@ func money(_ cents: Int64, _ currency: String = "EUR") -> Common_V1_Money {
     return m
 }
 
-func chargeRequest(_ household: String, _ cents: Int64, among users: [TestUser], mode: Finance_V1_SplitMode = .equal,
-                   currency: String = "EUR", description: String = "Groceries", key: String = UUID().uuidString) -> Finance_V1_CreateChargeRequest {
+func chargeRequest(
+    _ household: String, _ cents: Int64, among users: [TestUser], mode: Finance_V1_SplitMode = .equal,
+    currency: String = "EUR", description: String = "Groceries", key: String = UUID().uuidString
+) -> Finance_V1_CreateChargeRequest {
     var r = Finance_V1_CreateChargeRequest()
     r.householdId = household
     r.description_p = description
@@ -237,8 +253,10 @@ func chargeRequest(_ household: String, _ cents: Int64, among users: [TestUser],
     return r
 }
 
-func paymentRequest(_ household: String, _ cents: Int64, among users: [TestUser], mode: Finance_V1_SplitMode = .equal,
-                    currency: String = "EUR", description: String = "Rent", key: String = UUID().uuidString) -> Finance_V1_CreatePaymentRequest {
+func paymentRequest(
+    _ household: String, _ cents: Int64, among users: [TestUser], mode: Finance_V1_SplitMode = .equal,
+    currency: String = "EUR", description: String = "Rent", key: String = UUID().uuidString
+) -> Finance_V1_CreatePaymentRequest {
     var r = Finance_V1_CreatePaymentRequest()
     r.householdId = household
     r.description_p = description
@@ -256,8 +274,10 @@ func share(_ user: TestUser, _ cents: Int64, _ currency: String = "EUR") -> Fina
     return s
 }
 
-func repaymentRequest(_ household: String, to payee: String, _ cents: Int64, currency: String = "EUR",
-                      key: String = UUID().uuidString) -> Finance_V1_RecordRepaymentRequest {
+func repaymentRequest(
+    _ household: String, to payee: String, _ cents: Int64, currency: String = "EUR",
+    key: String = UUID().uuidString
+) -> Finance_V1_RecordRepaymentRequest {
     var r = Finance_V1_RecordRepaymentRequest()
     r.householdId = household
     r.payeeUserId = payee

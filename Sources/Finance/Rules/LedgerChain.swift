@@ -43,9 +43,11 @@ public enum LedgerChain {
         public var descriptionCommitment: [UInt8]
         public var debts: [Debt]
 
-        public init(scope: String, sequence: Int64, transactionID: String, kind: Int32, currency: String, totalCents: Int64,
-                    splitMode: Int32, createdBy: String, taskID: String, createdAt: Int64, descriptionCommitment: [UInt8],
-                    debts: [Debt]) {
+        public init(
+            scope: String, sequence: Int64, transactionID: String, kind: Int32, currency: String, totalCents: Int64,
+            splitMode: Int32, createdBy: String, taskID: String, createdAt: Int64, descriptionCommitment: [UInt8],
+            debts: [Debt]
+        ) {
             self.scope = scope
             self.sequence = sequence
             self.transactionID = transactionID
@@ -140,7 +142,9 @@ public enum LedgerChain {
             let bad = { (what: String) in
                 Verdict(checked: checked, firstBad: (s.entry.sequence, s.entry.transactionID, what), head: nil)
             }
-            if s.entry.sequence != Int64(i + 1) { return bad("sequence \(s.entry.sequence) where \(i + 1) was expected (an entry is missing or out of order)") }
+            if s.entry.sequence != Int64(i + 1) {
+                return bad("sequence \(s.entry.sequence) where \(i + 1) was expected (an entry is missing or out of order)")
+            }
             if s.previousHash != previous { return bad("its previous hash is not the hash of the entry before it") }
             let h = hash(previous: previous, s.entry)
             if h != s.entryHash { return bad("its content does not match its hash (changed after it was recorded)") }

@@ -88,14 +88,17 @@ struct MoneyForm: Sendable {
             if customShares.count > Self.maxHousemates { errors.add("custom_shares", "at most \(Self.maxHousemates) shares") }
             for (i, share) in customShares.prefix(Self.maxHousemates).enumerated() {
                 let id = user(share.userId, field: "custom_shares[\(i)].user_id")
-                let (c, cur) = Self.amount(share.hasAmount ? share.amount : nil, field: "custom_shares[\(i)].amount",
-                                           currencyOptional: true, into: &errors)
+                let (c, cur) = Self.amount(
+                    share.hasAmount ? share.amount : nil, field: "custom_shares[\(i)].amount",
+                    currencyOptional: true, into: &errors)
                 if let cur, let currency, !cur.isEmpty, cur != currency {
                     errors.add("custom_shares[\(i)].amount.currency", "must be the request's currency (\(currency))")
                 }
                 if let id, let c { users.append(id); customCents.append(c) } else { sharesValid = false }
             }
-            if !housemateUserIDs.isEmpty { errors.add("housemate_user_ids", "must be empty for SPLIT_MODE_CUSTOM (name housemates in custom_shares)") }
+            if !housemateUserIDs.isEmpty {
+                errors.add("housemate_user_ids", "must be empty for SPLIT_MODE_CUSTOM (name housemates in custom_shares)")
+            }
         case .unspecified:
             errors.add("split_mode", "required: SPLIT_MODE_EQUAL, SPLIT_MODE_EACH or SPLIT_MODE_CUSTOM")
         case .unrecognized(let n):
@@ -122,22 +125,27 @@ struct MoneyForm: Sendable {
                 switch Splits.custom(total: cents, shares: zip(users, customCents).map { Splits.Share($0, $1) }) {
                 case .success(let s): shares = s
                 case .failure(.customSumMismatch(let sum)):
-                    errors.add("custom_shares", sum.map { "sum to \($0) cents, but amount is \(cents) cents: they must be equal" }
-                        ?? "sum is too large")
+                    errors.add(
+                        "custom_shares",
+                        sum.map { "sum to \($0) cents, but amount is \(cents) cents: they must be equal" }
+                            ?? "sum is too large")
                 case .failure: errors.add("custom_shares", "cannot be added up")
                 }
             default: break
             }
         }
         try errors.throwIfAny()
-        return Valid(householdID: household, description: text, currency: currency ?? "", totalCents: total, splitMode: splitMode,
-                     shares: shares, fields: fields, idempotencyKey: idempotencyKey)
+        return Valid(
+            householdID: household, description: text, currency: currency ?? "", totalCents: total, splitMode: splitMode,
+            shares: shares, fields: fields, idempotencyKey: idempotencyKey)
     }
 
     /// An amount field: present, > 0, ≤ the maximum, and (unless optional and empty) a currency
     /// of ISO 4217's shape. Returns the cents and currency when valid.
-    static func amount(_ money: Common_V1_Money?, field: String, currencyOptional: Bool = false,
-                       into errors: inout FieldErrors) -> (cents: Int64?, currency: String?) {
+    static func amount(
+        _ money: Common_V1_Money?, field: String, currencyOptional: Bool = false,
+        into errors: inout FieldErrors
+    ) -> (cents: Int64?, currency: String?) {
         guard let money else {
             errors.add(field, "required")
             return (nil, nil)
@@ -157,8 +165,11 @@ struct MoneyForm: Sendable {
         if currencyOptional && money.currency.isEmpty {
             currency = ""
         } else if !MoneyRules.isCurrencyCode(money.currency) {
-            errors.add("\(field).currency", money.currency.isEmpty ? "required: an ISO 4217 code such as EUR"
-                                                                    : "must be an ISO 4217 code: three upper-case letters such as EUR")
+            errors.add(
+                "\(field).currency",
+                money.currency.isEmpty
+                    ? "required: an ISO 4217 code such as EUR"
+                    : "must be an ISO 4217 code: three upper-case letters such as EUR")
             currency = nil
         }
         return (cents, currency)
