@@ -46,6 +46,22 @@ struct BalancesAndHistoryTests {
         }
     }
 
+    @Test func namesDegradeToIdsWhileAccountsIsDown() async throws {
+        try await withFinance(configure: { $0.namesCacheFor = .zero }) { env in
+            let a = try await env.user(displayName: "Ann")
+            let b = try await env.user(displayName: "Ben")
+            let h = env.household([a, b])
+            _ = try await env.finance.createCharge(chargeRequest(h, 250, among: [b]), options: a.options)
+            var r = Finance_V1_GetBalancesRequest()
+            r.householdId = h
+            #expect(try await env.finance.getBalances(r, options: a.options).balances.map(\.counterpart.displayName) == ["Ben"])
+            await env.stopAccounts()  // tokens still verify (keys already known); names cannot be read
+            let degraded = try await env.finance.getBalances(r, options: a.options).balances
+            #expect(degraded.count == 1 && degraded[0].counterpart.userId == b.id && degraded[0].counterpart.displayName.isEmpty)
+            #expect(degraded[0].amount.amountCents == 250)
+        }
+    }
+
     @Test func historyIsNewestFirstPaginatedWithTheBalanceAfterEachEntry() async throws {
         try await withFinance { env in
             let (a, b, c) = (try await env.user(), try await env.user(), try await env.user())

@@ -115,6 +115,7 @@ final class FinanceEnv: Sendable {
     let peers: PeerClients
     let delivery: Task<Void, Never>
     let clock: ManualClock?
+    private let accountsStopped = Mutex(false)
 
     static func start(clock: ManualClock? = nil, configure: (inout FinanceConfiguration) -> Void = { _ in }) async throws -> FinanceEnv {
         let directory = TemporaryDirectory("finance-tests")
@@ -204,12 +205,22 @@ final class FinanceEnv: Sendable {
         socialServer.withLock { $0 = s }
     }
 
+    /// Stops accounts (a peer that is down); token keys stay known to the finance server.
+    func stopAccounts() async {
+        guard
+            accountsStopped.withLock({ s in
+                defer { s = true }; return !s
+            })
+        else { return }
+        await accounts.stop()
+    }
+
     func stop() async {
         delivery.cancel()
         _ = await delivery.value
         await server.stop()
         await stopSocial()
-        await accounts.stop()
+        await stopAccounts()
         await peers.close()
         core.close()
         accountsCore.close()
