@@ -18,6 +18,7 @@ let package = Package(
         .executable(name: "accounts-service", targets: ["accounts-service"]),
         .executable(name: "social-service", targets: ["social-service"]),
         .executable(name: "gateway", targets: ["gateway"]),
+        .executable(name: "finance-service", targets: ["finance-service"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -177,6 +178,27 @@ let package = Package(
             swiftSettings: strict
         ),
 
+        // finance: household money and marketplace settlements. Library (rules, ledger, handlers)
+        // + thin executable.
+        .target(
+            name: "Finance",
+            dependencies: [
+                "Storage", "Security", "ServiceKit", "Contracts", "GRPCContracts", "RPCCore", "RPCProtobuf",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            exclude: ["README.md"],
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "finance-service",
+            dependencies: [
+                "Finance", "ServiceKit", "Contracts", "RPCTransport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
+
         // gateway: the public API (gRPC proxy, auth and limits, Connect JSON). Library + thin executable.
         .target(
             name: "Gateway",
@@ -254,6 +276,14 @@ let package = Package(
             dependencies: [
                 "Social", "social-service", "Accounts", "accounts-service", "ServiceKit", "ServiceKitTesting", "Storage", "Security",
                 "Contracts", "GRPCContracts", "RPCCore", "RPCTransport", "RPCServices", "RPCProtobuf", "ContractTesting",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .testTarget(
+            name: "FinanceTests",
+            dependencies: [
+                "Finance", "finance-service", "Social", "social-service", "Accounts", "ServiceKit", "ServiceKitTesting", "Storage", "Security", "Contracts",
+                "GRPCContracts", "RPCCore", "RPCTransport", "RPCServices", "RPCProtobuf", "ContractTesting",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

@@ -175,14 +175,21 @@ public enum ContractsDescriptors {
         "finance.v1.Finance.CreateCharge": "finance/v1/finance.proto",
         "finance.v1.Finance.CreatePayment": "finance/v1/finance.proto",
         "finance.v1.Finance.GetBalances": "finance/v1/finance.proto",
+        "finance.v1.Finance.GetSettleUpPlan": "finance/v1/finance.proto",
         "finance.v1.Finance.ListTransactions": "finance/v1/finance.proto",
+        "finance.v1.Finance.RecordRepayment": "finance/v1/finance.proto",
         "finance.v1.FinanceInternal": "finance/v1/finance.proto",
         "finance.v1.FinanceInternal.EraseUser": "finance/v1/finance.proto",
         "finance.v1.FinanceInternal.RecordTaskSettlement": "finance/v1/finance.proto",
+        "finance.v1.FinanceInternal.VerifyLedger": "finance/v1/finance.proto",
         "finance.v1.GetBalancesRequest": "finance/v1/finance.proto",
         "finance.v1.GetBalancesResponse": "finance/v1/finance.proto",
+        "finance.v1.GetSettleUpPlanRequest": "finance/v1/finance.proto",
+        "finance.v1.GetSettleUpPlanResponse": "finance/v1/finance.proto",
         "finance.v1.ListTransactionsRequest": "finance/v1/finance.proto",
         "finance.v1.ListTransactionsResponse": "finance/v1/finance.proto",
+        "finance.v1.RecordRepaymentRequest": "finance/v1/finance.proto",
+        "finance.v1.RecordRepaymentResponse": "finance/v1/finance.proto",
         "finance.v1.RecordTaskSettlementRequest": "finance/v1/finance.proto",
         "finance.v1.RecordTaskSettlementResponse": "finance/v1/finance.proto",
         "finance.v1.Share": "finance/v1/finance.proto",
@@ -190,6 +197,9 @@ public enum ContractsDescriptors {
         "finance.v1.Transaction": "finance/v1/finance.proto",
         "finance.v1.TransactionEntry": "finance/v1/finance.proto",
         "finance.v1.TransactionKind": "finance/v1/finance.proto",
+        "finance.v1.Transfer": "finance/v1/finance.proto",
+        "finance.v1.VerifyLedgerRequest": "finance/v1/finance.proto",
+        "finance.v1.VerifyLedgerResponse": "finance/v1/finance.proto",
         "google.protobuf.Any": "google/protobuf/any.proto",
         "google.protobuf.BoolValue": "google/protobuf/wrappers.proto",
         "google.protobuf.BytesValue": "google/protobuf/wrappers.proto",
@@ -875,25 +885,42 @@ public enum ContractsDescriptors {
         aG9sZF9pZBgBIAEoCVILaG91c2Vob2xkSWQSLgoTY291bnRlcnBhcnRfdXNlcl9pZBgCIAEoCVIRY291bnRlcnBhcnRVc2VySWQS
         GwoJcGFnZV9zaXplGAMgASgFUghwYWdlU2l6ZRIdCgpwYWdlX3Rva2VuGAQgASgJUglwYWdlVG9rZW4iegoYTGlzdFRyYW5zYWN0
         aW9uc1Jlc3BvbnNlEjYKB2VudHJpZXMYASADKAsyHC5maW5hbmNlLnYxLlRyYW5zYWN0aW9uRW50cnlSB2VudHJpZXMSJgoPbmV4
-        dF9wYWdlX3Rva2VuGAIgASgJUg1uZXh0UGFnZVRva2VuIoECChtSZWNvcmRUYXNrU2V0dGxlbWVudFJlcXVlc3QSJwoPaWRlbXBv
-        dGVuY3lfa2V5GAEgASgJUg5pZGVtcG90ZW5jeUtleRIXCgd0YXNrX2lkGAIgASgJUgZ0YXNrSWQSKgoRcmVxdWVzdGVyX3VzZXJf
-        aWQYAyABKAlSD3JlcXVlc3RlclVzZXJJZBIoChBwcm92aWRlcl91c2VyX2lkGAQgASgJUg5wcm92aWRlclVzZXJJZBIoCgZhbW91
-        bnQYBSABKAsyEC5jb21tb24udjEuTW9uZXlSBmFtb3VudBIgCgtkZXNjcmlwdGlvbhgGIAEoCVILZGVzY3JpcHRpb24idQocUmVj
-        b3JkVGFza1NldHRsZW1lbnRSZXNwb25zZRI5Cgt0cmFuc2FjdGlvbhgBIAEoCzIXLmZpbmFuY2UudjEuVHJhbnNhY3Rpb25SC3Ry
-        YW5zYWN0aW9uEhoKCHJlcGxheWVkGAIgASgIUghyZXBsYXllZCJGChBFcmFzZVVzZXJSZXF1ZXN0EhkKCGV2ZW50X2lkGAEgASgJ
-        UgdldmVudElkEhcKB3VzZXJfaWQYAiABKAlSBnVzZXJJZCIvChFFcmFzZVVzZXJSZXNwb25zZRIaCghyZXBsYXllZBgBIAEoCFII
-        cmVwbGF5ZWQqaQoJU3BsaXRNb2RlEhoKFlNQTElUX01PREVfVU5TUEVDSUZJRUQQABIUChBTUExJVF9NT0RFX0VRVUFMEAESEwoP
-        U1BMSVRfTU9ERV9FQUNIEAISFQoRU1BMSVRfTU9ERV9DVVNUT00QAyqPAQoPVHJhbnNhY3Rpb25LaW5kEiAKHFRSQU5TQUNUSU9O
-        X0tJTkRfVU5TUEVDSUZJRUQQABIcChhUUkFOU0FDVElPTl9LSU5EX1BBWU1FTlQQARIbChdUUkFOU0FDVElPTl9LSU5EX0NIQVJH
-        RRACEh8KG1RSQU5TQUNUSU9OX0tJTkRfU0VUVExFTUVOVBADMvkCCgdGaW5hbmNlEloKDUNyZWF0ZVBheW1lbnQSIC5maW5hbmNl
-        LnYxLkNyZWF0ZVBheW1lbnRSZXF1ZXN0GiEuZmluYW5jZS52MS5DcmVhdGVQYXltZW50UmVzcG9uc2UiBIi1GAISVwoMQ3JlYXRl
-        Q2hhcmdlEh8uZmluYW5jZS52MS5DcmVhdGVDaGFyZ2VSZXF1ZXN0GiAuZmluYW5jZS52MS5DcmVhdGVDaGFyZ2VSZXNwb25zZSIE
-        iLUYAhJUCgtHZXRCYWxhbmNlcxIeLmZpbmFuY2UudjEuR2V0QmFsYW5jZXNSZXF1ZXN0Gh8uZmluYW5jZS52MS5HZXRCYWxhbmNl
-        c1Jlc3BvbnNlIgSItRgCEmMKEExpc3RUcmFuc2FjdGlvbnMSIy5maW5hbmNlLnYxLkxpc3RUcmFuc2FjdGlvbnNSZXF1ZXN0GiQu
-        ZmluYW5jZS52MS5MaXN0VHJhbnNhY3Rpb25zUmVzcG9uc2UiBIi1GAIy0gEKD0ZpbmFuY2VJbnRlcm5hbBJvChRSZWNvcmRUYXNr
-        U2V0dGxlbWVudBInLmZpbmFuY2UudjEuUmVjb3JkVGFza1NldHRsZW1lbnRSZXF1ZXN0GiguZmluYW5jZS52MS5SZWNvcmRUYXNr
-        U2V0dGxlbWVudFJlc3BvbnNlIgSItRgDEk4KCUVyYXNlVXNlchIcLmZpbmFuY2UudjEuRXJhc2VVc2VyUmVxdWVzdBodLmZpbmFu
-        Y2UudjEuRXJhc2VVc2VyUmVzcG9uc2UiBIi1GANCHlocYmFja2VuZC9maW5hbmNlL3YxO2ZpbmFuY2V2MWIGcHJvdG8z
+        dF9wYWdlX3Rva2VuGAIgASgJUg1uZXh0UGFnZVRva2VuIjsKFkdldFNldHRsZVVwUGxhblJlcXVlc3QSIQoMaG91c2Vob2xkX2lk
+        GAEgASgJUgtob3VzZWhvbGRJZCKIAQoIVHJhbnNmZXISKAoFcGF5ZXIYASABKAsyEi5jb21tb24udjEuVXNlclJlZlIFcGF5ZXIS
+        KAoFcGF5ZWUYAiABKAsyEi5jb21tb24udjEuVXNlclJlZlIFcGF5ZWUSKAoGYW1vdW50GAMgASgLMhAuY29tbW9uLnYxLk1vbmV5
+        UgZhbW91bnQiTQoXR2V0U2V0dGxlVXBQbGFuUmVzcG9uc2USMgoJdHJhbnNmZXJzGAEgAygLMhQuZmluYW5jZS52MS5UcmFuc2Zl
+        clIJdHJhbnNmZXJzItQBChZSZWNvcmRSZXBheW1lbnRSZXF1ZXN0EiEKDGhvdXNlaG9sZF9pZBgBIAEoCVILaG91c2Vob2xkSWQS
+        IgoNcGF5ZWVfdXNlcl9pZBgCIAEoCVILcGF5ZWVVc2VySWQSKAoGYW1vdW50GAMgASgLMhAuY29tbW9uLnYxLk1vbmV5UgZhbW91
+        bnQSIAoLZGVzY3JpcHRpb24YBCABKAlSC2Rlc2NyaXB0aW9uEicKD2lkZW1wb3RlbmN5X2tleRgFIAEoCVIOaWRlbXBvdGVuY3lL
+        ZXkicAoXUmVjb3JkUmVwYXltZW50UmVzcG9uc2USOQoLdHJhbnNhY3Rpb24YASABKAsyFy5maW5hbmNlLnYxLlRyYW5zYWN0aW9u
+        Ugt0cmFuc2FjdGlvbhIaCghyZXBsYXllZBgCIAEoCFIIcmVwbGF5ZWQigQIKG1JlY29yZFRhc2tTZXR0bGVtZW50UmVxdWVzdBIn
+        Cg9pZGVtcG90ZW5jeV9rZXkYASABKAlSDmlkZW1wb3RlbmN5S2V5EhcKB3Rhc2tfaWQYAiABKAlSBnRhc2tJZBIqChFyZXF1ZXN0
+        ZXJfdXNlcl9pZBgDIAEoCVIPcmVxdWVzdGVyVXNlcklkEigKEHByb3ZpZGVyX3VzZXJfaWQYBCABKAlSDnByb3ZpZGVyVXNlcklk
+        EigKBmFtb3VudBgFIAEoCzIQLmNvbW1vbi52MS5Nb25leVIGYW1vdW50EiAKC2Rlc2NyaXB0aW9uGAYgASgJUgtkZXNjcmlwdGlv
+        biJ1ChxSZWNvcmRUYXNrU2V0dGxlbWVudFJlc3BvbnNlEjkKC3RyYW5zYWN0aW9uGAEgASgLMhcuZmluYW5jZS52MS5UcmFuc2Fj
+        dGlvblILdHJhbnNhY3Rpb24SGgoIcmVwbGF5ZWQYAiABKAhSCHJlcGxheWVkIkYKEEVyYXNlVXNlclJlcXVlc3QSGQoIZXZlbnRf
+        aWQYASABKAlSB2V2ZW50SWQSFwoHdXNlcl9pZBgCIAEoCVIGdXNlcklkIi8KEUVyYXNlVXNlclJlc3BvbnNlEhoKCHJlcGxheWVk
+        GAEgASgIUghyZXBsYXllZCI4ChNWZXJpZnlMZWRnZXJSZXF1ZXN0EiEKDGhvdXNlaG9sZF9pZBgBIAEoCVILaG91c2Vob2xkSWQi
+        +QEKFFZlcmlmeUxlZGdlclJlc3BvbnNlEhoKCHZlcmlmaWVkGAEgASgIUgh2ZXJpZmllZBInCg9lbnRyaWVzX2NoZWNrZWQYAiAB
+        KANSDmVudHJpZXNDaGVja2VkEjcKGGZpcnN0X2JhZF90cmFuc2FjdGlvbl9pZBgDIAEoCVIVZmlyc3RCYWRUcmFuc2FjdGlvbklk
+        EiwKEmZpcnN0X2JhZF9zZXF1ZW5jZRgEIAEoA1IQZmlyc3RCYWRTZXF1ZW5jZRIYCgdwcm9ibGVtGAUgASgJUgdwcm9ibGVtEhsK
+        CWhlYWRfaGFzaBgGIAEoCVIIaGVhZEhhc2gqaQoJU3BsaXRNb2RlEhoKFlNQTElUX01PREVfVU5TUEVDSUZJRUQQABIUChBTUExJ
+        VF9NT0RFX0VRVUFMEAESEwoPU1BMSVRfTU9ERV9FQUNIEAISFQoRU1BMSVRfTU9ERV9DVVNUT00QAyqvAQoPVHJhbnNhY3Rpb25L
+        aW5kEiAKHFRSQU5TQUNUSU9OX0tJTkRfVU5TUEVDSUZJRUQQABIcChhUUkFOU0FDVElPTl9LSU5EX1BBWU1FTlQQARIbChdUUkFO
+        U0FDVElPTl9LSU5EX0NIQVJHRRACEh8KG1RSQU5TQUNUSU9OX0tJTkRfU0VUVExFTUVOVBADEh4KGlRSQU5TQUNUSU9OX0tJTkRf
+        UkVQQVlNRU5UEAQyvQQKB0ZpbmFuY2USWgoNQ3JlYXRlUGF5bWVudBIgLmZpbmFuY2UudjEuQ3JlYXRlUGF5bWVudFJlcXVlc3Qa
+        IS5maW5hbmNlLnYxLkNyZWF0ZVBheW1lbnRSZXNwb25zZSIEiLUYAhJXCgxDcmVhdGVDaGFyZ2USHy5maW5hbmNlLnYxLkNyZWF0
+        ZUNoYXJnZVJlcXVlc3QaIC5maW5hbmNlLnYxLkNyZWF0ZUNoYXJnZVJlc3BvbnNlIgSItRgCElQKC0dldEJhbGFuY2VzEh4uZmlu
+        YW5jZS52MS5HZXRCYWxhbmNlc1JlcXVlc3QaHy5maW5hbmNlLnYxLkdldEJhbGFuY2VzUmVzcG9uc2UiBIi1GAISYwoQTGlzdFRy
+        YW5zYWN0aW9ucxIjLmZpbmFuY2UudjEuTGlzdFRyYW5zYWN0aW9uc1JlcXVlc3QaJC5maW5hbmNlLnYxLkxpc3RUcmFuc2FjdGlv
+        bnNSZXNwb25zZSIEiLUYAhJgCg9HZXRTZXR0bGVVcFBsYW4SIi5maW5hbmNlLnYxLkdldFNldHRsZVVwUGxhblJlcXVlc3QaIy5m
+        aW5hbmNlLnYxLkdldFNldHRsZVVwUGxhblJlc3BvbnNlIgSItRgCEmAKD1JlY29yZFJlcGF5bWVudBIiLmZpbmFuY2UudjEuUmVj
+        b3JkUmVwYXltZW50UmVxdWVzdBojLmZpbmFuY2UudjEuUmVjb3JkUmVwYXltZW50UmVzcG9uc2UiBIi1GAIyqwIKD0ZpbmFuY2VJ
+        bnRlcm5hbBJvChRSZWNvcmRUYXNrU2V0dGxlbWVudBInLmZpbmFuY2UudjEuUmVjb3JkVGFza1NldHRsZW1lbnRSZXF1ZXN0Gigu
+        ZmluYW5jZS52MS5SZWNvcmRUYXNrU2V0dGxlbWVudFJlc3BvbnNlIgSItRgDEk4KCUVyYXNlVXNlchIcLmZpbmFuY2UudjEuRXJh
+        c2VVc2VyUmVxdWVzdBodLmZpbmFuY2UudjEuRXJhc2VVc2VyUmVzcG9uc2UiBIi1GAMSVwoMVmVyaWZ5TGVkZ2VyEh8uZmluYW5j
+        ZS52MS5WZXJpZnlMZWRnZXJSZXF1ZXN0GiAuZmluYW5jZS52MS5WZXJpZnlMZWRnZXJSZXNwb25zZSIEiLUYA0IeWhxiYWNrZW5k
+        L2ZpbmFuY2UvdjE7ZmluYW5jZXYxYgZwcm90bzM=
         """),
         ("google/protobuf/any.proto", """
         Chlnb29nbGUvcHJvdG9idWYvYW55LnByb3RvEg9nb29nbGUucHJvdG9idWYiNgoDQW55EhkKCHR5cGVfdXJsGAEgASgJUgd0eXBl
