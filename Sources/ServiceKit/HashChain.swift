@@ -157,7 +157,8 @@ public enum HashChain {
                 default: problem = "the chain head does not match its last entry (entries were removed after it)"
                 }
                 return Verdict(
-                    checked: checked, firstBroken: Break(sequence: stored == nil ? expected - 1 : expected, id: stored == nil ? lastID : "", problem: problem),
+                    checked: checked,
+                    firstBroken: Break(sequence: stored == nil ? expected - 1 : expected, id: stored == nil ? lastID : "", problem: problem),
                     head: nil, erasedValues: erasedValues)
             }
             return Verdict(checked: checked, firstBroken: nil, head: head, erasedValues: erasedValues)

@@ -215,7 +215,9 @@ public enum Journal {
 
     /// Appends `record` to `chain` in this transaction; returns its sequence number.
     @discardableResult
-    public static func append(_ tx: Transaction, chain: String, _ record: Record, at recordedAt: Int64, entryID: String = ULID.make())
+    public static func append(
+        _ tx: Transaction, chain: String, _ record: Record, at recordedAt: Int64, entryID: String = ULID.make()
+    )
         throws -> Int64
     {
         let head = try tx.queryOne("SELECT seq, head_hash FROM journal_heads WHERE chain = ?", chain)

@@ -28,7 +28,9 @@ public final class TasksCore: Sendable {
     ]
 
     /// Opens (migrating) the database. Blocking: call at startup.
-    public init(configuration: TasksConfiguration, peers: PeerClients, clock: any WallClock = SystemClock(), logger: Logger = Logger(label: "tasks"))
+    public init(
+        configuration: TasksConfiguration, peers: PeerClients, clock: any WallClock = SystemClock(), logger: Logger = Logger(label: "tasks")
+    )
         throws
     {
         self.configuration = configuration
@@ -41,7 +43,8 @@ public final class TasksCore: Sendable {
             database.close()
             throw error
         }
-        self.peers = TasksPeers(peers: peers, deadline: configuration.peerDeadline, membershipCacheFor: configuration.membershipCacheFor, clock: clock)
+        self.peers = TasksPeers(
+            peers: peers, deadline: configuration.peerDeadline, membershipCacheFor: configuration.membershipCacheFor, clock: clock)
         users = UserDirectory(store: store, peers: self.peers, refreshAfter: configuration.userRefreshAfter, clock: clock, logger: logger)
         badUploadTokens = SlidingWindowThrottle(limit: configuration.maxBadUploadTokensPerAddress, window: .seconds(15 * 60))
     }
@@ -71,7 +74,8 @@ public final class TasksCore: Sendable {
     /// no peer call): nil when the key is new; FAILED_PRECONDITION when it was used for another
     /// request. The write still runs `tx.idempotent`, which settles concurrent first tries.
     func storedAnswer<Response: ProtoMessage>(scope: String, key: String, fingerprint: [UInt8], as: Response.Type) async throws -> Response? {
-        let row = try await read { c in try c.queryOne("SELECT request_hash, response FROM idempotency_keys WHERE scope = ? AND key = ?", scope, key) }
+        let row = try await read { c in try c.queryOne("SELECT request_hash, response FROM idempotency_keys WHERE scope = ? AND key = ?", scope, key)
+        }
         guard let row else { return nil }
         guard try row.get("request_hash", as: [UInt8].self) == fingerprint else {
             throw FieldErrors.single(

@@ -74,7 +74,8 @@ public struct TasksInternalService: Tasks_V1_TasksInternalService {
         for task in tasks {
             try tx.execute("DELETE FROM team_task_participants WHERE task_id = ? AND user_id = ?", task, user)
             try TeamTaskStore.journal(tx, "team-task.participant-erased", task: task, at: now, fields: [], personal: [])
-            let left = try tx.queryOne("SELECT COUNT(*) FROM team_task_participants WHERE task_id = ?", task).map { try $0.get(0, as: Int64.self) } ?? 0
+            let left =
+                try tx.queryOne("SELECT COUNT(*) FROM team_task_participants WHERE task_id = ?", task).map { try $0.get(0, as: Int64.self) } ?? 0
             if left == 0 {
                 try TeamTaskStore.deleteTask(tx, task: task, now: now)
             } else {

@@ -88,7 +88,7 @@ extension TasksService {
             errors.add("due_date", "must not be before today (\(LocalDate.at(milliseconds: core.now, in: zone)) in \(zone.identifier))")
         }
         try errors.throwIfAny()
-        guard let due, let recurrence, let zone else { throw RPCError(.invalidArgument, "invalid request") }
+        guard let due, let recurrence, zone != nil else { throw RPCError(.invalidArgument, "invalid request") }
 
         let scope = "CreateChore:\(me)", fingerprint = Idempotency.fingerprint(request)
         if var replay = try await core.storedAnswer(scope: scope, key: key, fingerprint: fingerprint, as: Tasks_V1_CreateChoreResponse.self) {
@@ -108,7 +108,7 @@ extension TasksService {
         let users = try await core.users.lookUp(assignees + [me])
 
         let now = core.now, core = self.core
-        let zoneID = zoneName.isEmpty ? "UTC" : zone.identifier
+        let zoneID = zoneName.isEmpty ? "UTC" : zoneName
         let (response, replayed) = try await core.write { tx -> (Tasks_V1_CreateChoreResponse, Bool) in
             try tx.idempotent(scope: scope, key: key, fingerprint: fingerprint, now: now) {
                 let id = ULID.make(now: now)
@@ -246,13 +246,16 @@ extension TasksService {
         let (chore, users) = try await core.write { tx -> (ChoreStore.Row, [String: Common_V1_UserRef]) in
             let c = try ChoreStore.one(tx, id: seen.id)
             try Self.checkRevision(expected, c)
-            // Two members finishing the same turn at once without a revision: the second one is
-            // the same turn, not the next.
-            if expected == 0, let at = c.lastFinishedAt, now - at < window, c.lastFinishedBy != me, c.revision != seen.revision {
+            // Without a revision the server cannot tell "this turn" from "the next one": a finish
+            // within a minute of the last one (two members tapping at once, a double tap, a
+            // retry) is taken for the same turn and changes nothing.
+            if expected == 0, c.status == .active, let at = c.lastFinishedAt, now - at < window, now >= at {
                 return (c, try UserDirectory.cached(tx, c.userIDs + [me]))
             }
             let next: ChoreTurn
-            do { next = try ChoreRules.finish(c.turn, recurrence: c.recurrence, today: today) } catch let e as ChoreRuleError { throw Self.ruleError(e, c) }
+            do { next = try ChoreRules.finish(c.turn, recurrence: c.recurrence, today: today) } catch let e as ChoreRuleError {
+                throw Self.ruleError(e, c)
+            }
             try ChoreStore.save(tx, c, turn: next, finishedBy: me, now: now)
             let after = try ChoreStore.one(tx, id: c.id)
             let users = try UserDirectory.cached(tx, after.userIDs + [me])
@@ -274,7 +277,9 @@ extension TasksService {
             let c = try ChoreStore.one(tx, id: seen.id)
             try Self.checkRevision(expected, c)
             let next: ChoreTurn
-            do { next = try ChoreRules.skip(c.turn, isCurrentAssignee: c.currentAssignee == me) } catch let e as ChoreRuleError { throw Self.ruleError(e, c) }
+            do { next = try ChoreRules.skip(c.turn, isCurrentAssignee: c.currentAssignee == me) } catch let e as ChoreRuleError {
+                throw Self.ruleError(e, c)
+            }
             try ChoreStore.save(tx, c, turn: next, now: now)
             let after = try ChoreStore.one(tx, id: c.id)
             let users = try UserDirectory.cached(tx, after.userIDs)
@@ -348,7 +353,8 @@ extension TasksService {
             guard c.recurrence == .onDemand, c.status == .waiting else {
                 throw RPCError(
                     .failedPrecondition,
-                    c.recurrence == .onDemand ? "this chore is not waiting (it is already due or has ended)" : "only on-demand chores can be asked for again")
+                    c.recurrence == .onDemand
+                        ? "this chore is not waiting (it is already due or has ended)" : "only on-demand chores can be asked for again")
             }
             let turn = ChoreTurn(assigneeCount: c.assignees.count, currentIndex: c.currentIndex, due: due, status: .active)
             try ChoreStore.save(tx, c, turn: turn, now: now)

@@ -10,7 +10,8 @@ extension TasksService {
         RPCError(.unimplemented, "the \(area) part of the tasks service is not served yet")
     }
 
-    public func createMarketTask(request: Tasks_V1_CreateMarketTaskRequest, context: ServerContext) async throws -> Tasks_V1_CreateMarketTaskResponse {
+    public func createMarketTask(request: Tasks_V1_CreateMarketTaskRequest, context: ServerContext) async throws -> Tasks_V1_CreateMarketTaskResponse
+    {
         throw Self.notYetServed("marketplace")
     }
 
@@ -18,15 +19,19 @@ extension TasksService {
         throw Self.notYetServed("marketplace")
     }
 
-    public func getMarketTaskPhoto(request: Tasks_V1_GetMarketTaskPhotoRequest, context: ServerContext) async throws -> Tasks_V1_GetMarketTaskPhotoResponse {
+    public func getMarketTaskPhoto(
+        request: Tasks_V1_GetMarketTaskPhotoRequest, context: ServerContext
+    ) async throws -> Tasks_V1_GetMarketTaskPhotoResponse {
         throw Self.notYetServed("marketplace")
     }
 
-    public func updateMarketTask(request: Tasks_V1_UpdateMarketTaskRequest, context: ServerContext) async throws -> Tasks_V1_UpdateMarketTaskResponse {
+    public func updateMarketTask(request: Tasks_V1_UpdateMarketTaskRequest, context: ServerContext) async throws -> Tasks_V1_UpdateMarketTaskResponse
+    {
         throw Self.notYetServed("marketplace")
     }
 
-    public func deleteMarketTask(request: Tasks_V1_DeleteMarketTaskRequest, context: ServerContext) async throws -> Tasks_V1_DeleteMarketTaskResponse {
+    public func deleteMarketTask(request: Tasks_V1_DeleteMarketTaskRequest, context: ServerContext) async throws -> Tasks_V1_DeleteMarketTaskResponse
+    {
         throw Self.notYetServed("marketplace")
     }
 
@@ -34,7 +39,9 @@ extension TasksService {
         throw Self.notYetServed("marketplace")
     }
 
-    public func searchMarketTasks(request: Tasks_V1_SearchMarketTasksRequest, context: ServerContext) async throws -> Tasks_V1_SearchMarketTasksResponse {
+    public func searchMarketTasks(
+        request: Tasks_V1_SearchMarketTasksRequest, context: ServerContext
+    ) async throws -> Tasks_V1_SearchMarketTasksResponse {
         throw Self.notYetServed("marketplace")
     }
 
@@ -58,11 +65,15 @@ extension TasksService {
         throw Self.notYetServed("marketplace")
     }
 
-    public func markMarketTaskDone(request: Tasks_V1_MarkMarketTaskDoneRequest, context: ServerContext) async throws -> Tasks_V1_MarkMarketTaskDoneResponse {
+    public func markMarketTaskDone(
+        request: Tasks_V1_MarkMarketTaskDoneRequest, context: ServerContext
+    ) async throws -> Tasks_V1_MarkMarketTaskDoneResponse {
         throw Self.notYetServed("marketplace")
     }
 
-    public func markMarketTaskNotComplete(request: Tasks_V1_MarkMarketTaskNotCompleteRequest, context: ServerContext) async throws -> Tasks_V1_MarkMarketTaskNotCompleteResponse {
+    public func markMarketTaskNotComplete(
+        request: Tasks_V1_MarkMarketTaskNotCompleteRequest, context: ServerContext
+    ) async throws -> Tasks_V1_MarkMarketTaskNotCompleteResponse {
         throw Self.notYetServed("marketplace")
     }
 
@@ -90,11 +101,14 @@ extension TasksService {
         throw Self.notYetServed("habits")
     }
 
-    public func listFollowedHabits(request: Tasks_V1_ListFollowedHabitsRequest, context: ServerContext) async throws -> Tasks_V1_ListFollowedHabitsResponse {
+    public func listFollowedHabits(
+        request: Tasks_V1_ListFollowedHabitsRequest, context: ServerContext
+    ) async throws -> Tasks_V1_ListFollowedHabitsResponse {
         throw Self.notYetServed("habits")
     }
 
-    public func createHabitEvent(request: Tasks_V1_CreateHabitEventRequest, context: ServerContext) async throws -> Tasks_V1_CreateHabitEventResponse {
+    public func createHabitEvent(request: Tasks_V1_CreateHabitEventRequest, context: ServerContext) async throws -> Tasks_V1_CreateHabitEventResponse
+    {
         throw Self.notYetServed("habits")
     }
 
@@ -102,15 +116,18 @@ extension TasksService {
         throw Self.notYetServed("habits")
     }
 
-    public func updateHabitEvent(request: Tasks_V1_UpdateHabitEventRequest, context: ServerContext) async throws -> Tasks_V1_UpdateHabitEventResponse {
+    public func updateHabitEvent(request: Tasks_V1_UpdateHabitEventRequest, context: ServerContext) async throws -> Tasks_V1_UpdateHabitEventResponse
+    {
         throw Self.notYetServed("habits")
     }
 
-    public func deleteHabitEvent(request: Tasks_V1_DeleteHabitEventRequest, context: ServerContext) async throws -> Tasks_V1_DeleteHabitEventResponse {
+    public func deleteHabitEvent(request: Tasks_V1_DeleteHabitEventRequest, context: ServerContext) async throws -> Tasks_V1_DeleteHabitEventResponse
+    {
         throw Self.notYetServed("habits")
     }
 
-    public func listHabitHistory(request: Tasks_V1_ListHabitHistoryRequest, context: ServerContext) async throws -> Tasks_V1_ListHabitHistoryResponse {
+    public func listHabitHistory(request: Tasks_V1_ListHabitHistoryRequest, context: ServerContext) async throws -> Tasks_V1_ListHabitHistoryResponse
+    {
         throw Self.notYetServed("habits")
     }
 }

@@ -132,7 +132,9 @@ final class UserDirectory: Sendable {
     }
 
     /// The kept names of `ids`, and which of them were refreshed before `staleBefore`.
-    static func cached(_ db: some SQLReader, _ ids: some Collection<String>, staleBefore: Int64?) throws -> (
+    static func cached(
+        _ db: some SQLReader, _ ids: some Collection<String>, staleBefore: Int64?
+    ) throws -> (
         refs: [String: Common_V1_UserRef], stale: [String]
     ) {
         var out: [String: Common_V1_UserRef] = [:]

@@ -19,9 +19,10 @@ public enum TeamTaskRules {
 
     /// The shape of a link token (checked before any lookup).
     public static func isLinkToken(_ s: String) -> Bool {
-        s.utf8.count == 43 && s.utf8.allSatisfy { c in
-            (0x41...0x5A).contains(c) || (0x61...0x7A).contains(c) || (0x30...0x39).contains(c) || c == 0x2D || c == 0x5F
-        }
+        s.utf8.count == 43
+            && s.utf8.allSatisfy { c in
+                (0x41...0x5A).contains(c) || (0x61...0x7A).contains(c) || (0x30...0x39).contains(c) || c == 0x2D || c == 0x5F
+            }
     }
 
     // MARK: Upload tokens

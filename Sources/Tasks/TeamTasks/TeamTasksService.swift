@@ -13,7 +13,8 @@ extension TasksService {
         var errors = FieldErrors()
         let key = FieldRules.idempotencyKey(request.idempotencyKey, into: &errors)
         let name = FieldRules.text(request.name, field: "name", TeamTaskRules.nameLength, into: &errors)
-        let description = FieldRules.text(request.description_p, field: "description", TeamTaskRules.descriptionLength, multiline: true, into: &errors)
+        let description = FieldRules.text(
+            request.description_p, field: "description", TeamTaskRules.descriptionLength, multiline: true, into: &errors)
         if request.participantUsernames.count > TeamTaskRules.maxOtherParticipants {
             errors.add("participant_usernames", "at most \(TeamTaskRules.maxOtherParticipants) other participants")
         }
@@ -45,7 +46,8 @@ extension TasksService {
         async let meCall = core.users.lookUp([me])
         let (found, unknown) = try await resolvedCall
         var unknownErrors = FieldErrors()
-        for a in asked where found[a.name] == nil && (unknown.contains(a.name) || found.first(where: { FieldRules.key($0.key) == FieldRules.key(a.name) }) == nil) {
+        for a in asked
+        where found[a.name] == nil && (unknown.contains(a.name) || found.first(where: { FieldRules.key($0.key) == FieldRules.key(a.name) }) == nil) {
             unknownErrors.add("participant_usernames[\(a.index)]", "no user named \"\(a.name)\"")
         }
         try unknownErrors.throwIfAny(summary: "unknown usernames")
@@ -247,7 +249,8 @@ extension TasksService {
         return out
     }
 
-    public func optOutOfTeamTask(request: Tasks_V1_OptOutOfTeamTaskRequest, context: ServerContext) async throws -> Tasks_V1_OptOutOfTeamTaskResponse {
+    public func optOutOfTeamTask(request: Tasks_V1_OptOutOfTeamTaskRequest, context: ServerContext) async throws -> Tasks_V1_OptOutOfTeamTaskResponse
+    {
         let me = try core.caller(context)
         let id = try Self.taskID(request.taskId)
         let now = core.now
@@ -304,7 +307,9 @@ extension TasksService {
         return response
     }
 
-    public func offerTeamTaskHelp(request: Tasks_V1_OfferTeamTaskHelpRequest, context: ServerContext) async throws -> Tasks_V1_OfferTeamTaskHelpResponse {
+    public func offerTeamTaskHelp(
+        request: Tasks_V1_OfferTeamTaskHelpRequest, context: ServerContext
+    ) async throws -> Tasks_V1_OfferTeamTaskHelpResponse {
         var response = Tasks_V1_OfferTeamTaskHelpResponse()
         response.notifiedCount = try await help(taskID: request.taskId, message: request.message, offer: true, context: context)
         return response
@@ -324,7 +329,8 @@ extension TasksService {
             let task = try TeamTaskStore.participating(tx, task: id, user: me)
             let others = task.participants.map(\.userID).filter { $0 != me }
             guard !others.isEmpty else {
-                throw RPCError(.failedPrecondition, "no other participants to \(offer ? "offer help to" : "ask for help"): add participants to the task first")
+                throw RPCError(
+                    .failedPrecondition, "no other participants to \(offer ? "offer help to" : "ask for help"): add participants to the task first")
             }
             let who = Self.displayName(try UserDirectory.cached(tx, [me]).ref(me))
             let eventID = "tasks:team-task-help:\(ULID.make(now: now))"
@@ -343,7 +349,9 @@ extension TasksService {
 
     // MARK: Public link
 
-    public func createTeamTaskLink(request: Tasks_V1_CreateTeamTaskLinkRequest, context: ServerContext) async throws -> Tasks_V1_CreateTeamTaskLinkResponse {
+    public func createTeamTaskLink(
+        request: Tasks_V1_CreateTeamTaskLinkRequest, context: ServerContext
+    ) async throws -> Tasks_V1_CreateTeamTaskLinkResponse {
         let me = try core.caller(context)
         let id = try Self.taskID(request.taskId)
         let now = core.now
@@ -356,7 +364,8 @@ extension TasksService {
             let token = TeamTaskRules.newLinkToken()
             try tx.execute("UPDATE team_tasks SET link_token = ? WHERE id = ?", token, id)
             try TeamTaskStore.journal(
-                tx, "team-task.link-created", task: id, at: now, fields: [("link_token_sha256", .text(TeamTaskRules.hex(SHA256.hash(Array(token.utf8)))))],
+                tx, "team-task.link-created", task: id, at: now,
+                fields: [("link_token_sha256", .text(TeamTaskRules.hex(SHA256.hash(Array(token.utf8)))))],
                 personal: [Journal.Personal("participant", owner: me, me)])
             return token
         }
@@ -366,7 +375,9 @@ extension TasksService {
         return response
     }
 
-    public func revokeTeamTaskLink(request: Tasks_V1_RevokeTeamTaskLinkRequest, context: ServerContext) async throws -> Tasks_V1_RevokeTeamTaskLinkResponse {
+    public func revokeTeamTaskLink(
+        request: Tasks_V1_RevokeTeamTaskLinkRequest, context: ServerContext
+    ) async throws -> Tasks_V1_RevokeTeamTaskLinkResponse {
         let me = try core.caller(context)
         let id = try Self.taskID(request.taskId)
         let now = core.now
@@ -383,7 +394,9 @@ extension TasksService {
         return response
     }
 
-    public func getPublicTeamTask(request: Tasks_V1_GetPublicTeamTaskRequest, context: ServerContext) async throws -> Tasks_V1_GetPublicTeamTaskResponse {
+    public func getPublicTeamTask(
+        request: Tasks_V1_GetPublicTeamTaskRequest, context: ServerContext
+    ) async throws -> Tasks_V1_GetPublicTeamTaskResponse {
         let token = request.linkToken
         guard TeamTaskRules.isLinkToken(token) else {
             if token.isEmpty { throw FieldErrors.single(.invalidArgument, field: "link_token", "required") }
