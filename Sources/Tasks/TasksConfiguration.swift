@@ -47,7 +47,7 @@ public struct TasksConfiguration: Sendable {
         var c = TasksConfiguration(dataDirectory: dataDirectory)
         c.peerDeadline = try s.milliseconds("tasks.peer.deadline.ms", default: c.peerDeadline, range: 50...60_000)
         c.membershipCacheFor = try s.milliseconds("tasks.membership.cache.ms", default: c.membershipCacheFor, range: 0...600_000)
-        c.uploadTokenLifetime = try s.seconds("tasks.upload.token.lifetime.seconds", range: 60...(30 * 24 * 3600)) ?? c.uploadTokenLifetime
+        c.uploadTokenLifetime = try s.seconds("tasks.upload.token.lifetime.seconds", range: 1...(30 * 24 * 3600)) ?? c.uploadTokenLifetime
         c.maxBadUploadTokensPerAddress = try s.int("tasks.bad.upload.tokens.per.address", default: c.maxBadUploadTokensPerAddress, range: 1...100_000)
         return c
     }
