@@ -41,7 +41,8 @@ public struct TasksInternalService: Tasks_V1_TasksInternalService {
         try errors.throwIfAny()
         let (replayed, ended) = try await core.write { tx -> (Bool, Int) in
             guard try tx.markProcessedOnce(eventID: eventID) else { return (true, 0) }
-            try tx.execute("UPDATE chores SET status = 4, revision = revision + 1 WHERE household_id = ? AND status != 4", household)
+            // ACTIVE and WAITING chores end; DONE ones stay DONE (finished history, read-only anyway).
+            try tx.execute("UPDATE chores SET status = 4, revision = revision + 1 WHERE household_id = ? AND status IN (1, 2)", household)
             return (false, tx.changes)
         }
         core.logger.notice(
