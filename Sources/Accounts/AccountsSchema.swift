@@ -105,5 +105,6 @@ enum AccountsSchema {
         .outboxByDestination,
         .inbox,
         .idempotency,
+        .outboxParking,
     ]
 }

@@ -33,7 +33,21 @@ public struct FieldErrors: Sendable {
     public static func single(_ code: StatusCode, field: String, _ description: String) -> RPCError {
         var e = FieldErrors()
         e.add(field, description)
-        return e.error(code, summary: code == .alreadyExists ? "already exists" : "invalid request")
+        return e.error(code, summary: summary(for: code))
+    }
+
+    /// The words before the field list, fitting the status ("invalid request: email: …",
+    /// "already exists: username: …", "failed precondition: invite_code: …").
+    static func summary(for code: StatusCode) -> String {
+        switch code {
+        case .alreadyExists: "already exists"
+        case .failedPrecondition: "failed precondition"
+        case .notFound: "not found"
+        case .permissionDenied: "permission denied"
+        case .resourceExhausted: "too large"
+        case .outOfRange: "out of range"
+        default: "invalid request"
+        }
     }
 }
 

@@ -61,4 +61,12 @@ extension Migration {
         name: "storage.outbox.v2-by-destination",
         sql: "CREATE INDEX outbox_pending_by_destination ON outbox(destination, id) WHERE delivered_at IS NULL"
     )
+
+    /// `parked_at`: an event its receiver keeps refusing as wrong (`OutboxDelivery.parkAfter`) is
+    /// parked, so it stops holding up every later event to that destination; operators see it
+    /// in `pendingOutbox` and can requeue it (`UPDATE outbox SET parked_at = NULL …`).
+    public static let outboxParking = Migration(
+        name: "storage.outbox.v3-parking",
+        sql: "ALTER TABLE outbox ADD COLUMN parked_at INTEGER"
+    )
 }

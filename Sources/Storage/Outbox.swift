@@ -20,6 +20,8 @@ public struct OutboxEvent: Sendable, Hashable {
     public var nextAttemptAt: Date
     public var lastError: String?
     public var deliveredAt: Date?
+    /// Set when the receiver refused it as wrong too often: delivery skips it (operators requeue).
+    public var parkedAt: Date?
 
     init(row: Row) throws {
         id = try row.get("id")
@@ -32,9 +34,10 @@ public struct OutboxEvent: Sendable, Hashable {
         nextAttemptAt = Date(unixMilliseconds: try row.get("next_attempt_at"))
         lastError = try row.get("last_error")
         deliveredAt = try row.get("delivered_at", as: Int64?.self).map(Date.init(unixMilliseconds:))
+        parkedAt = try row.get("parked_at", as: Int64?.self).map(Date.init(unixMilliseconds:))
     }
 
-    static let columns = "id, event_id, destination, kind, payload, created_at, attempts, next_attempt_at, last_error, delivered_at"
+    static let columns = "id, event_id, destination, kind, payload, created_at, attempts, next_attempt_at, last_error, delivered_at, parked_at"
 }
 
 extension Date {

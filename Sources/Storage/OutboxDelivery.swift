@@ -47,6 +47,8 @@ public final class OutboxDelivery: Sendable {
     private let batchSize: Int
     private let logger: Logger
     private let deliver: Deliver
+    private let parkAfter: Int
+    private let isPermanent: @Sendable (any Error) -> Bool
     /// Wakes the loop that starts a destination's loop when its first event appears.
     private let supervisorWake = WakeSignal()
     /// One wake-up per destination loop (a commit wakes them all; each then reads its own queue).
@@ -57,6 +59,8 @@ public final class OutboxDelivery: Sendable {
         retry: OutboxRetryPolicy = OutboxRetryPolicy(),
         pollInterval: Duration = .seconds(5),
         batchSize: Int = 100,
+        parkAfter: Int = 5,
+        isPermanent: @escaping @Sendable (any Error) -> Bool = OutboxDelivery.refusedAsWrong,
         logger: Logger = Logger(label: "storage.outbox"),
         deliver: @escaping Deliver
     ) {
@@ -64,8 +68,24 @@ public final class OutboxDelivery: Sendable {
         self.retry = retry
         self.pollInterval = pollInterval
         self.batchSize = max(1, batchSize)
+        self.parkAfter = max(1, parkAfter)
+        self.isPermanent = isPermanent
         self.logger = logger
         self.deliver = deliver
+    }
+
+    /// A receiver's answer that retrying cannot change: the event itself is wrong for it
+    /// (INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE, DATA_LOSS). After `parkAfter` such
+    /// answers in a row (a bug fixed by a quick redeploy gets a few chances) the event is
+    /// parked instead of blocking its destination for ever. Unavailable peers, deadlines,
+    /// permissions and unimplemented methods are never parked: they get well by themselves or by
+    /// configuration, and the events must then arrive in order.
+    public static let refusedAsWrong: @Sendable (any Error) -> Bool = { error in
+        guard let rpc = error as? RPCError else { return false }
+        switch rpc.code {
+        case .invalidArgument, .failedPrecondition, .outOfRange, .dataLoss: return true
+        default: return false
+        }
     }
 
     /// Delivers until the task is cancelled, then returns: one loop per destination with pending
@@ -157,7 +177,9 @@ public final class OutboxDelivery: Sendable {
 
     private func pendingDestinations() async throws -> [String] {
         try await database.read { c in
-            try c.query("SELECT DISTINCT destination FROM outbox WHERE delivered_at IS NULL").map { try $0.get(0, as: String.self) }
+            try c.query("SELECT DISTINCT destination FROM outbox WHERE delivered_at IS NULL AND parked_at IS NULL").map {
+                try $0.get(0, as: String.self)
+            }
         }
     }
 
@@ -170,12 +192,13 @@ public final class OutboxDelivery: Sendable {
         // power cut could still take back.
         let head = try await database.readDurable { c in
             try c.query(
-                "SELECT \(OutboxEvent.columns) FROM outbox WHERE delivered_at IS NULL AND destination = ? ORDER BY id LIMIT ?",
+                "SELECT \(OutboxEvent.columns) FROM outbox WHERE delivered_at IS NULL AND parked_at IS NULL AND destination = ? ORDER BY id LIMIT ?",
                 destination, limit
             ).map(OutboxEvent.init(row:))
         }
         var pass = Pass(attempted: 0, delivered: 0, nextDue: nil)
         var delivered: [Int64] = []
+        var parked: [(id: Int64, attempts: Int, message: String)] = []
         var failure: (event: OutboxEvent, attempts: Int, next: Int64, message: String)?
         for event in head {
             let now = Date().unixMilliseconds
@@ -190,6 +213,17 @@ public final class OutboxDelivery: Sendable {
             } catch {
                 if Task.isCancelled { break }  // shutting down: not the peer's fault
                 let attempts = event.attempts + 1
+                if isPermanent(error) && attempts >= parkAfter {
+                    let message = String(String(describing: error).prefix(1000))
+                    logger.error(
+                        "outbox event parked: its receiver refuses it as wrong; later events go on (requeue: UPDATE outbox SET parked_at = NULL WHERE event_id = …)",
+                        metadata: [
+                            "event": "\(event.eventID)", "destination": "\(destination)", "kind": "\(event.kind)",
+                            "attempts": "\(attempts)", "error": "\(message)",
+                        ])
+                    parked.append((event.id, attempts, message))
+                    continue
+                }
                 let next = Date().unixMilliseconds + retry.delay(afterAttempt: attempts).milliseconds
                 let message = String(String(describing: error).prefix(1000))
                 logger.warning(
@@ -205,14 +239,17 @@ public final class OutboxDelivery: Sendable {
             }
         }
         pass.delivered = delivered.count
-        pass.moreDue = head.count == limit && delivered.count == limit
-        guard !delivered.isEmpty || failure != nil else { return pass }
-        let deliveredIDs = delivered, failed = failure.map { ($0.event.id, $0.attempts, $0.next, $0.message) }
+        pass.moreDue = head.count == limit && delivered.count + parked.count == limit
+        guard !delivered.isEmpty || failure != nil || !parked.isEmpty else { return pass }
+        let deliveredIDs = delivered, parkedEvents = parked, failed = failure.map { ($0.event.id, $0.attempts, $0.next, $0.message) }
         do {
             let now = Date().unixMilliseconds
             try await database.write { tx in
                 for id in deliveredIDs {
                     try tx.execute("UPDATE outbox SET delivered_at = ?, attempts = attempts + 1, last_error = NULL WHERE id = ?", now, id)
+                }
+                for (id, attempts, message) in parkedEvents {
+                    try tx.execute("UPDATE outbox SET parked_at = ?, attempts = ?, last_error = ? WHERE id = ?", now, attempts, message, id)
                 }
                 if let (id, attempts, next, message) = failed {
                     try tx.execute(

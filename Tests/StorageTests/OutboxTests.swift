@@ -18,7 +18,8 @@ import Testing
     }
 
     func openDatabase(_ dir: TempDirectory) throws -> Database {
-        try Database.openQuiet(directory: dir.path, fileName: "o.sqlite", migrations: testMigrations + [.outbox, .inbox])
+        try Database.openQuiet(
+            directory: dir.path, fileName: "o.sqlite", migrations: testMigrations + [.outbox, .outboxByDestination, .outboxParking, .inbox])
     }
 
     @Test func deliveryRetriesWithBackoffUntilTheClosureSucceeds() async throws {
@@ -174,5 +175,39 @@ import Testing
             }
         }
         #expect(OutboxRetryPolicy(jitter: 0).delay(afterAttempt: 30) == .seconds(300))
+    }
+
+    /// An event its receiver refuses as wrong (INVALID_ARGUMENT …) is parked after `parkAfter`
+    /// tries, and the destination's later events go on; a peer that is down is never parked.
+    @Test func aPoisonEventIsParkedAndStopsBlockingItsDestination() async throws {
+        let dir = TempDirectory()
+        defer { dir.cleanup() }
+        let db = try openDatabase(dir)
+        defer { db.close() }
+        let delivered = Mutex<[String]>([])
+        let delivery = OutboxDelivery(
+            database: db, retry: OutboxRetryPolicy(initialDelay: .milliseconds(1), maximumDelay: .milliseconds(1), jitter: 0),
+            parkAfter: 3, logger: Self.quiet
+        ) { event in
+            if event.eventID == "poison" { throw RPCError(.invalidArgument, "user_id: required") }
+            if event.eventID == "later-down" { throw RPCError(.unavailable, "peer down") }
+            delivered.withLock { $0.append(event.eventID) }
+        }
+        try await db.write { tx in
+            try tx.enqueueOutbox(eventID: "first", destination: "social", kind: "k", payload: [])
+            try tx.enqueueOutbox(eventID: "poison", destination: "social", kind: "k", payload: [])
+            try tx.enqueueOutbox(eventID: "after", destination: "social", kind: "k", payload: [])
+            try tx.enqueueOutbox(eventID: "later-down", destination: "tasks", kind: "k", payload: [])
+        }
+        for _ in 0..<10 {
+            try await delivery.deliverDue()
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        #expect(delivered.withLock { $0 } == ["first", "after"], "the poison did not hold up 'after'")
+        let pending = try await db.pendingOutbox()
+        let poison = try #require(pending.first { $0.eventID == "poison" })
+        #expect(poison.parkedAt != nil && poison.attempts == 3 && poison.lastError?.contains("user_id") == true)
+        let down = try #require(pending.first { $0.eventID == "later-down" })
+        #expect(down.parkedAt == nil && down.attempts >= 5, "an unavailable peer is retried, never parked")
     }
 }
