@@ -19,6 +19,7 @@ let package = Package(
         .executable(name: "social-service", targets: ["social-service"]),
         .executable(name: "gateway", targets: ["gateway"]),
         .executable(name: "finance-service", targets: ["finance-service"]),
+        .executable(name: "tasks-service", targets: ["tasks-service"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -199,6 +200,27 @@ let package = Package(
             swiftSettings: strict
         ),
 
+        // tasks: team tasks and chores (marketplace and habits next), one part per area over one
+        // database. Library (rules, store, handlers) + thin executable.
+        .target(
+            name: "Tasks",
+            dependencies: [
+                "Storage", "Security", "ServiceKit", "Contracts", "GRPCContracts", "RPCCore", "RPCProtobuf",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            exclude: ["README.md"],
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "tasks-service",
+            dependencies: [
+                "Tasks", "ServiceKit", "Contracts", "RPCTransport", "RPCCore",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
+
         // gateway: the public API (gRPC proxy, auth and limits, Connect JSON). Library + thin executable.
         .target(
             name: "Gateway",
@@ -283,6 +305,14 @@ let package = Package(
             name: "FinanceTests",
             dependencies: [
                 "Finance", "finance-service", "Social", "social-service", "Accounts", "ServiceKit", "ServiceKitTesting", "Storage", "Security", "Contracts",
+                "GRPCContracts", "RPCCore", "RPCTransport", "RPCServices", "RPCProtobuf", "ContractTesting",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .testTarget(
+            name: "TasksTests",
+            dependencies: [
+                "Tasks", "tasks-service", "Accounts", "ServiceKit", "ServiceKitTesting", "Storage", "Security", "Contracts",
                 "GRPCContracts", "RPCCore", "RPCTransport", "RPCServices", "RPCProtobuf", "ContractTesting",
                 .product(name: "Logging", package: "swift-log"),
             ]
