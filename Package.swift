@@ -17,7 +17,10 @@ let package = Package(
         .executable(name: "protoc-gen-swiftpbc", targets: ["protoc-gen-swiftpbc"]),
         .executable(name: "accounts-service", targets: ["accounts-service"]),
         .executable(name: "matchmaking-service", targets: ["matchmaking-service"]),
+        .executable(name: "social-service", targets: ["social-service"]),
         .executable(name: "gateway", targets: ["gateway"]),
+        .executable(name: "finance-service", targets: ["finance-service"]),
+        .executable(name: "tasks-service", targets: ["tasks-service"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -157,6 +160,68 @@ let package = Package(
             swiftSettings: strict
         ),
 
+        // social: teams, households, friends, follows, notifications. Library + thin executable.
+        .target(
+            name: "Social",
+            dependencies: [
+                "Storage", "Security", "ServiceKit", "Contracts", "GRPCContracts", "RPCCore", "RPCProtobuf",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            exclude: ["README.md"],
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "social-service",
+            dependencies: [
+                "Social", "ServiceKit", "Contracts", "RPCTransport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
+
+        // finance: household money and marketplace settlements. Library (rules, ledger, handlers)
+        // + thin executable.
+        .target(
+            name: "Finance",
+            dependencies: [
+                "Storage", "Security", "ServiceKit", "Contracts", "GRPCContracts", "RPCCore", "RPCProtobuf",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            exclude: ["README.md"],
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "finance-service",
+            dependencies: [
+                "Finance", "ServiceKit", "Contracts", "RPCTransport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
+
+        // tasks: team tasks and chores (marketplace and habits next), one part per area over one
+        // database. Library (rules, store, handlers) + thin executable.
+        .target(
+            name: "Tasks",
+            dependencies: [
+                "Storage", "Security", "ServiceKit", "Contracts", "GRPCContracts", "RPCCore", "RPCProtobuf",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            exclude: ["README.md"],
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "tasks-service",
+            dependencies: [
+                "Tasks", "ServiceKit", "Contracts", "RPCTransport", "RPCCore",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
+
         // matchmaking: the board game, the queue, ratings and the leaderboard. Library + thin executable.
         .target(
             name: "Matchmaking",
@@ -176,6 +241,7 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
+        // The matchmaking rows of scripts/bench (the matchmaker and the rules engine in-process).
         .executableTarget(
             name: "matchmaking-bench",
             dependencies: ["Matchmaking", "ServiceKit", "Contracts", "RPCCore", "RPCTransport"],
@@ -258,8 +324,33 @@ let package = Package(
         .testTarget(
             name: "MatchmakingTests",
             dependencies: [
-                "Matchmaking", "matchmaking-service", "Accounts", "accounts-service", "ServiceKit", "ServiceKitTesting", "Storage",
-                "Security", "Contracts", "GRPCContracts", "RPCCore", "RPCTransport", "RPCServices", "RPCProtobuf", "ContractTesting",
+                "Matchmaking", "matchmaking-service", "Social", "social-service", "Accounts", "accounts-service", "ServiceKit",
+                "ServiceKitTesting", "Storage", "Security", "Contracts", "GRPCContracts", "RPCCore", "RPCTransport", "RPCServices",
+                "RPCProtobuf", "ContractTesting",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .testTarget(
+            name: "SocialTests",
+            dependencies: [
+                "Social", "social-service", "Accounts", "accounts-service", "ServiceKit", "ServiceKitTesting", "Storage", "Security",
+                "Contracts", "GRPCContracts", "RPCCore", "RPCTransport", "RPCServices", "RPCProtobuf", "ContractTesting",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .testTarget(
+            name: "FinanceTests",
+            dependencies: [
+                "Finance", "finance-service", "Social", "social-service", "Accounts", "ServiceKit", "ServiceKitTesting", "Storage", "Security", "Contracts",
+                "GRPCContracts", "RPCCore", "RPCTransport", "RPCServices", "RPCProtobuf", "ContractTesting",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .testTarget(
+            name: "TasksTests",
+            dependencies: [
+                "Tasks", "tasks-service", "Accounts", "ServiceKit", "ServiceKitTesting", "Storage", "Security", "Contracts",
+                "GRPCContracts", "RPCCore", "RPCTransport", "RPCServices", "RPCProtobuf", "ContractTesting",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

@@ -16,9 +16,12 @@ extension ContractCatalog {
             ContractRPC(Finance_V1_FinanceMethods.getBalances, Finance_V1_GetBalancesRequest.self, Finance_V1_GetBalancesResponse.self),
             ContractRPC(
                 Finance_V1_FinanceMethods.listTransactions, Finance_V1_ListTransactionsRequest.self, Finance_V1_ListTransactionsResponse.self),
+            ContractRPC(Finance_V1_FinanceMethods.getSettleUpPlan, Finance_V1_GetSettleUpPlanRequest.self, Finance_V1_GetSettleUpPlanResponse.self),
+            ContractRPC(Finance_V1_FinanceMethods.recordRepayment, Finance_V1_RecordRepaymentRequest.self, Finance_V1_RecordRepaymentResponse.self),
             ContractRPC(
                 Finance_V1_FinanceInternalMethods.recordTaskSettlement, Finance_V1_RecordTaskSettlementRequest.self,
                 Finance_V1_RecordTaskSettlementResponse.self),
             ContractRPC(Finance_V1_FinanceInternalMethods.eraseUser, Finance_V1_EraseUserRequest.self, Finance_V1_EraseUserResponse.self),
+            ContractRPC(Finance_V1_FinanceInternalMethods.verifyLedger, Finance_V1_VerifyLedgerRequest.self, Finance_V1_VerifyLedgerResponse.self),
         ])
 }

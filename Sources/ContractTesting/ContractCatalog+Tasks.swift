@@ -78,5 +78,6 @@ extension ContractCatalog {
             ContractRPC(
                 Tasks_V1_TasksInternalMethods.endHouseholdChores, Tasks_V1_EndHouseholdChoresRequest.self, Tasks_V1_EndHouseholdChoresResponse.self),
             ContractRPC(Tasks_V1_TasksInternalMethods.eraseUser, Tasks_V1_EraseUserRequest.self, Tasks_V1_EraseUserResponse.self),
+            ContractRPC(Tasks_V1_TasksInternalMethods.verifyJournal, Tasks_V1_VerifyJournalRequest.self, Tasks_V1_VerifyJournalResponse.self),
         ])
 }

@@ -35,8 +35,9 @@ public struct GatewayConfiguration: Sendable {
     /// (`ServerConfiguration.maxBufferedRequestBytesPerProcess`): past it, RESOURCE_EXHAUSTED
     /// with a retry hint.
     public var maxBufferedRequestBytes = 32 * 1024 * 1024
-    /// Largest response message accepted from an upstream (accounts serves 1 MiB avatars).
-    public var maxResponseBytes = 4 * 1024 * 1024
+    /// Largest response message accepted from an upstream (tasks serves 5 MiB attachments through
+    /// GetTeamTaskAttachment, accounts 1 MiB avatars).
+    public var maxResponseBytes = 6 * 1024 * 1024
     /// Concurrent streams per client connection (HTTP/2 SETTINGS).
     public var maxConcurrentStreams = 100
     /// Open client connections (`ServerConfiguration.maxConnections`).

@@ -36,13 +36,16 @@ public enum ServiceHost {
     }
 
     /// Serves `services` until SIGTERM/SIGINT, with `background` jobs (each runs until cancelled)
-    /// and the `outbox` delivered, then shuts down gracefully and returns.
+    /// and the `outbox` delivered, then shuts down gracefully and returns. `beforeDrain` runs when
+    /// the shutdown starts, before the server drains: a service with long-lived streams ends them
+    /// there (UNAVAILABLE, so clients reconnect) instead of holding the drain for its grace period.
     public static func run(
         settings: ServiceSettings, services: [any RPCService], descriptors: ProtoDescriptorSet,
         keys: any SigningKeySource, logger: Logger,
         background: [@Sendable () async -> Void] = [],
         outbox: Outbox? = nil, peers: PeerClients? = nil,
-        configure: (inout ServerConfiguration) -> Void = { _ in }
+        configure: (inout ServerConfiguration) -> Void = { _ in },
+        beforeDrain: @escaping @Sendable () -> Void = {}
     ) async throws {
         var config = try serverConfiguration(settings: settings)
         config.interceptors = [AuthInterceptor(keys: keys, serviceToken: settings.serviceToken, gatewayToken: settings.gatewayToken)]
@@ -69,7 +72,12 @@ public enum ServiceHost {
                     .init(
                         service: BackgroundJob(job: $0), successTerminationBehavior: .gracefullyShutdownGroup,
                         failureTerminationBehavior: .gracefullyShutdownGroup)
-                } + [.init(service: ServerService(server: server, health: health, settings: settings, logger: logger))],
+                }
+                    + [
+                        .init(
+                            service: ServerService(
+                                server: server, health: health, settings: settings, logger: logger, beforeDrain: beforeDrain))
+                    ],
                 gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         try await group.run()
         await peers.close()
@@ -128,6 +136,7 @@ struct ServerService: Service, CustomStringConvertible {
     let health: HealthService
     let settings: ServiceSettings
     let logger: Logger
+    var beforeDrain: @Sendable () -> Void = {}
 
     var description: String { "\(settings.name) gRPC server" }
 
@@ -138,6 +147,7 @@ struct ServerService: Service, CustomStringConvertible {
         try? await gracefulShutdown()
         logger.info("shutting down gracefully")
         health.markAllNotServing()
+        beforeDrain()
         await server.shutdownGracefully()
     }
 }

@@ -1,4 +1,5 @@
-"""Real processes on loopback for end-to-end tests: accounts-service and the gateway, started from
+"""Real processes on loopback for end-to-end tests: accounts-service, social-service (when built) and
+the gateway, started from
 the built binaries (BIN_DIR, default .build/debug), each with its own temporary data directory,
 stopped (SIGTERM, then SIGKILL) at the end. Python stubs are generated from Proto/ at test time."""
 import os
@@ -80,22 +81,31 @@ class Proc:
 
 @pytest.fixture
 def system(tmp_path):
-    """accounts + gateway; yields a dict with their ports and a function to start more gateways."""
+    """accounts + social (when its binary exists) + gateway; yields a dict with their processes, the
+    environment and a function to start more gateways. tasks is not running (its port is closed)."""
     procs = []
-    accounts_port, gateway_port = free_port(), free_port()
+    accounts_port, social_port, gateway_port = free_port(), free_port(), free_port()
+    has_social = (BIN / "social-service").exists()
     env = dict(os.environ)
     env.update({
         "DATA_DIR": str(tmp_path),
         "SERVICE_TOKEN": "e2e-service-credential-0123456789abcdef",
         "GATEWAY_TOKEN": "e2e-gateway-credential-0123456789abcdef",
         "ACCOUNTS_ADDR": f"127.0.0.1:{accounts_port}",
-        "GATEWAY_UPSTREAMS": "accounts",
+        "SOCIAL_ADDR": f"127.0.0.1:{social_port}",
+        "TASKS_ADDR": f"127.0.0.1:{free_port()}",
+        "GATEWAY_UPSTREAMS": "accounts,social" if has_social else "accounts",
         "ACCOUNTS_SCRYPT_N": "1024",
         "LOG_LEVEL": "info",
     })
     accounts = Proc("accounts-service", ["--host", "127.0.0.1", "--port", str(accounts_port),
                                          "--data-dir", str(tmp_path / "accounts")], env, accounts_port)
     procs.append(accounts.start())
+    social = None
+    if has_social:
+        social = Proc("social-service", ["--host", "127.0.0.1", "--port", str(social_port),
+                                         "--data-dir", str(tmp_path / "social")], env, social_port)
+        procs.append(social.start())
 
     def gateway(extra_env=None):
         port = free_port()
@@ -107,7 +117,7 @@ def system(tmp_path):
 
     gw = gateway()
     try:
-        yield {"accounts": accounts, "gateway": gw, "start_gateway": gateway, "env": env}
+        yield {"accounts": accounts, "social": social, "gateway": gw, "start_gateway": gateway, "env": env}
     finally:
         for p in reversed(procs):
             p.stop()

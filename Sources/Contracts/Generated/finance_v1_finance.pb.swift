@@ -66,6 +66,8 @@ public enum Finance_V1_TransactionKind: RPCProtobuf.ProtoEnum {
     case charge  // = 2
     /// A done marketplace task: the requester owes the provider the accepted bid (D 7.a).
     case settlement  // = 3
+    /// The creator paid a housemate back (RecordRepayment): its debts move balances toward zero.
+    case repayment  // = 4
     /// A number this build does not know, kept so it round-trips.
     case unrecognized(Int32)
 
@@ -77,6 +79,7 @@ public enum Finance_V1_TransactionKind: RPCProtobuf.ProtoEnum {
         case 1: self = .payment
         case 2: self = .charge
         case 3: self = .settlement
+        case 4: self = .repayment
         default: self = .unrecognized(rawValue)
         }
     }
@@ -87,6 +90,7 @@ public enum Finance_V1_TransactionKind: RPCProtobuf.ProtoEnum {
         case .payment: 1
         case .charge: 2
         case .settlement: 3
+        case .repayment: 4
         case .unrecognized(let n): n
         }
     }
@@ -97,11 +101,12 @@ public enum Finance_V1_TransactionKind: RPCProtobuf.ProtoEnum {
         case .payment: "TRANSACTION_KIND_PAYMENT"
         case .charge: "TRANSACTION_KIND_CHARGE"
         case .settlement: "TRANSACTION_KIND_SETTLEMENT"
+        case .repayment: "TRANSACTION_KIND_REPAYMENT"
         case .unrecognized: nil
         }
     }
 
-    public static let allCases: [Self] = [.unspecified, .payment, .charge, .settlement]
+    public static let allCases: [Self] = [.unspecified, .payment, .charge, .settlement, .repayment]
 }
 
 /// One housemate's part of a custom split.
@@ -412,6 +417,99 @@ public struct Finance_V1_ListTransactionsResponse: Sendable, Equatable {
     public init() {}
 }
 
+/// Reads the settle-up plan of a household.
+public struct Finance_V1_GetSettleUpPlanRequest: Sendable, Equatable {
+    /// The household; required.
+    public var householdId: String = ""
+
+    public init() {}
+}
+
+/// One suggested transfer: payer pays payee amount.
+public struct Finance_V1_Transfer: Sendable, Equatable {
+    /// Who pays (owes overall).
+    public var payer: Common_V1_UserRef {
+        get { _payer ?? Common_V1_UserRef() }
+        set { _payer = newValue }
+    }
+    /// Whether `payer` is set (proto3 tracks presence of message fields).
+    public var hasPayer: Bool { _payer != nil }
+    public mutating func clearPayer() { _payer = nil }
+    /// Who is paid (is owed overall).
+    public var payee: Common_V1_UserRef {
+        get { _payee ?? Common_V1_UserRef() }
+        set { _payee = newValue }
+    }
+    /// Whether `payee` is set (proto3 tracks presence of message fields).
+    public var hasPayee: Bool { _payee != nil }
+    public mutating func clearPayee() { _payee = nil }
+    /// How much, > 0 cents, in the household's currency.
+    public var amount: Common_V1_Money {
+        get { _amount ?? Common_V1_Money() }
+        set { _amount = newValue }
+    }
+    /// Whether `amount` is set (proto3 tracks presence of message fields).
+    public var hasAmount: Bool { _amount != nil }
+    public mutating func clearAmount() { _amount = nil }
+
+    public init() {}
+
+    fileprivate var _payer: Common_V1_UserRef? = nil
+    fileprivate var _payee: Common_V1_UserRef? = nil
+    fileprivate var _amount: Common_V1_Money? = nil
+}
+
+/// The plan.
+public struct Finance_V1_GetSettleUpPlanResponse: Sendable, Equatable {
+    /// Transfers in order: by payer user id, then payee user id. Empty when everything is settled.
+    public var transfers: [Finance_V1_Transfer] = []
+
+    public init() {}
+}
+
+/// Repayment form (the caller paid payee back).
+public struct Finance_V1_RecordRepaymentRequest: Sendable, Equatable {
+    /// The household; required; the caller a current or former member.
+    public var householdId: String = ""
+    /// Who was paid; required, a current or former member, not the caller.
+    public var payeeUserId: String = ""
+    /// Required, > 0 cents, at most 1 000 000 000 cents, in the household's currency.
+    public var amount: Common_V1_Money {
+        get { _amount ?? Common_V1_Money() }
+        set { _amount = newValue }
+    }
+    /// Whether `amount` is set (proto3 tracks presence of message fields).
+    public var hasAmount: Bool { _amount != nil }
+    public mutating func clearAmount() { _amount = nil }
+    /// What it is for, 0..100 characters; empty = "Repayment".
+    public var description_p: String = ""
+    /// Required, 1..64 printable ASCII characters, reused on retries (see CreatePaymentRequest).
+    public var idempotencyKey: String = ""
+
+    public init() {}
+
+    fileprivate var _amount: Common_V1_Money? = nil
+}
+
+/// The recorded repayment.
+public struct Finance_V1_RecordRepaymentResponse: Sendable, Equatable {
+    /// The transaction (kind REPAYMENT; each debt moves one pair's balance toward zero: the caller's
+    /// debt to the payee, and debts along the way through other housemates).
+    public var transaction: Finance_V1_Transaction {
+        get { _transaction ?? Finance_V1_Transaction() }
+        set { _transaction = newValue }
+    }
+    /// Whether `transaction` is set (proto3 tracks presence of message fields).
+    public var hasTransaction: Bool { _transaction != nil }
+    public mutating func clearTransaction() { _transaction = nil }
+    /// True when idempotency_key matched an earlier request: nothing new was created.
+    public var replayed: Bool = false
+
+    public init() {}
+
+    fileprivate var _transaction: Finance_V1_Transaction? = nil
+}
+
 /// A settlement to record.
 public struct Finance_V1_RecordTaskSettlementRequest: Sendable, Equatable {
     /// The sender's outbox event id, 1..64 characters; echoed for tracing. Deduplication is by
@@ -471,6 +569,33 @@ public struct Finance_V1_EraseUserRequest: Sendable, Equatable {
 public struct Finance_V1_EraseUserResponse: Sendable, Equatable {
     /// True when event_id had been processed before.
     public var replayed: Bool = false
+
+    public init() {}
+}
+
+/// Verifies a ledger.
+public struct Finance_V1_VerifyLedgerRequest: Sendable, Equatable {
+    /// The household; empty = the marketplace ledger.
+    public var householdId: String = ""
+
+    public init() {}
+}
+
+/// The verdict.
+public struct Finance_V1_VerifyLedgerResponse: Sendable, Equatable {
+    /// True when every entry, description and balance matches.
+    public var verified: Bool = false
+    /// Entries checked, in chain order.
+    public var entriesChecked: Int64 = 0
+    /// The first entry that does not match (its transaction id); empty when verified or when the
+    /// problem is a balance.
+    public var firstBadTransactionId: String = ""
+    /// Its position in the chain (1 = first); 0 when verified.
+    public var firstBadSequence: Int64 = 0
+    /// What does not match, for an operator; empty when verified.
+    public var problem: String = ""
+    /// SHA-256 of the last entry (hex); empty for an empty ledger.
+    public var headHash: String = ""
 
     public init() {}
 }
@@ -864,6 +989,133 @@ extension Finance_V1_ListTransactionsResponse: RPCProtobuf.ProtobufCConvertible 
     }
 }
 
+extension Finance_V1_GetSettleUpPlanRequest: RPCProtobuf.ProtobufCConvertible {
+    public static let protoMessageName = "finance.v1.GetSettleUpPlanRequest"
+    nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
+        var c = Finance__V1__GetSettleUpPlanRequest()
+        finance__v1__get_settle_up_plan_request__init(&c)
+        return UnsafeRawPointer(c.base.descriptor)
+    }()
+
+    public func _protobufCMake(in arena: inout RPCProtobuf.ProtobufCArena) -> UnsafeMutableRawPointer {
+        let c = arena.allocate(Finance__V1__GetSettleUpPlanRequest.self)
+        finance__v1__get_settle_up_plan_request__init(c)
+        if !self.householdId.isEmpty { c.pointee.household_id = arena.string(self.householdId) }
+        return UnsafeMutableRawPointer(c)
+    }
+
+    public init(_protobufC message: UnsafeRawPointer) throws {
+        self.init()
+        let c = message.assumingMemoryBound(to: Finance__V1__GetSettleUpPlanRequest.self)
+        self.householdId = try ProtobufC.string(c.pointee.household_id)
+    }
+}
+
+extension Finance_V1_Transfer: RPCProtobuf.ProtobufCConvertible {
+    public static let protoMessageName = "finance.v1.Transfer"
+    nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
+        var c = Finance__V1__Transfer()
+        finance__v1__transfer__init(&c)
+        return UnsafeRawPointer(c.base.descriptor)
+    }()
+
+    public func _protobufCMake(in arena: inout RPCProtobuf.ProtobufCArena) -> UnsafeMutableRawPointer {
+        let c = arena.allocate(Finance__V1__Transfer.self)
+        finance__v1__transfer__init(c)
+        if let v = self._payer { c.pointee.payer = arena.message(v, as: Common__V1__UserRef.self) }
+        if let v = self._payee { c.pointee.payee = arena.message(v, as: Common__V1__UserRef.self) }
+        if let v = self._amount { c.pointee.amount = arena.message(v, as: Common__V1__Money.self) }
+        return UnsafeMutableRawPointer(c)
+    }
+
+    public init(_protobufC message: UnsafeRawPointer) throws {
+        self.init()
+        let c = message.assumingMemoryBound(to: Finance__V1__Transfer.self)
+        if let p = c.pointee.payer { self._payer = try ProtobufC.message(p, as: Common_V1_UserRef.self) }
+        if let p = c.pointee.payee { self._payee = try ProtobufC.message(p, as: Common_V1_UserRef.self) }
+        if let p = c.pointee.amount { self._amount = try ProtobufC.message(p, as: Common_V1_Money.self) }
+    }
+}
+
+extension Finance_V1_GetSettleUpPlanResponse: RPCProtobuf.ProtobufCConvertible {
+    public static let protoMessageName = "finance.v1.GetSettleUpPlanResponse"
+    nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
+        var c = Finance__V1__GetSettleUpPlanResponse()
+        finance__v1__get_settle_up_plan_response__init(&c)
+        return UnsafeRawPointer(c.base.descriptor)
+    }()
+
+    public func _protobufCMake(in arena: inout RPCProtobuf.ProtobufCArena) -> UnsafeMutableRawPointer {
+        let c = arena.allocate(Finance__V1__GetSettleUpPlanResponse.self)
+        finance__v1__get_settle_up_plan_response__init(c)
+        if !self.transfers.isEmpty {
+            c.pointee.n_transfers = self.transfers.count
+            c.pointee.transfers = arena.messages(self.transfers, as: Finance__V1__Transfer.self)
+        }
+        return UnsafeMutableRawPointer(c)
+    }
+
+    public init(_protobufC message: UnsafeRawPointer) throws {
+        self.init()
+        let c = message.assumingMemoryBound(to: Finance__V1__GetSettleUpPlanResponse.self)
+        self.transfers = try ProtobufC.messages(c.pointee.transfers, c.pointee.n_transfers, as: Finance_V1_Transfer.self)
+    }
+}
+
+extension Finance_V1_RecordRepaymentRequest: RPCProtobuf.ProtobufCConvertible {
+    public static let protoMessageName = "finance.v1.RecordRepaymentRequest"
+    nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
+        var c = Finance__V1__RecordRepaymentRequest()
+        finance__v1__record_repayment_request__init(&c)
+        return UnsafeRawPointer(c.base.descriptor)
+    }()
+
+    public func _protobufCMake(in arena: inout RPCProtobuf.ProtobufCArena) -> UnsafeMutableRawPointer {
+        let c = arena.allocate(Finance__V1__RecordRepaymentRequest.self)
+        finance__v1__record_repayment_request__init(c)
+        if !self.householdId.isEmpty { c.pointee.household_id = arena.string(self.householdId) }
+        if !self.payeeUserId.isEmpty { c.pointee.payee_user_id = arena.string(self.payeeUserId) }
+        if let v = self._amount { c.pointee.amount = arena.message(v, as: Common__V1__Money.self) }
+        if !self.description_p.isEmpty { c.pointee.description = arena.string(self.description_p) }
+        if !self.idempotencyKey.isEmpty { c.pointee.idempotency_key = arena.string(self.idempotencyKey) }
+        return UnsafeMutableRawPointer(c)
+    }
+
+    public init(_protobufC message: UnsafeRawPointer) throws {
+        self.init()
+        let c = message.assumingMemoryBound(to: Finance__V1__RecordRepaymentRequest.self)
+        self.householdId = try ProtobufC.string(c.pointee.household_id)
+        self.payeeUserId = try ProtobufC.string(c.pointee.payee_user_id)
+        if let p = c.pointee.amount { self._amount = try ProtobufC.message(p, as: Common_V1_Money.self) }
+        self.description_p = try ProtobufC.string(c.pointee.description)
+        self.idempotencyKey = try ProtobufC.string(c.pointee.idempotency_key)
+    }
+}
+
+extension Finance_V1_RecordRepaymentResponse: RPCProtobuf.ProtobufCConvertible {
+    public static let protoMessageName = "finance.v1.RecordRepaymentResponse"
+    nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
+        var c = Finance__V1__RecordRepaymentResponse()
+        finance__v1__record_repayment_response__init(&c)
+        return UnsafeRawPointer(c.base.descriptor)
+    }()
+
+    public func _protobufCMake(in arena: inout RPCProtobuf.ProtobufCArena) -> UnsafeMutableRawPointer {
+        let c = arena.allocate(Finance__V1__RecordRepaymentResponse.self)
+        finance__v1__record_repayment_response__init(c)
+        if let v = self._transaction { c.pointee.transaction = arena.message(v, as: Finance__V1__Transaction.self) }
+        c.pointee.replayed = self.replayed ? 1 : 0
+        return UnsafeMutableRawPointer(c)
+    }
+
+    public init(_protobufC message: UnsafeRawPointer) throws {
+        self.init()
+        let c = message.assumingMemoryBound(to: Finance__V1__RecordRepaymentResponse.self)
+        if let p = c.pointee.transaction { self._transaction = try ProtobufC.message(p, as: Finance_V1_Transaction.self) }
+        self.replayed = c.pointee.replayed != 0
+    }
+}
+
 extension Finance_V1_RecordTaskSettlementRequest: RPCProtobuf.ProtobufCConvertible {
     public static let protoMessageName = "finance.v1.RecordTaskSettlementRequest"
     nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
@@ -966,6 +1218,60 @@ extension Finance_V1_EraseUserResponse: RPCProtobuf.ProtobufCConvertible {
     }
 }
 
+extension Finance_V1_VerifyLedgerRequest: RPCProtobuf.ProtobufCConvertible {
+    public static let protoMessageName = "finance.v1.VerifyLedgerRequest"
+    nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
+        var c = Finance__V1__VerifyLedgerRequest()
+        finance__v1__verify_ledger_request__init(&c)
+        return UnsafeRawPointer(c.base.descriptor)
+    }()
+
+    public func _protobufCMake(in arena: inout RPCProtobuf.ProtobufCArena) -> UnsafeMutableRawPointer {
+        let c = arena.allocate(Finance__V1__VerifyLedgerRequest.self)
+        finance__v1__verify_ledger_request__init(c)
+        if !self.householdId.isEmpty { c.pointee.household_id = arena.string(self.householdId) }
+        return UnsafeMutableRawPointer(c)
+    }
+
+    public init(_protobufC message: UnsafeRawPointer) throws {
+        self.init()
+        let c = message.assumingMemoryBound(to: Finance__V1__VerifyLedgerRequest.self)
+        self.householdId = try ProtobufC.string(c.pointee.household_id)
+    }
+}
+
+extension Finance_V1_VerifyLedgerResponse: RPCProtobuf.ProtobufCConvertible {
+    public static let protoMessageName = "finance.v1.VerifyLedgerResponse"
+    nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
+        var c = Finance__V1__VerifyLedgerResponse()
+        finance__v1__verify_ledger_response__init(&c)
+        return UnsafeRawPointer(c.base.descriptor)
+    }()
+
+    public func _protobufCMake(in arena: inout RPCProtobuf.ProtobufCArena) -> UnsafeMutableRawPointer {
+        let c = arena.allocate(Finance__V1__VerifyLedgerResponse.self)
+        finance__v1__verify_ledger_response__init(c)
+        c.pointee.verified = self.verified ? 1 : 0
+        c.pointee.entries_checked = self.entriesChecked
+        if !self.firstBadTransactionId.isEmpty { c.pointee.first_bad_transaction_id = arena.string(self.firstBadTransactionId) }
+        c.pointee.first_bad_sequence = self.firstBadSequence
+        if !self.problem.isEmpty { c.pointee.problem = arena.string(self.problem) }
+        if !self.headHash.isEmpty { c.pointee.head_hash = arena.string(self.headHash) }
+        return UnsafeMutableRawPointer(c)
+    }
+
+    public init(_protobufC message: UnsafeRawPointer) throws {
+        self.init()
+        let c = message.assumingMemoryBound(to: Finance__V1__VerifyLedgerResponse.self)
+        self.verified = c.pointee.verified != 0
+        self.entriesChecked = c.pointee.entries_checked
+        self.firstBadTransactionId = try ProtobufC.string(c.pointee.first_bad_transaction_id)
+        self.firstBadSequence = c.pointee.first_bad_sequence
+        self.problem = try ProtobufC.string(c.pointee.problem)
+        self.headHash = try ProtobufC.string(c.pointee.head_hash)
+    }
+}
+
 /// Method descriptors of `finance.v1.Finance`: paths, call kinds (from the `.proto`'s `stream`
 /// markers) and visibility (from the `(common.v1.access)` option).
 public enum Finance_V1_FinanceMethods {
@@ -996,8 +1302,30 @@ public enum Finance_V1_FinanceMethods {
     public static let listTransactions = RPCCore.MethodDescriptor(
         service: serviceName, method: "ListTransactions", kind: .unary, visibility: .publicAuthenticated,
         inputType: "finance.v1.ListTransactionsRequest", outputType: "finance.v1.ListTransactionsResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
+    /// A suggested way to settle up a whole household: transfers that, once each is recorded with
+    /// RecordRepayment (in any order), clear every balance between its members; at most n − 1 of
+    /// them for n members with a non-zero balance. Positions are each member's sum of balances;
+    /// debtors and creditors are matched in user-id order, so the plan is stable: it changes only
+    /// when balances change, and recording one of its transfers leaves exactly the others. (Debts
+    /// that only go round a circle, every position zero, take two transfers along it.) Same
+    /// visibility as GetBalances; an empty household_id → INVALID_ARGUMENT naming "household_id".
+    public static let getSettleUpPlan = RPCCore.MethodDescriptor(
+        service: serviceName, method: "GetSettleUpPlan", kind: .unary, visibility: .publicAuthenticated,
+        inputType: "finance.v1.GetSettleUpPlanRequest", outputType: "finance.v1.GetSettleUpPlanResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
+    /// Records that the caller paid a housemate back (kind REPAYMENT). It moves balances toward
+    /// zero, never past: the amount travels along existing debts (first the caller's debt to the
+    /// payee, then debts through other housemates, each reduced and never reversed), and what is
+    /// left may only be paid while the caller's position in the household stays ≤ 0 and the
+    /// payee's ≥ 0; more → FAILED_PRECONDITION naming "amount" with the most that can be repaid.
+    /// Debts that only go round a circle are netted in the same transaction. The caller and the
+    /// payee are current or former members (debts with someone who left can be settled, also in a
+    /// deleted household); currency the household's; idempotency_key as CreatePayment. The payee
+    /// and every housemate whose balance moved are notified.
+    public static let recordRepayment = RPCCore.MethodDescriptor(
+        service: serviceName, method: "RecordRepayment", kind: .unary, visibility: .publicAuthenticated,
+        inputType: "finance.v1.RecordRepaymentRequest", outputType: "finance.v1.RecordRepaymentResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Every method, in `.proto` order.
-    public static let all: [RPCCore.MethodDescriptor] = [createPayment, createCharge, getBalances, listTransactions]
+    public static let all: [RPCCore.MethodDescriptor] = [createPayment, createCharge, getBalances, listTransactions, getSettleUpPlan, recordRepayment]
 }
 
 /// The public API, routed by the gateway at /finance.v1.Finance/<Method>.
@@ -1022,6 +1350,24 @@ public protocol Finance_V1_FinanceService: RPCCore.RPCService {
     /// The caller's transactions with one other user in one scope, newest first (B UC-22, D 7.a).
     /// Same visibility as GetBalances.
     func listTransactions(request: Finance_V1_ListTransactionsRequest, context: RPCCore.ServerContext) async throws -> Finance_V1_ListTransactionsResponse
+    /// A suggested way to settle up a whole household: transfers that, once each is recorded with
+    /// RecordRepayment (in any order), clear every balance between its members; at most n − 1 of
+    /// them for n members with a non-zero balance. Positions are each member's sum of balances;
+    /// debtors and creditors are matched in user-id order, so the plan is stable: it changes only
+    /// when balances change, and recording one of its transfers leaves exactly the others. (Debts
+    /// that only go round a circle, every position zero, take two transfers along it.) Same
+    /// visibility as GetBalances; an empty household_id → INVALID_ARGUMENT naming "household_id".
+    func getSettleUpPlan(request: Finance_V1_GetSettleUpPlanRequest, context: RPCCore.ServerContext) async throws -> Finance_V1_GetSettleUpPlanResponse
+    /// Records that the caller paid a housemate back (kind REPAYMENT). It moves balances toward
+    /// zero, never past: the amount travels along existing debts (first the caller's debt to the
+    /// payee, then debts through other housemates, each reduced and never reversed), and what is
+    /// left may only be paid while the caller's position in the household stays ≤ 0 and the
+    /// payee's ≥ 0; more → FAILED_PRECONDITION naming "amount" with the most that can be repaid.
+    /// Debts that only go round a circle are netted in the same transaction. The caller and the
+    /// payee are current or former members (debts with someone who left can be settled, also in a
+    /// deleted household); currency the household's; idempotency_key as CreatePayment. The payee
+    /// and every housemate whose balance moved are notified.
+    func recordRepayment(request: Finance_V1_RecordRepaymentRequest, context: RPCCore.ServerContext) async throws -> Finance_V1_RecordRepaymentResponse
 }
 
 extension Finance_V1_FinanceService {
@@ -1033,6 +1379,8 @@ extension Finance_V1_FinanceService {
             RPCCore.ServerMethod(Finance_V1_FinanceMethods.createCharge, .unary(Finance_V1_CreateChargeRequest.self, Finance_V1_CreateChargeResponse.self) { try await self.createCharge(request: $0, context: $1) }),
             RPCCore.ServerMethod(Finance_V1_FinanceMethods.getBalances, .unary(Finance_V1_GetBalancesRequest.self, Finance_V1_GetBalancesResponse.self) { try await self.getBalances(request: $0, context: $1) }),
             RPCCore.ServerMethod(Finance_V1_FinanceMethods.listTransactions, .unary(Finance_V1_ListTransactionsRequest.self, Finance_V1_ListTransactionsResponse.self) { try await self.listTransactions(request: $0, context: $1) }),
+            RPCCore.ServerMethod(Finance_V1_FinanceMethods.getSettleUpPlan, .unary(Finance_V1_GetSettleUpPlanRequest.self, Finance_V1_GetSettleUpPlanResponse.self) { try await self.getSettleUpPlan(request: $0, context: $1) }),
+            RPCCore.ServerMethod(Finance_V1_FinanceMethods.recordRepayment, .unary(Finance_V1_RecordRepaymentRequest.self, Finance_V1_RecordRepaymentResponse.self) { try await self.recordRepayment(request: $0, context: $1) }),
         ]
     }
 }
@@ -1087,6 +1435,38 @@ public struct Finance_V1_FinanceClient: Sendable {
     public func listTransactionsWithMetadata(_ request: Finance_V1_ListTransactionsRequest, options: RPCCore.CallOptions = .defaults) async throws -> RPCCore.ClientResponse<Finance_V1_ListTransactionsResponse> {
         try await client.unary(Finance_V1_FinanceMethods.listTransactions, request, as: Finance_V1_ListTransactionsResponse.self, options: options)
     }
+
+    /// A suggested way to settle up a whole household: transfers that, once each is recorded with
+    /// RecordRepayment (in any order), clear every balance between its members; at most n − 1 of
+    /// them for n members with a non-zero balance. Positions are each member's sum of balances;
+    /// debtors and creditors are matched in user-id order, so the plan is stable: it changes only
+    /// when balances change, and recording one of its transfers leaves exactly the others. (Debts
+    /// that only go round a circle, every position zero, take two transfers along it.) Same
+    /// visibility as GetBalances; an empty household_id → INVALID_ARGUMENT naming "household_id".
+    public func getSettleUpPlan(_ request: Finance_V1_GetSettleUpPlanRequest, options: RPCCore.CallOptions = .defaults) async throws -> Finance_V1_GetSettleUpPlanResponse {
+        try await client.unary(Finance_V1_FinanceMethods.getSettleUpPlan, request, as: Finance_V1_GetSettleUpPlanResponse.self, options: options).message
+    }
+    /// `getSettleUpPlan` with the response metadata.
+    public func getSettleUpPlanWithMetadata(_ request: Finance_V1_GetSettleUpPlanRequest, options: RPCCore.CallOptions = .defaults) async throws -> RPCCore.ClientResponse<Finance_V1_GetSettleUpPlanResponse> {
+        try await client.unary(Finance_V1_FinanceMethods.getSettleUpPlan, request, as: Finance_V1_GetSettleUpPlanResponse.self, options: options)
+    }
+
+    /// Records that the caller paid a housemate back (kind REPAYMENT). It moves balances toward
+    /// zero, never past: the amount travels along existing debts (first the caller's debt to the
+    /// payee, then debts through other housemates, each reduced and never reversed), and what is
+    /// left may only be paid while the caller's position in the household stays ≤ 0 and the
+    /// payee's ≥ 0; more → FAILED_PRECONDITION naming "amount" with the most that can be repaid.
+    /// Debts that only go round a circle are netted in the same transaction. The caller and the
+    /// payee are current or former members (debts with someone who left can be settled, also in a
+    /// deleted household); currency the household's; idempotency_key as CreatePayment. The payee
+    /// and every housemate whose balance moved are notified.
+    public func recordRepayment(_ request: Finance_V1_RecordRepaymentRequest, options: RPCCore.CallOptions = .defaults) async throws -> Finance_V1_RecordRepaymentResponse {
+        try await client.unary(Finance_V1_FinanceMethods.recordRepayment, request, as: Finance_V1_RecordRepaymentResponse.self, options: options).message
+    }
+    /// `recordRepayment` with the response metadata.
+    public func recordRepaymentWithMetadata(_ request: Finance_V1_RecordRepaymentRequest, options: RPCCore.CallOptions = .defaults) async throws -> RPCCore.ClientResponse<Finance_V1_RecordRepaymentResponse> {
+        try await client.unary(Finance_V1_FinanceMethods.recordRepayment, request, as: Finance_V1_RecordRepaymentResponse.self, options: options)
+    }
 }
 
 /// Method descriptors of `finance.v1.FinanceInternal`: paths, call kinds (from the `.proto`'s `stream`
@@ -1108,8 +1488,16 @@ public enum Finance_V1_FinanceInternalMethods {
     public static let eraseUser = RPCCore.MethodDescriptor(
         service: serviceName, method: "EraseUser", kind: .unary, visibility: .internal,
         inputType: "finance.v1.EraseUserRequest", outputType: "finance.v1.EraseUserResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
+    /// Verifies one ledger's hash chain (a household's, or the marketplace's with household_id
+    /// empty): every entry's SHA-256 over its canonical encoding and the previous entry's hash, every
+    /// kept description against its commitment, and every pair balance against the sum of its
+    /// history. Answers with the first entry that does not match; a ledger without entries verifies
+    /// with entries_checked 0.
+    public static let verifyLedger = RPCCore.MethodDescriptor(
+        service: serviceName, method: "VerifyLedger", kind: .unary, visibility: .internal,
+        inputType: "finance.v1.VerifyLedgerRequest", outputType: "finance.v1.VerifyLedgerResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Every method, in `.proto` order.
-    public static let all: [RPCCore.MethodDescriptor] = [recordTaskSettlement, eraseUser]
+    public static let all: [RPCCore.MethodDescriptor] = [recordTaskSettlement, eraseUser, verifyLedger]
 }
 
 /// Service-to-service API: callable only with a service credential, never routed by the gateway.
@@ -1127,6 +1515,12 @@ public protocol Finance_V1_FinanceInternalService: RPCCore.RPCService {
     /// a deleted user (common.v1.UserRef with the id only, display_name "Deleted user").
     /// Idempotent by event_id.
     func eraseUser(request: Finance_V1_EraseUserRequest, context: RPCCore.ServerContext) async throws -> Finance_V1_EraseUserResponse
+    /// Verifies one ledger's hash chain (a household's, or the marketplace's with household_id
+    /// empty): every entry's SHA-256 over its canonical encoding and the previous entry's hash, every
+    /// kept description against its commitment, and every pair balance against the sum of its
+    /// history. Answers with the first entry that does not match; a ledger without entries verifies
+    /// with entries_checked 0.
+    func verifyLedger(request: Finance_V1_VerifyLedgerRequest, context: RPCCore.ServerContext) async throws -> Finance_V1_VerifyLedgerResponse
 }
 
 extension Finance_V1_FinanceInternalService {
@@ -1136,6 +1530,7 @@ extension Finance_V1_FinanceInternalService {
         [
             RPCCore.ServerMethod(Finance_V1_FinanceInternalMethods.recordTaskSettlement, .unary(Finance_V1_RecordTaskSettlementRequest.self, Finance_V1_RecordTaskSettlementResponse.self) { try await self.recordTaskSettlement(request: $0, context: $1) }),
             RPCCore.ServerMethod(Finance_V1_FinanceInternalMethods.eraseUser, .unary(Finance_V1_EraseUserRequest.self, Finance_V1_EraseUserResponse.self) { try await self.eraseUser(request: $0, context: $1) }),
+            RPCCore.ServerMethod(Finance_V1_FinanceInternalMethods.verifyLedger, .unary(Finance_V1_VerifyLedgerRequest.self, Finance_V1_VerifyLedgerResponse.self) { try await self.verifyLedger(request: $0, context: $1) }),
         ]
     }
 }
@@ -1168,5 +1563,18 @@ public struct Finance_V1_FinanceInternalClient: Sendable {
     /// `eraseUser` with the response metadata.
     public func eraseUserWithMetadata(_ request: Finance_V1_EraseUserRequest, options: RPCCore.CallOptions = .defaults) async throws -> RPCCore.ClientResponse<Finance_V1_EraseUserResponse> {
         try await client.unary(Finance_V1_FinanceInternalMethods.eraseUser, request, as: Finance_V1_EraseUserResponse.self, options: options)
+    }
+
+    /// Verifies one ledger's hash chain (a household's, or the marketplace's with household_id
+    /// empty): every entry's SHA-256 over its canonical encoding and the previous entry's hash, every
+    /// kept description against its commitment, and every pair balance against the sum of its
+    /// history. Answers with the first entry that does not match; a ledger without entries verifies
+    /// with entries_checked 0.
+    public func verifyLedger(_ request: Finance_V1_VerifyLedgerRequest, options: RPCCore.CallOptions = .defaults) async throws -> Finance_V1_VerifyLedgerResponse {
+        try await client.unary(Finance_V1_FinanceInternalMethods.verifyLedger, request, as: Finance_V1_VerifyLedgerResponse.self, options: options).message
+    }
+    /// `verifyLedger` with the response metadata.
+    public func verifyLedgerWithMetadata(_ request: Finance_V1_VerifyLedgerRequest, options: RPCCore.CallOptions = .defaults) async throws -> RPCCore.ClientResponse<Finance_V1_VerifyLedgerResponse> {
+        try await client.unary(Finance_V1_FinanceInternalMethods.verifyLedger, request, as: Finance_V1_VerifyLedgerResponse.self, options: options)
     }
 }

@@ -1018,6 +1018,9 @@ public struct Social_V1_GetHousemateProfileResponse: Sendable, Equatable {
     public mutating func clearHousemate() { _housemate = nil }
     /// Chores of this household currently assigned to them, soonest due first (on-demand last).
     public var assignedChores: [Social_V1_AssignedChore] = []
+    /// True when tasks could not be asked in time (down or slow): assigned_chores is then empty
+    /// because it is unknown, not because nothing is assigned; ask again later.
+    public var assignedChoresUnavailable: Bool = false
 
     public init() {}
 
@@ -2788,6 +2791,7 @@ extension Social_V1_GetHousemateProfileResponse: RPCProtobuf.ProtobufCConvertibl
             c.pointee.n_assigned_chores = self.assignedChores.count
             c.pointee.assigned_chores = arena.messages(self.assignedChores, as: Social__V1__AssignedChore.self)
         }
+        c.pointee.assigned_chores_unavailable = self.assignedChoresUnavailable ? 1 : 0
         return UnsafeMutableRawPointer(c)
     }
 
@@ -2796,6 +2800,7 @@ extension Social_V1_GetHousemateProfileResponse: RPCProtobuf.ProtobufCConvertibl
         let c = message.assumingMemoryBound(to: Social__V1__GetHousemateProfileResponse.self)
         if let p = c.pointee.housemate { self._housemate = try ProtobufC.message(p, as: Social_V1_Housemate.self) }
         self.assignedChores = try ProtobufC.messages(c.pointee.assigned_chores, c.pointee.n_assigned_chores, as: Social_V1_AssignedChore.self)
+        self.assignedChoresUnavailable = c.pointee.assigned_chores_unavailable != 0
     }
 }
 
@@ -4193,7 +4198,8 @@ public enum Social_V1_SocialMethods {
         inputType: "social.v1.ListMyHouseholdsRequest", outputType: "social.v1.ListMyHouseholdsResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// A housemate's profile with the chores currently assigned to them (B UC-12). Server side,
     /// social asks tasks (service-to-service) for the chores and accounts for the name. Both must be
-    /// members of the household, else NOT_FOUND.
+    /// members of the household, else NOT_FOUND. While tasks cannot answer in time the profile still
+    /// answers, with assigned_chores_unavailable set.
     public static let getHousemateProfile = RPCCore.MethodDescriptor(
         service: serviceName, method: "GetHousemateProfile", kind: .unary, visibility: .publicAuthenticated,
         inputType: "social.v1.GetHousemateProfileRequest", outputType: "social.v1.GetHousemateProfileResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
@@ -4341,7 +4347,8 @@ public protocol Social_V1_SocialService: RPCCore.RPCService {
     func listMyHouseholds(request: Social_V1_ListMyHouseholdsRequest, context: RPCCore.ServerContext) async throws -> Social_V1_ListMyHouseholdsResponse
     /// A housemate's profile with the chores currently assigned to them (B UC-12). Server side,
     /// social asks tasks (service-to-service) for the chores and accounts for the name. Both must be
-    /// members of the household, else NOT_FOUND.
+    /// members of the household, else NOT_FOUND. While tasks cannot answer in time the profile still
+    /// answers, with assigned_chores_unavailable set.
     func getHousemateProfile(request: Social_V1_GetHousemateProfileRequest, context: RPCCore.ServerContext) async throws -> Social_V1_GetHousemateProfileResponse
     /// Befriends a user (E 2.1). Friendship is mutual and immediate; the other user is notified
     /// (NOTIFICATION_KIND_FRIEND_ADDED). Unknown user → NOT_FOUND; yourself → INVALID_ARGUMENT;
@@ -4581,7 +4588,8 @@ public struct Social_V1_SocialClient: Sendable {
 
     /// A housemate's profile with the chores currently assigned to them (B UC-12). Server side,
     /// social asks tasks (service-to-service) for the chores and accounts for the name. Both must be
-    /// members of the household, else NOT_FOUND.
+    /// members of the household, else NOT_FOUND. While tasks cannot answer in time the profile still
+    /// answers, with assigned_chores_unavailable set.
     public func getHousemateProfile(_ request: Social_V1_GetHousemateProfileRequest, options: RPCCore.CallOptions = .defaults) async throws -> Social_V1_GetHousemateProfileResponse {
         try await client.unary(Social_V1_SocialMethods.getHousemateProfile, request, as: Social_V1_GetHousemateProfileResponse.self, options: options).message
     }

@@ -121,6 +121,11 @@ public struct Tasks_V1_ChoreEveryNDays: Sendable, Equatable {
 
 /// Recur weekly.
 public struct Tasks_V1_ChoreWeekly: Sendable, Equatable {
+    /// Addition: the weekdays the chore recurs on, distinct, WEEKDAY_UNSPECIFIED not allowed. Empty
+    /// keeps the original meaning: every 7 days. When set, finishing moves the due date to the first
+    /// chosen weekday after the later of the current due date and today (so "Monday and Thursday"
+    /// alternates between them), and the first due date need not be one of them.
+    public var weekdays: [Common_V1_Weekday] = []
 
     public init() {}
 }
@@ -218,6 +223,10 @@ public struct Tasks_V1_Chore: Sendable, Equatable {
     /// Whether `lastFinishedAt` is set (proto3 tracks presence of message fields).
     public var hasLastFinishedAt: Bool { _lastFinishedAt != nil }
     public mutating func clearLastFinishedAt() { _lastFinishedAt = nil }
+    /// Addition: the household's IANA time zone the chore's dates are reckoned in (e.g.
+    /// "Europe/Berlin"), as given at creation; "UTC" when none was given. "Today" (for "not before
+    /// today" and for the next due date) is the date in this zone.
+    public var timeZone: String = ""
 
     public init() {}
 
@@ -263,6 +272,11 @@ public struct Tasks_V1_CreateChoreRequest: Sendable, Equatable {
     /// Whether `recurrence` is set (proto3 tracks presence of message fields).
     public var hasRecurrence: Bool { _recurrence != nil }
     public mutating func clearRecurrence() { _recurrence = nil }
+    /// Addition: the household's IANA time zone (e.g. "Europe/Berlin"), normally the creating
+    /// member's device zone; empty means "UTC". Unknown names → INVALID_ARGUMENT (field
+    /// "time_zone"). Due dates are calendar dates in this zone, so a daylight-saving change never
+    /// moves them.
+    public var timeZone: String = ""
 
     public init() {}
 
@@ -567,11 +581,17 @@ extension Tasks_V1_ChoreWeekly: RPCProtobuf.ProtobufCConvertible {
     public func _protobufCMake(in arena: inout RPCProtobuf.ProtobufCArena) -> UnsafeMutableRawPointer {
         let c = arena.allocate(Tasks__V1__ChoreWeekly.self)
         tasks__v1__chore_weekly__init(c)
+        if !self.weekdays.isEmpty {
+            c.pointee.n_weekdays = self.weekdays.count
+            c.pointee.weekdays = arena.array(self.weekdays) { ProtobufC.cEnum($0.rawValue) }
+        }
         return UnsafeMutableRawPointer(c)
     }
 
     public init(_protobufC message: UnsafeRawPointer) throws {
         self.init()
+        let c = message.assumingMemoryBound(to: Tasks__V1__ChoreWeekly.self)
+        self.weekdays = ProtobufC.array(c.pointee.weekdays, c.pointee.n_weekdays) { Common_V1_Weekday(rawValue: ProtobufC.number($0)) }
     }
 }
 
@@ -642,6 +662,7 @@ extension Tasks_V1_Chore: RPCProtobuf.ProtobufCConvertible {
         if let v = self._createdAt { c.pointee.created_at = arena.message(v, as: Google__Protobuf__Timestamp.self) }
         if let v = self._lastFinishedBy { c.pointee.last_finished_by = arena.message(v, as: Common__V1__UserRef.self) }
         if let v = self._lastFinishedAt { c.pointee.last_finished_at = arena.message(v, as: Google__Protobuf__Timestamp.self) }
+        if !self.timeZone.isEmpty { c.pointee.time_zone = arena.string(self.timeZone) }
         return UnsafeMutableRawPointer(c)
     }
 
@@ -663,6 +684,7 @@ extension Tasks_V1_Chore: RPCProtobuf.ProtobufCConvertible {
         if let p = c.pointee.created_at { self._createdAt = try ProtobufC.message(p, as: Google_Protobuf_Timestamp.self) }
         if let p = c.pointee.last_finished_by { self._lastFinishedBy = try ProtobufC.message(p, as: Common_V1_UserRef.self) }
         if let p = c.pointee.last_finished_at { self._lastFinishedAt = try ProtobufC.message(p, as: Google_Protobuf_Timestamp.self) }
+        self.timeZone = try ProtobufC.string(c.pointee.time_zone)
     }
 }
 
@@ -687,6 +709,7 @@ extension Tasks_V1_CreateChoreRequest: RPCProtobuf.ProtobufCConvertible {
             c.pointee.assignee_user_ids = arena.strings(self.assigneeUserIds)
         }
         if let v = self._recurrence { c.pointee.recurrence = arena.message(v, as: Tasks__V1__ChoreRecurrence.self) }
+        if !self.timeZone.isEmpty { c.pointee.time_zone = arena.string(self.timeZone) }
         return UnsafeMutableRawPointer(c)
     }
 
@@ -700,6 +723,7 @@ extension Tasks_V1_CreateChoreRequest: RPCProtobuf.ProtobufCConvertible {
         if let p = c.pointee.due_date { self._dueDate = try ProtobufC.message(p, as: Common_V1_Date.self) }
         self.assigneeUserIds = try ProtobufC.strings(c.pointee.assignee_user_ids, c.pointee.n_assignee_user_ids)
         if let p = c.pointee.recurrence { self._recurrence = try ProtobufC.message(p, as: Tasks_V1_ChoreRecurrence.self) }
+        self.timeZone = try ProtobufC.string(c.pointee.time_zone)
     }
 }
 

@@ -72,6 +72,34 @@ public struct Tasks_V1_EraseUserResponse: Sendable, Equatable {
     public init() {}
 }
 
+/// Verify the journal's hash chain.
+public struct Tasks_V1_VerifyJournalRequest: Sendable, Equatable {
+
+    public init() {}
+}
+
+/// What verification found.
+public struct Tasks_V1_VerifyJournalResponse: Sendable, Equatable {
+    /// True when every entry links to the one before it, matches its hash, every kept personal
+    /// value matches its commitment, and the stored head is the last entry's hash.
+    public var intact: Bool = false
+    /// Entries checked (up to and including the first broken one).
+    public var checkedEntries: Int64 = 0
+    /// The first broken link: its sequence number (1-based); 0 when intact.
+    public var firstBrokenSequence: Int64 = 0
+    /// The first broken entry's id (empty when intact or when the head itself is wrong).
+    public var firstBrokenEntryId: String = ""
+    /// What is wrong with it, for a person; empty when intact.
+    public var problem: String = ""
+    /// Lower-case hex SHA-256 of the last entry (the head): note it somewhere else to detect a
+    /// rewrite of the whole chain later. Empty when the journal is empty or broken.
+    public var headHash: String = ""
+    /// Personal values erased since they were recorded (their commitments still verify).
+    public var erasedValues: Int64 = 0
+
+    public init() {}
+}
+
 extension Tasks_V1_ListTasksAssignedToUserRequest: RPCProtobuf.ProtobufCConvertible {
     public static let protoMessageName = "tasks.v1.ListTasksAssignedToUserRequest"
     nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
@@ -218,6 +246,59 @@ extension Tasks_V1_EraseUserResponse: RPCProtobuf.ProtobufCConvertible {
         self.init()
         let c = message.assumingMemoryBound(to: Tasks__V1__EraseUserResponse.self)
         self.replayed = c.pointee.replayed != 0
+    }
+}
+
+extension Tasks_V1_VerifyJournalRequest: RPCProtobuf.ProtobufCConvertible {
+    public static let protoMessageName = "tasks.v1.VerifyJournalRequest"
+    nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
+        var c = Tasks__V1__VerifyJournalRequest()
+        tasks__v1__verify_journal_request__init(&c)
+        return UnsafeRawPointer(c.base.descriptor)
+    }()
+
+    public func _protobufCMake(in arena: inout RPCProtobuf.ProtobufCArena) -> UnsafeMutableRawPointer {
+        let c = arena.allocate(Tasks__V1__VerifyJournalRequest.self)
+        tasks__v1__verify_journal_request__init(c)
+        return UnsafeMutableRawPointer(c)
+    }
+
+    public init(_protobufC message: UnsafeRawPointer) throws {
+        self.init()
+    }
+}
+
+extension Tasks_V1_VerifyJournalResponse: RPCProtobuf.ProtobufCConvertible {
+    public static let protoMessageName = "tasks.v1.VerifyJournalResponse"
+    nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
+        var c = Tasks__V1__VerifyJournalResponse()
+        tasks__v1__verify_journal_response__init(&c)
+        return UnsafeRawPointer(c.base.descriptor)
+    }()
+
+    public func _protobufCMake(in arena: inout RPCProtobuf.ProtobufCArena) -> UnsafeMutableRawPointer {
+        let c = arena.allocate(Tasks__V1__VerifyJournalResponse.self)
+        tasks__v1__verify_journal_response__init(c)
+        c.pointee.intact = self.intact ? 1 : 0
+        c.pointee.checked_entries = self.checkedEntries
+        c.pointee.first_broken_sequence = self.firstBrokenSequence
+        if !self.firstBrokenEntryId.isEmpty { c.pointee.first_broken_entry_id = arena.string(self.firstBrokenEntryId) }
+        if !self.problem.isEmpty { c.pointee.problem = arena.string(self.problem) }
+        if !self.headHash.isEmpty { c.pointee.head_hash = arena.string(self.headHash) }
+        c.pointee.erased_values = self.erasedValues
+        return UnsafeMutableRawPointer(c)
+    }
+
+    public init(_protobufC message: UnsafeRawPointer) throws {
+        self.init()
+        let c = message.assumingMemoryBound(to: Tasks__V1__VerifyJournalResponse.self)
+        self.intact = c.pointee.intact != 0
+        self.checkedEntries = c.pointee.checked_entries
+        self.firstBrokenSequence = c.pointee.first_broken_sequence
+        self.firstBrokenEntryId = try ProtobufC.string(c.pointee.first_broken_entry_id)
+        self.problem = try ProtobufC.string(c.pointee.problem)
+        self.headHash = try ProtobufC.string(c.pointee.head_hash)
+        self.erasedValues = c.pointee.erased_values
     }
 }
 
@@ -1050,8 +1131,13 @@ public enum Tasks_V1_TasksInternalMethods {
     public static let eraseUser = RPCCore.MethodDescriptor(
         service: serviceName, method: "EraseUser", kind: .unary, visibility: .internal,
         inputType: "tasks.v1.EraseUserRequest", outputType: "tasks.v1.EraseUserResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
+    /// Addition (operators: `tasks-service --verify-journal`): walks the tamper-evident journal of
+    /// team tasks (every change and attachment, hash-chained) and names the first broken link.
+    public static let verifyJournal = RPCCore.MethodDescriptor(
+        service: serviceName, method: "VerifyJournal", kind: .unary, visibility: .internal,
+        inputType: "tasks.v1.VerifyJournalRequest", outputType: "tasks.v1.VerifyJournalResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Every method, in `.proto` order.
-    public static let all: [RPCCore.MethodDescriptor] = [listTasksAssignedToUser, endHouseholdChores, eraseUser]
+    public static let all: [RPCCore.MethodDescriptor] = [listTasksAssignedToUser, endHouseholdChores, eraseUser, verifyJournal]
 }
 
 /// Service-to-service API (service credential only; never routed by the gateway).
@@ -1064,6 +1150,9 @@ public protocol Tasks_V1_TasksInternalService: RPCCore.RPCService {
     func endHouseholdChores(request: Tasks_V1_EndHouseholdChoresRequest, context: RPCCore.ServerContext) async throws -> Tasks_V1_EndHouseholdChoresResponse
     /// A UC16 (account deleted, from accounts' outbox): erase or anonymise the user's data.
     func eraseUser(request: Tasks_V1_EraseUserRequest, context: RPCCore.ServerContext) async throws -> Tasks_V1_EraseUserResponse
+    /// Addition (operators: `tasks-service --verify-journal`): walks the tamper-evident journal of
+    /// team tasks (every change and attachment, hash-chained) and names the first broken link.
+    func verifyJournal(request: Tasks_V1_VerifyJournalRequest, context: RPCCore.ServerContext) async throws -> Tasks_V1_VerifyJournalResponse
 }
 
 extension Tasks_V1_TasksInternalService {
@@ -1074,6 +1163,7 @@ extension Tasks_V1_TasksInternalService {
             RPCCore.ServerMethod(Tasks_V1_TasksInternalMethods.listTasksAssignedToUser, .unary(Tasks_V1_ListTasksAssignedToUserRequest.self, Tasks_V1_ListTasksAssignedToUserResponse.self) { try await self.listTasksAssignedToUser(request: $0, context: $1) }),
             RPCCore.ServerMethod(Tasks_V1_TasksInternalMethods.endHouseholdChores, .unary(Tasks_V1_EndHouseholdChoresRequest.self, Tasks_V1_EndHouseholdChoresResponse.self) { try await self.endHouseholdChores(request: $0, context: $1) }),
             RPCCore.ServerMethod(Tasks_V1_TasksInternalMethods.eraseUser, .unary(Tasks_V1_EraseUserRequest.self, Tasks_V1_EraseUserResponse.self) { try await self.eraseUser(request: $0, context: $1) }),
+            RPCCore.ServerMethod(Tasks_V1_TasksInternalMethods.verifyJournal, .unary(Tasks_V1_VerifyJournalRequest.self, Tasks_V1_VerifyJournalResponse.self) { try await self.verifyJournal(request: $0, context: $1) }),
         ]
     }
 }
@@ -1108,5 +1198,15 @@ public struct Tasks_V1_TasksInternalClient: Sendable {
     /// `eraseUser` with the response metadata.
     public func eraseUserWithMetadata(_ request: Tasks_V1_EraseUserRequest, options: RPCCore.CallOptions = .defaults) async throws -> RPCCore.ClientResponse<Tasks_V1_EraseUserResponse> {
         try await client.unary(Tasks_V1_TasksInternalMethods.eraseUser, request, as: Tasks_V1_EraseUserResponse.self, options: options)
+    }
+
+    /// Addition (operators: `tasks-service --verify-journal`): walks the tamper-evident journal of
+    /// team tasks (every change and attachment, hash-chained) and names the first broken link.
+    public func verifyJournal(_ request: Tasks_V1_VerifyJournalRequest, options: RPCCore.CallOptions = .defaults) async throws -> Tasks_V1_VerifyJournalResponse {
+        try await client.unary(Tasks_V1_TasksInternalMethods.verifyJournal, request, as: Tasks_V1_VerifyJournalResponse.self, options: options).message
+    }
+    /// `verifyJournal` with the response metadata.
+    public func verifyJournalWithMetadata(_ request: Tasks_V1_VerifyJournalRequest, options: RPCCore.CallOptions = .defaults) async throws -> RPCCore.ClientResponse<Tasks_V1_VerifyJournalResponse> {
+        try await client.unary(Tasks_V1_TasksInternalMethods.verifyJournal, request, as: Tasks_V1_VerifyJournalResponse.self, options: options)
     }
 }

@@ -10,7 +10,9 @@ import ServiceKit
 /// and proxy as gRPC; only the envelope differs. JSON is transcoded generically from the
 /// descriptors (`JSONTranscoder`), so no method has code of its own.
 ///
-/// Also serves `GET /` (a short text page) and `GET /healthz` (200 while serving, else 503).
+/// Also serves `GET /` (a short text page), `GET /healthz` (200 while serving, else 503) and the
+/// web pages of `TaskPages` (`/t/<link token>`, `/upload`), which call their methods through
+/// the same router and policy (`invoke`).
 struct ConnectHandler: HTTPHandler {
     let router: Router
     let interceptors: [any ServerInterceptor]
@@ -33,6 +35,7 @@ struct ConnectHandler: HTTPHandler {
     /// Asked at the request head: a larger declared body is refused (413) before it is read.
     /// Other requests (unknown paths, pages): the server's limit.
     func maxBodyBytes(method: String, path: Substring) -> Int? {
+        if TaskPages.serves(path) { return TaskPages.maxBodyBytes(method: method, path: path) }
         guard method == "POST", case .success(let m) = router.lookup(String(path)),
             let limit = m.descriptor.maxRequestBytes
         else { return nil }
@@ -45,6 +48,10 @@ struct ConnectHandler: HTTPHandler {
         let path = String(request.path)
         if request.method == "GET" || request.method == "HEAD" {
             if path == "/" || path == "/healthz" { return await page(path) }
+        }
+        if TaskPages.serves(request.path) {
+            let pages = TaskPages { path, input, request in try await self.invoke(path, input, request: request) }
+            return await pages.handle(request)
         }
         let parts = path.split(separator: "/", omittingEmptySubsequences: false)
         guard parts.count == 3, parts[0].isEmpty, !parts[1].isEmpty, !parts[2].isEmpty else {
@@ -139,6 +146,19 @@ struct ConnectHandler: HTTPHandler {
             logger.error("Connect call \(path) failed: \(error)")
             return Self.error(RPCError(.internal, "internal error"))
         }
+    }
+
+    /// Calls the unary method at `path` with `input` (protobuf) for a page, through the same
+    /// interceptors (the address's rate limit, the method's marking) and relay as a Connect call.
+    func invoke(_ path: String, _ input: [UInt8], request: HTTPRequest) async throws -> [UInt8] {
+        guard case .success(let method) = router.lookup(path), let body = method.handler.asyncUnary else {
+            throw RPCError(.unimplemented, "\(path) is not routed by this gateway")
+        }
+        let context = ServerContext(
+            method: method.descriptor, requestMetadata: Metadata(), deadline: .now + .seconds(30), peer: request.peer,
+            authority: request.header("host") ?? "")
+        for i in interceptors { try await i.intercept(context) }
+        return try await body(input, context)
     }
 
     /// INVALID_ARGUMENT naming the field, with a `google.rpc.BadRequest` for programs.

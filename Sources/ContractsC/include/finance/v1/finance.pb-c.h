@@ -31,10 +31,17 @@ typedef struct Finance__V1__GetBalancesRequest Finance__V1__GetBalancesRequest;
 typedef struct Finance__V1__GetBalancesResponse Finance__V1__GetBalancesResponse;
 typedef struct Finance__V1__ListTransactionsRequest Finance__V1__ListTransactionsRequest;
 typedef struct Finance__V1__ListTransactionsResponse Finance__V1__ListTransactionsResponse;
+typedef struct Finance__V1__GetSettleUpPlanRequest Finance__V1__GetSettleUpPlanRequest;
+typedef struct Finance__V1__Transfer Finance__V1__Transfer;
+typedef struct Finance__V1__GetSettleUpPlanResponse Finance__V1__GetSettleUpPlanResponse;
+typedef struct Finance__V1__RecordRepaymentRequest Finance__V1__RecordRepaymentRequest;
+typedef struct Finance__V1__RecordRepaymentResponse Finance__V1__RecordRepaymentResponse;
 typedef struct Finance__V1__RecordTaskSettlementRequest Finance__V1__RecordTaskSettlementRequest;
 typedef struct Finance__V1__RecordTaskSettlementResponse Finance__V1__RecordTaskSettlementResponse;
 typedef struct Finance__V1__EraseUserRequest Finance__V1__EraseUserRequest;
 typedef struct Finance__V1__EraseUserResponse Finance__V1__EraseUserResponse;
+typedef struct Finance__V1__VerifyLedgerRequest Finance__V1__VerifyLedgerRequest;
+typedef struct Finance__V1__VerifyLedgerResponse Finance__V1__VerifyLedgerResponse;
 
 
 /* --- enums --- */
@@ -82,7 +89,11 @@ typedef enum _Finance__V1__TransactionKind {
   /*
    * A done marketplace task: the requester owes the provider the accepted bid (D 7.a).
    */
-  FINANCE__V1__TRANSACTION_KIND__TRANSACTION_KIND_SETTLEMENT = 3
+  FINANCE__V1__TRANSACTION_KIND__TRANSACTION_KIND_SETTLEMENT = 3,
+  /*
+   * The creator paid a housemate back (RecordRepayment): its debts move balances toward zero.
+   */
+  FINANCE__V1__TRANSACTION_KIND__TRANSACTION_KIND_REPAYMENT = 4
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(FINANCE__V1__TRANSACTION_KIND)
 } Finance__V1__TransactionKind;
 
@@ -476,6 +487,116 @@ struct  Finance__V1__ListTransactionsResponse
 
 
 /*
+ * Reads the settle-up plan of a household.
+ */
+struct  Finance__V1__GetSettleUpPlanRequest
+{
+  ProtobufCMessage base;
+  /*
+   * The household; required.
+   */
+  char *household_id;
+};
+#define FINANCE__V1__GET_SETTLE_UP_PLAN_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&finance__v1__get_settle_up_plan_request__descriptor) \
+    , (char *)protobuf_c_empty_string }
+
+
+/*
+ * One suggested transfer: payer pays payee amount.
+ */
+struct  Finance__V1__Transfer
+{
+  ProtobufCMessage base;
+  /*
+   * Who pays (owes overall).
+   */
+  Common__V1__UserRef *payer;
+  /*
+   * Who is paid (is owed overall).
+   */
+  Common__V1__UserRef *payee;
+  /*
+   * How much, > 0 cents, in the household's currency.
+   */
+  Common__V1__Money *amount;
+};
+#define FINANCE__V1__TRANSFER__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&finance__v1__transfer__descriptor) \
+    , NULL, NULL, NULL }
+
+
+/*
+ * The plan.
+ */
+struct  Finance__V1__GetSettleUpPlanResponse
+{
+  ProtobufCMessage base;
+  /*
+   * Transfers in order: by payer user id, then payee user id. Empty when everything is settled.
+   */
+  size_t n_transfers;
+  Finance__V1__Transfer **transfers;
+};
+#define FINANCE__V1__GET_SETTLE_UP_PLAN_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&finance__v1__get_settle_up_plan_response__descriptor) \
+    , 0,NULL }
+
+
+/*
+ * Repayment form (the caller paid payee back).
+ */
+struct  Finance__V1__RecordRepaymentRequest
+{
+  ProtobufCMessage base;
+  /*
+   * The household; required; the caller a current or former member.
+   */
+  char *household_id;
+  /*
+   * Who was paid; required, a current or former member, not the caller.
+   */
+  char *payee_user_id;
+  /*
+   * Required, > 0 cents, at most 1 000 000 000 cents, in the household's currency.
+   */
+  Common__V1__Money *amount;
+  /*
+   * What it is for, 0..100 characters; empty = "Repayment".
+   */
+  char *description;
+  /*
+   * Required, 1..64 printable ASCII characters, reused on retries (see CreatePaymentRequest).
+   */
+  char *idempotency_key;
+};
+#define FINANCE__V1__RECORD_REPAYMENT_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&finance__v1__record_repayment_request__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, NULL, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+
+
+/*
+ * The recorded repayment.
+ */
+struct  Finance__V1__RecordRepaymentResponse
+{
+  ProtobufCMessage base;
+  /*
+   * The transaction (kind REPAYMENT; each debt moves one pair's balance toward zero: the caller's
+   * debt to the payee, and debts along the way through other housemates).
+   */
+  Finance__V1__Transaction *transaction;
+  /*
+   * True when idempotency_key matched an earlier request: nothing new was created.
+   */
+  protobuf_c_boolean replayed;
+};
+#define FINANCE__V1__RECORD_REPAYMENT_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&finance__v1__record_repayment_response__descriptor) \
+    , NULL, 0 }
+
+
+/*
  * A settlement to record.
  */
 struct  Finance__V1__RecordTaskSettlementRequest
@@ -566,6 +687,59 @@ struct  Finance__V1__EraseUserResponse
 #define FINANCE__V1__ERASE_USER_RESPONSE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&finance__v1__erase_user_response__descriptor) \
     , 0 }
+
+
+/*
+ * Verifies a ledger.
+ */
+struct  Finance__V1__VerifyLedgerRequest
+{
+  ProtobufCMessage base;
+  /*
+   * The household; empty = the marketplace ledger.
+   */
+  char *household_id;
+};
+#define FINANCE__V1__VERIFY_LEDGER_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&finance__v1__verify_ledger_request__descriptor) \
+    , (char *)protobuf_c_empty_string }
+
+
+/*
+ * The verdict.
+ */
+struct  Finance__V1__VerifyLedgerResponse
+{
+  ProtobufCMessage base;
+  /*
+   * True when every entry, description and balance matches.
+   */
+  protobuf_c_boolean verified;
+  /*
+   * Entries checked, in chain order.
+   */
+  int64_t entries_checked;
+  /*
+   * The first entry that does not match (its transaction id); empty when verified or when the
+   * problem is a balance.
+   */
+  char *first_bad_transaction_id;
+  /*
+   * Its position in the chain (1 = first); 0 when verified.
+   */
+  int64_t first_bad_sequence;
+  /*
+   * What does not match, for an operator; empty when verified.
+   */
+  char *problem;
+  /*
+   * SHA-256 of the last entry (hex); empty for an empty ledger.
+   */
+  char *head_hash;
+};
+#define FINANCE__V1__VERIFY_LEDGER_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&finance__v1__verify_ledger_response__descriptor) \
+    , 0, 0, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
 
 
 /* Finance__V1__Share methods */
@@ -815,6 +989,101 @@ Finance__V1__ListTransactionsResponse *
 void   finance__v1__list_transactions_response__free_unpacked
                      (Finance__V1__ListTransactionsResponse *message,
                       ProtobufCAllocator *allocator);
+/* Finance__V1__GetSettleUpPlanRequest methods */
+void   finance__v1__get_settle_up_plan_request__init
+                     (Finance__V1__GetSettleUpPlanRequest         *message);
+size_t finance__v1__get_settle_up_plan_request__get_packed_size
+                     (const Finance__V1__GetSettleUpPlanRequest   *message);
+size_t finance__v1__get_settle_up_plan_request__pack
+                     (const Finance__V1__GetSettleUpPlanRequest   *message,
+                      uint8_t             *out);
+size_t finance__v1__get_settle_up_plan_request__pack_to_buffer
+                     (const Finance__V1__GetSettleUpPlanRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Finance__V1__GetSettleUpPlanRequest *
+       finance__v1__get_settle_up_plan_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   finance__v1__get_settle_up_plan_request__free_unpacked
+                     (Finance__V1__GetSettleUpPlanRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Finance__V1__Transfer methods */
+void   finance__v1__transfer__init
+                     (Finance__V1__Transfer         *message);
+size_t finance__v1__transfer__get_packed_size
+                     (const Finance__V1__Transfer   *message);
+size_t finance__v1__transfer__pack
+                     (const Finance__V1__Transfer   *message,
+                      uint8_t             *out);
+size_t finance__v1__transfer__pack_to_buffer
+                     (const Finance__V1__Transfer   *message,
+                      ProtobufCBuffer     *buffer);
+Finance__V1__Transfer *
+       finance__v1__transfer__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   finance__v1__transfer__free_unpacked
+                     (Finance__V1__Transfer *message,
+                      ProtobufCAllocator *allocator);
+/* Finance__V1__GetSettleUpPlanResponse methods */
+void   finance__v1__get_settle_up_plan_response__init
+                     (Finance__V1__GetSettleUpPlanResponse         *message);
+size_t finance__v1__get_settle_up_plan_response__get_packed_size
+                     (const Finance__V1__GetSettleUpPlanResponse   *message);
+size_t finance__v1__get_settle_up_plan_response__pack
+                     (const Finance__V1__GetSettleUpPlanResponse   *message,
+                      uint8_t             *out);
+size_t finance__v1__get_settle_up_plan_response__pack_to_buffer
+                     (const Finance__V1__GetSettleUpPlanResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Finance__V1__GetSettleUpPlanResponse *
+       finance__v1__get_settle_up_plan_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   finance__v1__get_settle_up_plan_response__free_unpacked
+                     (Finance__V1__GetSettleUpPlanResponse *message,
+                      ProtobufCAllocator *allocator);
+/* Finance__V1__RecordRepaymentRequest methods */
+void   finance__v1__record_repayment_request__init
+                     (Finance__V1__RecordRepaymentRequest         *message);
+size_t finance__v1__record_repayment_request__get_packed_size
+                     (const Finance__V1__RecordRepaymentRequest   *message);
+size_t finance__v1__record_repayment_request__pack
+                     (const Finance__V1__RecordRepaymentRequest   *message,
+                      uint8_t             *out);
+size_t finance__v1__record_repayment_request__pack_to_buffer
+                     (const Finance__V1__RecordRepaymentRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Finance__V1__RecordRepaymentRequest *
+       finance__v1__record_repayment_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   finance__v1__record_repayment_request__free_unpacked
+                     (Finance__V1__RecordRepaymentRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Finance__V1__RecordRepaymentResponse methods */
+void   finance__v1__record_repayment_response__init
+                     (Finance__V1__RecordRepaymentResponse         *message);
+size_t finance__v1__record_repayment_response__get_packed_size
+                     (const Finance__V1__RecordRepaymentResponse   *message);
+size_t finance__v1__record_repayment_response__pack
+                     (const Finance__V1__RecordRepaymentResponse   *message,
+                      uint8_t             *out);
+size_t finance__v1__record_repayment_response__pack_to_buffer
+                     (const Finance__V1__RecordRepaymentResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Finance__V1__RecordRepaymentResponse *
+       finance__v1__record_repayment_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   finance__v1__record_repayment_response__free_unpacked
+                     (Finance__V1__RecordRepaymentResponse *message,
+                      ProtobufCAllocator *allocator);
 /* Finance__V1__RecordTaskSettlementRequest methods */
 void   finance__v1__record_task_settlement_request__init
                      (Finance__V1__RecordTaskSettlementRequest         *message);
@@ -891,6 +1160,44 @@ Finance__V1__EraseUserResponse *
 void   finance__v1__erase_user_response__free_unpacked
                      (Finance__V1__EraseUserResponse *message,
                       ProtobufCAllocator *allocator);
+/* Finance__V1__VerifyLedgerRequest methods */
+void   finance__v1__verify_ledger_request__init
+                     (Finance__V1__VerifyLedgerRequest         *message);
+size_t finance__v1__verify_ledger_request__get_packed_size
+                     (const Finance__V1__VerifyLedgerRequest   *message);
+size_t finance__v1__verify_ledger_request__pack
+                     (const Finance__V1__VerifyLedgerRequest   *message,
+                      uint8_t             *out);
+size_t finance__v1__verify_ledger_request__pack_to_buffer
+                     (const Finance__V1__VerifyLedgerRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Finance__V1__VerifyLedgerRequest *
+       finance__v1__verify_ledger_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   finance__v1__verify_ledger_request__free_unpacked
+                     (Finance__V1__VerifyLedgerRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Finance__V1__VerifyLedgerResponse methods */
+void   finance__v1__verify_ledger_response__init
+                     (Finance__V1__VerifyLedgerResponse         *message);
+size_t finance__v1__verify_ledger_response__get_packed_size
+                     (const Finance__V1__VerifyLedgerResponse   *message);
+size_t finance__v1__verify_ledger_response__pack
+                     (const Finance__V1__VerifyLedgerResponse   *message,
+                      uint8_t             *out);
+size_t finance__v1__verify_ledger_response__pack_to_buffer
+                     (const Finance__V1__VerifyLedgerResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Finance__V1__VerifyLedgerResponse *
+       finance__v1__verify_ledger_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   finance__v1__verify_ledger_response__free_unpacked
+                     (Finance__V1__VerifyLedgerResponse *message,
+                      ProtobufCAllocator *allocator);
 /* --- per-message closures --- */
 
 typedef void (*Finance__V1__Share_Closure)
@@ -932,6 +1239,21 @@ typedef void (*Finance__V1__ListTransactionsRequest_Closure)
 typedef void (*Finance__V1__ListTransactionsResponse_Closure)
                  (const Finance__V1__ListTransactionsResponse *message,
                   void *closure_data);
+typedef void (*Finance__V1__GetSettleUpPlanRequest_Closure)
+                 (const Finance__V1__GetSettleUpPlanRequest *message,
+                  void *closure_data);
+typedef void (*Finance__V1__Transfer_Closure)
+                 (const Finance__V1__Transfer *message,
+                  void *closure_data);
+typedef void (*Finance__V1__GetSettleUpPlanResponse_Closure)
+                 (const Finance__V1__GetSettleUpPlanResponse *message,
+                  void *closure_data);
+typedef void (*Finance__V1__RecordRepaymentRequest_Closure)
+                 (const Finance__V1__RecordRepaymentRequest *message,
+                  void *closure_data);
+typedef void (*Finance__V1__RecordRepaymentResponse_Closure)
+                 (const Finance__V1__RecordRepaymentResponse *message,
+                  void *closure_data);
 typedef void (*Finance__V1__RecordTaskSettlementRequest_Closure)
                  (const Finance__V1__RecordTaskSettlementRequest *message,
                   void *closure_data);
@@ -943,6 +1265,12 @@ typedef void (*Finance__V1__EraseUserRequest_Closure)
                   void *closure_data);
 typedef void (*Finance__V1__EraseUserResponse_Closure)
                  (const Finance__V1__EraseUserResponse *message,
+                  void *closure_data);
+typedef void (*Finance__V1__VerifyLedgerRequest_Closure)
+                 (const Finance__V1__VerifyLedgerRequest *message,
+                  void *closure_data);
+typedef void (*Finance__V1__VerifyLedgerResponse_Closure)
+                 (const Finance__V1__VerifyLedgerResponse *message,
                   void *closure_data);
 
 /* --- services --- */
@@ -967,6 +1295,14 @@ struct Finance__V1__Finance_Service
                             const Finance__V1__ListTransactionsRequest *input,
                             Finance__V1__ListTransactionsResponse_Closure closure,
                             void *closure_data);
+  void (*get_settle_up_plan)(Finance__V1__Finance_Service *service,
+                             const Finance__V1__GetSettleUpPlanRequest *input,
+                             Finance__V1__GetSettleUpPlanResponse_Closure closure,
+                             void *closure_data);
+  void (*record_repayment)(Finance__V1__Finance_Service *service,
+                           const Finance__V1__RecordRepaymentRequest *input,
+                           Finance__V1__RecordRepaymentResponse_Closure closure,
+                           void *closure_data);
 };
 typedef void (*Finance__V1__Finance_ServiceDestroy)(Finance__V1__Finance_Service *);
 void finance__v1__finance__init (Finance__V1__Finance_Service *service,
@@ -978,7 +1314,9 @@ void finance__v1__finance__init (Finance__V1__Finance_Service *service,
       function_prefix__ ## create_payment,\
       function_prefix__ ## create_charge,\
       function_prefix__ ## get_balances,\
-      function_prefix__ ## list_transactions  }
+      function_prefix__ ## list_transactions,\
+      function_prefix__ ## get_settle_up_plan,\
+      function_prefix__ ## record_repayment  }
 void finance__v1__finance__create_payment(ProtobufCService *service,
                                           const Finance__V1__CreatePaymentRequest *input,
                                           Finance__V1__CreatePaymentResponse_Closure closure,
@@ -995,6 +1333,14 @@ void finance__v1__finance__list_transactions(ProtobufCService *service,
                                              const Finance__V1__ListTransactionsRequest *input,
                                              Finance__V1__ListTransactionsResponse_Closure closure,
                                              void *closure_data);
+void finance__v1__finance__get_settle_up_plan(ProtobufCService *service,
+                                              const Finance__V1__GetSettleUpPlanRequest *input,
+                                              Finance__V1__GetSettleUpPlanResponse_Closure closure,
+                                              void *closure_data);
+void finance__v1__finance__record_repayment(ProtobufCService *service,
+                                            const Finance__V1__RecordRepaymentRequest *input,
+                                            Finance__V1__RecordRepaymentResponse_Closure closure,
+                                            void *closure_data);
 typedef struct Finance__V1__FinanceInternal_Service Finance__V1__FinanceInternal_Service;
 struct Finance__V1__FinanceInternal_Service
 {
@@ -1007,6 +1353,10 @@ struct Finance__V1__FinanceInternal_Service
                      const Finance__V1__EraseUserRequest *input,
                      Finance__V1__EraseUserResponse_Closure closure,
                      void *closure_data);
+  void (*verify_ledger)(Finance__V1__FinanceInternal_Service *service,
+                        const Finance__V1__VerifyLedgerRequest *input,
+                        Finance__V1__VerifyLedgerResponse_Closure closure,
+                        void *closure_data);
 };
 typedef void (*Finance__V1__FinanceInternal_ServiceDestroy)(Finance__V1__FinanceInternal_Service *);
 void finance__v1__finance_internal__init (Finance__V1__FinanceInternal_Service *service,
@@ -1016,7 +1366,8 @@ void finance__v1__finance_internal__init (Finance__V1__FinanceInternal_Service *
 #define FINANCE__V1__FINANCE_INTERNAL__INIT(function_prefix__) \
     { FINANCE__V1__FINANCE_INTERNAL__BASE_INIT,\
       function_prefix__ ## record_task_settlement,\
-      function_prefix__ ## erase_user  }
+      function_prefix__ ## erase_user,\
+      function_prefix__ ## verify_ledger  }
 void finance__v1__finance_internal__record_task_settlement(ProtobufCService *service,
                                                            const Finance__V1__RecordTaskSettlementRequest *input,
                                                            Finance__V1__RecordTaskSettlementResponse_Closure closure,
@@ -1025,6 +1376,10 @@ void finance__v1__finance_internal__erase_user(ProtobufCService *service,
                                                const Finance__V1__EraseUserRequest *input,
                                                Finance__V1__EraseUserResponse_Closure closure,
                                                void *closure_data);
+void finance__v1__finance_internal__verify_ledger(ProtobufCService *service,
+                                                  const Finance__V1__VerifyLedgerRequest *input,
+                                                  Finance__V1__VerifyLedgerResponse_Closure closure,
+                                                  void *closure_data);
 
 /* --- descriptors --- */
 
@@ -1043,10 +1398,17 @@ extern const ProtobufCMessageDescriptor finance__v1__get_balances_request__descr
 extern const ProtobufCMessageDescriptor finance__v1__get_balances_response__descriptor;
 extern const ProtobufCMessageDescriptor finance__v1__list_transactions_request__descriptor;
 extern const ProtobufCMessageDescriptor finance__v1__list_transactions_response__descriptor;
+extern const ProtobufCMessageDescriptor finance__v1__get_settle_up_plan_request__descriptor;
+extern const ProtobufCMessageDescriptor finance__v1__transfer__descriptor;
+extern const ProtobufCMessageDescriptor finance__v1__get_settle_up_plan_response__descriptor;
+extern const ProtobufCMessageDescriptor finance__v1__record_repayment_request__descriptor;
+extern const ProtobufCMessageDescriptor finance__v1__record_repayment_response__descriptor;
 extern const ProtobufCMessageDescriptor finance__v1__record_task_settlement_request__descriptor;
 extern const ProtobufCMessageDescriptor finance__v1__record_task_settlement_response__descriptor;
 extern const ProtobufCMessageDescriptor finance__v1__erase_user_request__descriptor;
 extern const ProtobufCMessageDescriptor finance__v1__erase_user_response__descriptor;
+extern const ProtobufCMessageDescriptor finance__v1__verify_ledger_request__descriptor;
+extern const ProtobufCMessageDescriptor finance__v1__verify_ledger_response__descriptor;
 extern const ProtobufCServiceDescriptor finance__v1__finance__descriptor;
 extern const ProtobufCServiceDescriptor finance__v1__finance_internal__descriptor;
 

@@ -1230,10 +1230,15 @@ struct  Social__V1__GetHousemateProfileResponse
    */
   size_t n_assigned_chores;
   Social__V1__AssignedChore **assigned_chores;
+  /*
+   * True when tasks could not be asked in time (down or slow): assigned_chores is then empty
+   * because it is unknown, not because nothing is assigned; ask again later.
+   */
+  protobuf_c_boolean assigned_chores_unavailable;
 };
 #define SOCIAL__V1__GET_HOUSEMATE_PROFILE_RESPONSE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&social__v1__get_housemate_profile_response__descriptor) \
-    , NULL, 0,NULL }
+    , NULL, 0,NULL, 0 }
 
 
 /*

@@ -152,10 +152,18 @@ struct  Tasks__V1__ChoreEveryNDays
 struct  Tasks__V1__ChoreWeekly
 {
   ProtobufCMessage base;
+  /*
+   * Addition: the weekdays the chore recurs on, distinct, WEEKDAY_UNSPECIFIED not allowed. Empty
+   * keeps the original meaning: every 7 days. When set, finishing moves the due date to the first
+   * chosen weekday after the later of the current due date and today (so "Monday and Thursday"
+   * alternates between them), and the first due date need not be one of them.
+   */
+  size_t n_weekdays;
+  Common__V1__Weekday *weekdays;
 };
 #define TASKS__V1__CHORE_WEEKLY__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&tasks__v1__chore_weekly__descriptor) \
-     }
+    , 0,NULL }
 
 
 /*
@@ -255,10 +263,16 @@ struct  Tasks__V1__Chore
    * When the last turn was finished; unset if never finished.
    */
   Google__Protobuf__Timestamp *last_finished_at;
+  /*
+   * Addition: the household's IANA time zone the chore's dates are reckoned in (e.g.
+   * "Europe/Berlin"), as given at creation; "UTC" when none was given. "Today" (for "not before
+   * today" and for the next due date) is the date in this zone.
+   */
+  char *time_zone;
 };
 #define TASKS__V1__CHORE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&tasks__v1__chore__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, NULL, 0,NULL, 0, NULL, NULL, TASKS__V1__CHORE_STATUS__CHORE_STATUS_UNSPECIFIED, 0, NULL, NULL, NULL, NULL }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, NULL, 0,NULL, 0, NULL, NULL, TASKS__V1__CHORE_STATUS__CHORE_STATUS_UNSPECIFIED, 0, NULL, NULL, NULL, NULL, (char *)protobuf_c_empty_string }
 
 
 /*
@@ -301,10 +315,17 @@ struct  Tasks__V1__CreateChoreRequest
    * Required; its kind must be set.
    */
   Tasks__V1__ChoreRecurrence *recurrence;
+  /*
+   * Addition: the household's IANA time zone (e.g. "Europe/Berlin"), normally the creating
+   * member's device zone; empty means "UTC". Unknown names → INVALID_ARGUMENT (field
+   * "time_zone"). Due dates are calendar dates in this zone, so a daylight-saving change never
+   * moves them.
+   */
+  char *time_zone;
 };
 #define TASKS__V1__CREATE_CHORE_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&tasks__v1__create_chore_request__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, NULL, 0,NULL, NULL }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, NULL, 0,NULL, NULL, (char *)protobuf_c_empty_string }
 
 
 /*

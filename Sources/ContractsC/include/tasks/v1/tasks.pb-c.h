@@ -26,6 +26,8 @@ typedef struct Tasks__V1__EndHouseholdChoresRequest Tasks__V1__EndHouseholdChore
 typedef struct Tasks__V1__EndHouseholdChoresResponse Tasks__V1__EndHouseholdChoresResponse;
 typedef struct Tasks__V1__EraseUserRequest Tasks__V1__EraseUserRequest;
 typedef struct Tasks__V1__EraseUserResponse Tasks__V1__EraseUserResponse;
+typedef struct Tasks__V1__VerifyJournalRequest Tasks__V1__VerifyJournalRequest;
+typedef struct Tasks__V1__VerifyJournalResponse Tasks__V1__VerifyJournalResponse;
 
 
 /* --- enums --- */
@@ -162,6 +164,60 @@ struct  Tasks__V1__EraseUserResponse
     , 0 }
 
 
+/*
+ * Verify the journal's hash chain.
+ */
+struct  Tasks__V1__VerifyJournalRequest
+{
+  ProtobufCMessage base;
+};
+#define TASKS__V1__VERIFY_JOURNAL_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&tasks__v1__verify_journal_request__descriptor) \
+     }
+
+
+/*
+ * What verification found.
+ */
+struct  Tasks__V1__VerifyJournalResponse
+{
+  ProtobufCMessage base;
+  /*
+   * True when every entry links to the one before it, matches its hash, every kept personal
+   * value matches its commitment, and the stored head is the last entry's hash.
+   */
+  protobuf_c_boolean intact;
+  /*
+   * Entries checked (up to and including the first broken one).
+   */
+  int64_t checked_entries;
+  /*
+   * The first broken link: its sequence number (1-based); 0 when intact.
+   */
+  int64_t first_broken_sequence;
+  /*
+   * The first broken entry's id (empty when intact or when the head itself is wrong).
+   */
+  char *first_broken_entry_id;
+  /*
+   * What is wrong with it, for a person; empty when intact.
+   */
+  char *problem;
+  /*
+   * Lower-case hex SHA-256 of the last entry (the head): note it somewhere else to detect a
+   * rewrite of the whole chain later. Empty when the journal is empty or broken.
+   */
+  char *head_hash;
+  /*
+   * Personal values erased since they were recorded (their commitments still verify).
+   */
+  int64_t erased_values;
+};
+#define TASKS__V1__VERIFY_JOURNAL_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&tasks__v1__verify_journal_response__descriptor) \
+    , 0, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0 }
+
+
 /* Tasks__V1__ListTasksAssignedToUserRequest methods */
 void   tasks__v1__list_tasks_assigned_to_user_request__init
                      (Tasks__V1__ListTasksAssignedToUserRequest         *message);
@@ -276,6 +332,44 @@ Tasks__V1__EraseUserResponse *
 void   tasks__v1__erase_user_response__free_unpacked
                      (Tasks__V1__EraseUserResponse *message,
                       ProtobufCAllocator *allocator);
+/* Tasks__V1__VerifyJournalRequest methods */
+void   tasks__v1__verify_journal_request__init
+                     (Tasks__V1__VerifyJournalRequest         *message);
+size_t tasks__v1__verify_journal_request__get_packed_size
+                     (const Tasks__V1__VerifyJournalRequest   *message);
+size_t tasks__v1__verify_journal_request__pack
+                     (const Tasks__V1__VerifyJournalRequest   *message,
+                      uint8_t             *out);
+size_t tasks__v1__verify_journal_request__pack_to_buffer
+                     (const Tasks__V1__VerifyJournalRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Tasks__V1__VerifyJournalRequest *
+       tasks__v1__verify_journal_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   tasks__v1__verify_journal_request__free_unpacked
+                     (Tasks__V1__VerifyJournalRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Tasks__V1__VerifyJournalResponse methods */
+void   tasks__v1__verify_journal_response__init
+                     (Tasks__V1__VerifyJournalResponse         *message);
+size_t tasks__v1__verify_journal_response__get_packed_size
+                     (const Tasks__V1__VerifyJournalResponse   *message);
+size_t tasks__v1__verify_journal_response__pack
+                     (const Tasks__V1__VerifyJournalResponse   *message,
+                      uint8_t             *out);
+size_t tasks__v1__verify_journal_response__pack_to_buffer
+                     (const Tasks__V1__VerifyJournalResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Tasks__V1__VerifyJournalResponse *
+       tasks__v1__verify_journal_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   tasks__v1__verify_journal_response__free_unpacked
+                     (Tasks__V1__VerifyJournalResponse *message,
+                      ProtobufCAllocator *allocator);
 /* --- per-message closures --- */
 
 typedef void (*Tasks__V1__ListTasksAssignedToUserRequest_Closure)
@@ -295,6 +389,12 @@ typedef void (*Tasks__V1__EraseUserRequest_Closure)
                   void *closure_data);
 typedef void (*Tasks__V1__EraseUserResponse_Closure)
                  (const Tasks__V1__EraseUserResponse *message,
+                  void *closure_data);
+typedef void (*Tasks__V1__VerifyJournalRequest_Closure)
+                 (const Tasks__V1__VerifyJournalRequest *message,
+                  void *closure_data);
+typedef void (*Tasks__V1__VerifyJournalResponse_Closure)
+                 (const Tasks__V1__VerifyJournalResponse *message,
                   void *closure_data);
 
 /* --- services --- */
@@ -768,6 +868,10 @@ struct Tasks__V1__TasksInternal_Service
                      const Tasks__V1__EraseUserRequest *input,
                      Tasks__V1__EraseUserResponse_Closure closure,
                      void *closure_data);
+  void (*verify_journal)(Tasks__V1__TasksInternal_Service *service,
+                         const Tasks__V1__VerifyJournalRequest *input,
+                         Tasks__V1__VerifyJournalResponse_Closure closure,
+                         void *closure_data);
 };
 typedef void (*Tasks__V1__TasksInternal_ServiceDestroy)(Tasks__V1__TasksInternal_Service *);
 void tasks__v1__tasks_internal__init (Tasks__V1__TasksInternal_Service *service,
@@ -778,7 +882,8 @@ void tasks__v1__tasks_internal__init (Tasks__V1__TasksInternal_Service *service,
     { TASKS__V1__TASKS_INTERNAL__BASE_INIT,\
       function_prefix__ ## list_tasks_assigned_to_user,\
       function_prefix__ ## end_household_chores,\
-      function_prefix__ ## erase_user  }
+      function_prefix__ ## erase_user,\
+      function_prefix__ ## verify_journal  }
 void tasks__v1__tasks_internal__list_tasks_assigned_to_user(ProtobufCService *service,
                                                             const Tasks__V1__ListTasksAssignedToUserRequest *input,
                                                             Tasks__V1__ListTasksAssignedToUserResponse_Closure closure,
@@ -791,6 +896,10 @@ void tasks__v1__tasks_internal__erase_user(ProtobufCService *service,
                                            const Tasks__V1__EraseUserRequest *input,
                                            Tasks__V1__EraseUserResponse_Closure closure,
                                            void *closure_data);
+void tasks__v1__tasks_internal__verify_journal(ProtobufCService *service,
+                                               const Tasks__V1__VerifyJournalRequest *input,
+                                               Tasks__V1__VerifyJournalResponse_Closure closure,
+                                               void *closure_data);
 
 /* --- descriptors --- */
 
@@ -800,6 +909,8 @@ extern const ProtobufCMessageDescriptor tasks__v1__end_household_chores_request_
 extern const ProtobufCMessageDescriptor tasks__v1__end_household_chores_response__descriptor;
 extern const ProtobufCMessageDescriptor tasks__v1__erase_user_request__descriptor;
 extern const ProtobufCMessageDescriptor tasks__v1__erase_user_response__descriptor;
+extern const ProtobufCMessageDescriptor tasks__v1__verify_journal_request__descriptor;
+extern const ProtobufCMessageDescriptor tasks__v1__verify_journal_response__descriptor;
 extern const ProtobufCServiceDescriptor tasks__v1__tasks__descriptor;
 extern const ProtobufCServiceDescriptor tasks__v1__tasks_internal__descriptor;
 

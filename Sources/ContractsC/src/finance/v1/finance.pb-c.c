@@ -592,6 +592,231 @@ void   finance__v1__list_transactions_response__free_unpacked
   assert(message->base.descriptor == &finance__v1__list_transactions_response__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   finance__v1__get_settle_up_plan_request__init
+                     (Finance__V1__GetSettleUpPlanRequest         *message)
+{
+  static const Finance__V1__GetSettleUpPlanRequest init_value = FINANCE__V1__GET_SETTLE_UP_PLAN_REQUEST__INIT;
+  *message = init_value;
+}
+size_t finance__v1__get_settle_up_plan_request__get_packed_size
+                     (const Finance__V1__GetSettleUpPlanRequest *message)
+{
+  assert(message->base.descriptor == &finance__v1__get_settle_up_plan_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t finance__v1__get_settle_up_plan_request__pack
+                     (const Finance__V1__GetSettleUpPlanRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &finance__v1__get_settle_up_plan_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t finance__v1__get_settle_up_plan_request__pack_to_buffer
+                     (const Finance__V1__GetSettleUpPlanRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &finance__v1__get_settle_up_plan_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Finance__V1__GetSettleUpPlanRequest *
+       finance__v1__get_settle_up_plan_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Finance__V1__GetSettleUpPlanRequest *)
+     protobuf_c_message_unpack (&finance__v1__get_settle_up_plan_request__descriptor,
+                                allocator, len, data);
+}
+void   finance__v1__get_settle_up_plan_request__free_unpacked
+                     (Finance__V1__GetSettleUpPlanRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &finance__v1__get_settle_up_plan_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   finance__v1__transfer__init
+                     (Finance__V1__Transfer         *message)
+{
+  static const Finance__V1__Transfer init_value = FINANCE__V1__TRANSFER__INIT;
+  *message = init_value;
+}
+size_t finance__v1__transfer__get_packed_size
+                     (const Finance__V1__Transfer *message)
+{
+  assert(message->base.descriptor == &finance__v1__transfer__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t finance__v1__transfer__pack
+                     (const Finance__V1__Transfer *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &finance__v1__transfer__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t finance__v1__transfer__pack_to_buffer
+                     (const Finance__V1__Transfer *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &finance__v1__transfer__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Finance__V1__Transfer *
+       finance__v1__transfer__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Finance__V1__Transfer *)
+     protobuf_c_message_unpack (&finance__v1__transfer__descriptor,
+                                allocator, len, data);
+}
+void   finance__v1__transfer__free_unpacked
+                     (Finance__V1__Transfer *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &finance__v1__transfer__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   finance__v1__get_settle_up_plan_response__init
+                     (Finance__V1__GetSettleUpPlanResponse         *message)
+{
+  static const Finance__V1__GetSettleUpPlanResponse init_value = FINANCE__V1__GET_SETTLE_UP_PLAN_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t finance__v1__get_settle_up_plan_response__get_packed_size
+                     (const Finance__V1__GetSettleUpPlanResponse *message)
+{
+  assert(message->base.descriptor == &finance__v1__get_settle_up_plan_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t finance__v1__get_settle_up_plan_response__pack
+                     (const Finance__V1__GetSettleUpPlanResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &finance__v1__get_settle_up_plan_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t finance__v1__get_settle_up_plan_response__pack_to_buffer
+                     (const Finance__V1__GetSettleUpPlanResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &finance__v1__get_settle_up_plan_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Finance__V1__GetSettleUpPlanResponse *
+       finance__v1__get_settle_up_plan_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Finance__V1__GetSettleUpPlanResponse *)
+     protobuf_c_message_unpack (&finance__v1__get_settle_up_plan_response__descriptor,
+                                allocator, len, data);
+}
+void   finance__v1__get_settle_up_plan_response__free_unpacked
+                     (Finance__V1__GetSettleUpPlanResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &finance__v1__get_settle_up_plan_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   finance__v1__record_repayment_request__init
+                     (Finance__V1__RecordRepaymentRequest         *message)
+{
+  static const Finance__V1__RecordRepaymentRequest init_value = FINANCE__V1__RECORD_REPAYMENT_REQUEST__INIT;
+  *message = init_value;
+}
+size_t finance__v1__record_repayment_request__get_packed_size
+                     (const Finance__V1__RecordRepaymentRequest *message)
+{
+  assert(message->base.descriptor == &finance__v1__record_repayment_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t finance__v1__record_repayment_request__pack
+                     (const Finance__V1__RecordRepaymentRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &finance__v1__record_repayment_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t finance__v1__record_repayment_request__pack_to_buffer
+                     (const Finance__V1__RecordRepaymentRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &finance__v1__record_repayment_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Finance__V1__RecordRepaymentRequest *
+       finance__v1__record_repayment_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Finance__V1__RecordRepaymentRequest *)
+     protobuf_c_message_unpack (&finance__v1__record_repayment_request__descriptor,
+                                allocator, len, data);
+}
+void   finance__v1__record_repayment_request__free_unpacked
+                     (Finance__V1__RecordRepaymentRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &finance__v1__record_repayment_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   finance__v1__record_repayment_response__init
+                     (Finance__V1__RecordRepaymentResponse         *message)
+{
+  static const Finance__V1__RecordRepaymentResponse init_value = FINANCE__V1__RECORD_REPAYMENT_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t finance__v1__record_repayment_response__get_packed_size
+                     (const Finance__V1__RecordRepaymentResponse *message)
+{
+  assert(message->base.descriptor == &finance__v1__record_repayment_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t finance__v1__record_repayment_response__pack
+                     (const Finance__V1__RecordRepaymentResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &finance__v1__record_repayment_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t finance__v1__record_repayment_response__pack_to_buffer
+                     (const Finance__V1__RecordRepaymentResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &finance__v1__record_repayment_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Finance__V1__RecordRepaymentResponse *
+       finance__v1__record_repayment_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Finance__V1__RecordRepaymentResponse *)
+     protobuf_c_message_unpack (&finance__v1__record_repayment_response__descriptor,
+                                allocator, len, data);
+}
+void   finance__v1__record_repayment_response__free_unpacked
+                     (Finance__V1__RecordRepaymentResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &finance__v1__record_repayment_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   finance__v1__record_task_settlement_request__init
                      (Finance__V1__RecordTaskSettlementRequest         *message)
 {
@@ -770,6 +995,96 @@ void   finance__v1__erase_user_response__free_unpacked
   if(!message)
     return;
   assert(message->base.descriptor == &finance__v1__erase_user_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   finance__v1__verify_ledger_request__init
+                     (Finance__V1__VerifyLedgerRequest         *message)
+{
+  static const Finance__V1__VerifyLedgerRequest init_value = FINANCE__V1__VERIFY_LEDGER_REQUEST__INIT;
+  *message = init_value;
+}
+size_t finance__v1__verify_ledger_request__get_packed_size
+                     (const Finance__V1__VerifyLedgerRequest *message)
+{
+  assert(message->base.descriptor == &finance__v1__verify_ledger_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t finance__v1__verify_ledger_request__pack
+                     (const Finance__V1__VerifyLedgerRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &finance__v1__verify_ledger_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t finance__v1__verify_ledger_request__pack_to_buffer
+                     (const Finance__V1__VerifyLedgerRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &finance__v1__verify_ledger_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Finance__V1__VerifyLedgerRequest *
+       finance__v1__verify_ledger_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Finance__V1__VerifyLedgerRequest *)
+     protobuf_c_message_unpack (&finance__v1__verify_ledger_request__descriptor,
+                                allocator, len, data);
+}
+void   finance__v1__verify_ledger_request__free_unpacked
+                     (Finance__V1__VerifyLedgerRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &finance__v1__verify_ledger_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   finance__v1__verify_ledger_response__init
+                     (Finance__V1__VerifyLedgerResponse         *message)
+{
+  static const Finance__V1__VerifyLedgerResponse init_value = FINANCE__V1__VERIFY_LEDGER_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t finance__v1__verify_ledger_response__get_packed_size
+                     (const Finance__V1__VerifyLedgerResponse *message)
+{
+  assert(message->base.descriptor == &finance__v1__verify_ledger_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t finance__v1__verify_ledger_response__pack
+                     (const Finance__V1__VerifyLedgerResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &finance__v1__verify_ledger_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t finance__v1__verify_ledger_response__pack_to_buffer
+                     (const Finance__V1__VerifyLedgerResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &finance__v1__verify_ledger_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Finance__V1__VerifyLedgerResponse *
+       finance__v1__verify_ledger_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Finance__V1__VerifyLedgerResponse *)
+     protobuf_c_message_unpack (&finance__v1__verify_ledger_response__descriptor,
+                                allocator, len, data);
+}
+void   finance__v1__verify_ledger_response__free_unpacked
+                     (Finance__V1__VerifyLedgerResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &finance__v1__verify_ledger_response__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
 static const ProtobufCFieldDescriptor finance__v1__share__field_descriptors[2] =
@@ -1799,6 +2114,287 @@ const ProtobufCMessageDescriptor finance__v1__list_transactions_response__descri
   (ProtobufCMessageInit) finance__v1__list_transactions_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
+static const ProtobufCFieldDescriptor finance__v1__get_settle_up_plan_request__field_descriptors[1] =
+{
+  {
+    "household_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Finance__V1__GetSettleUpPlanRequest, household_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned finance__v1__get_settle_up_plan_request__field_indices_by_name[] = {
+  0,   /* field[0] = household_id */
+};
+static const ProtobufCIntRange finance__v1__get_settle_up_plan_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor finance__v1__get_settle_up_plan_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "finance.v1.GetSettleUpPlanRequest",
+  "GetSettleUpPlanRequest",
+  "Finance__V1__GetSettleUpPlanRequest",
+  "finance.v1",
+  sizeof(Finance__V1__GetSettleUpPlanRequest),
+  1,
+  finance__v1__get_settle_up_plan_request__field_descriptors,
+  finance__v1__get_settle_up_plan_request__field_indices_by_name,
+  1,  finance__v1__get_settle_up_plan_request__number_ranges,
+  (ProtobufCMessageInit) finance__v1__get_settle_up_plan_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor finance__v1__transfer__field_descriptors[3] =
+{
+  {
+    "payer",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Finance__V1__Transfer, payer),
+    &common__v1__user_ref__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "payee",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Finance__V1__Transfer, payee),
+    &common__v1__user_ref__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "amount",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Finance__V1__Transfer, amount),
+    &common__v1__money__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned finance__v1__transfer__field_indices_by_name[] = {
+  2,   /* field[2] = amount */
+  1,   /* field[1] = payee */
+  0,   /* field[0] = payer */
+};
+static const ProtobufCIntRange finance__v1__transfer__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor finance__v1__transfer__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "finance.v1.Transfer",
+  "Transfer",
+  "Finance__V1__Transfer",
+  "finance.v1",
+  sizeof(Finance__V1__Transfer),
+  3,
+  finance__v1__transfer__field_descriptors,
+  finance__v1__transfer__field_indices_by_name,
+  1,  finance__v1__transfer__number_ranges,
+  (ProtobufCMessageInit) finance__v1__transfer__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor finance__v1__get_settle_up_plan_response__field_descriptors[1] =
+{
+  {
+    "transfers",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Finance__V1__GetSettleUpPlanResponse, n_transfers),
+    offsetof(Finance__V1__GetSettleUpPlanResponse, transfers),
+    &finance__v1__transfer__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned finance__v1__get_settle_up_plan_response__field_indices_by_name[] = {
+  0,   /* field[0] = transfers */
+};
+static const ProtobufCIntRange finance__v1__get_settle_up_plan_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor finance__v1__get_settle_up_plan_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "finance.v1.GetSettleUpPlanResponse",
+  "GetSettleUpPlanResponse",
+  "Finance__V1__GetSettleUpPlanResponse",
+  "finance.v1",
+  sizeof(Finance__V1__GetSettleUpPlanResponse),
+  1,
+  finance__v1__get_settle_up_plan_response__field_descriptors,
+  finance__v1__get_settle_up_plan_response__field_indices_by_name,
+  1,  finance__v1__get_settle_up_plan_response__number_ranges,
+  (ProtobufCMessageInit) finance__v1__get_settle_up_plan_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor finance__v1__record_repayment_request__field_descriptors[5] =
+{
+  {
+    "household_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Finance__V1__RecordRepaymentRequest, household_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "payee_user_id",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Finance__V1__RecordRepaymentRequest, payee_user_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "amount",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Finance__V1__RecordRepaymentRequest, amount),
+    &common__v1__money__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "description",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Finance__V1__RecordRepaymentRequest, description),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "idempotency_key",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Finance__V1__RecordRepaymentRequest, idempotency_key),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned finance__v1__record_repayment_request__field_indices_by_name[] = {
+  2,   /* field[2] = amount */
+  3,   /* field[3] = description */
+  0,   /* field[0] = household_id */
+  4,   /* field[4] = idempotency_key */
+  1,   /* field[1] = payee_user_id */
+};
+static const ProtobufCIntRange finance__v1__record_repayment_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 5 }
+};
+const ProtobufCMessageDescriptor finance__v1__record_repayment_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "finance.v1.RecordRepaymentRequest",
+  "RecordRepaymentRequest",
+  "Finance__V1__RecordRepaymentRequest",
+  "finance.v1",
+  sizeof(Finance__V1__RecordRepaymentRequest),
+  5,
+  finance__v1__record_repayment_request__field_descriptors,
+  finance__v1__record_repayment_request__field_indices_by_name,
+  1,  finance__v1__record_repayment_request__number_ranges,
+  (ProtobufCMessageInit) finance__v1__record_repayment_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor finance__v1__record_repayment_response__field_descriptors[2] =
+{
+  {
+    "transaction",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Finance__V1__RecordRepaymentResponse, transaction),
+    &finance__v1__transaction__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "replayed",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Finance__V1__RecordRepaymentResponse, replayed),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned finance__v1__record_repayment_response__field_indices_by_name[] = {
+  1,   /* field[1] = replayed */
+  0,   /* field[0] = transaction */
+};
+static const ProtobufCIntRange finance__v1__record_repayment_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor finance__v1__record_repayment_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "finance.v1.RecordRepaymentResponse",
+  "RecordRepaymentResponse",
+  "Finance__V1__RecordRepaymentResponse",
+  "finance.v1",
+  sizeof(Finance__V1__RecordRepaymentResponse),
+  2,
+  finance__v1__record_repayment_response__field_descriptors,
+  finance__v1__record_repayment_response__field_indices_by_name,
+  1,  finance__v1__record_repayment_response__number_ranges,
+  (ProtobufCMessageInit) finance__v1__record_repayment_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
 static const ProtobufCFieldDescriptor finance__v1__record_task_settlement_request__field_descriptors[6] =
 {
   {
@@ -2042,6 +2638,147 @@ const ProtobufCMessageDescriptor finance__v1__erase_user_response__descriptor =
   (ProtobufCMessageInit) finance__v1__erase_user_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
+static const ProtobufCFieldDescriptor finance__v1__verify_ledger_request__field_descriptors[1] =
+{
+  {
+    "household_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Finance__V1__VerifyLedgerRequest, household_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned finance__v1__verify_ledger_request__field_indices_by_name[] = {
+  0,   /* field[0] = household_id */
+};
+static const ProtobufCIntRange finance__v1__verify_ledger_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor finance__v1__verify_ledger_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "finance.v1.VerifyLedgerRequest",
+  "VerifyLedgerRequest",
+  "Finance__V1__VerifyLedgerRequest",
+  "finance.v1",
+  sizeof(Finance__V1__VerifyLedgerRequest),
+  1,
+  finance__v1__verify_ledger_request__field_descriptors,
+  finance__v1__verify_ledger_request__field_indices_by_name,
+  1,  finance__v1__verify_ledger_request__number_ranges,
+  (ProtobufCMessageInit) finance__v1__verify_ledger_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor finance__v1__verify_ledger_response__field_descriptors[6] =
+{
+  {
+    "verified",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Finance__V1__VerifyLedgerResponse, verified),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "entries_checked",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Finance__V1__VerifyLedgerResponse, entries_checked),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "first_bad_transaction_id",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Finance__V1__VerifyLedgerResponse, first_bad_transaction_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "first_bad_sequence",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Finance__V1__VerifyLedgerResponse, first_bad_sequence),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "problem",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Finance__V1__VerifyLedgerResponse, problem),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "head_hash",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Finance__V1__VerifyLedgerResponse, head_hash),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned finance__v1__verify_ledger_response__field_indices_by_name[] = {
+  1,   /* field[1] = entries_checked */
+  3,   /* field[3] = first_bad_sequence */
+  2,   /* field[2] = first_bad_transaction_id */
+  5,   /* field[5] = head_hash */
+  4,   /* field[4] = problem */
+  0,   /* field[0] = verified */
+};
+static const ProtobufCIntRange finance__v1__verify_ledger_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 6 }
+};
+const ProtobufCMessageDescriptor finance__v1__verify_ledger_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "finance.v1.VerifyLedgerResponse",
+  "VerifyLedgerResponse",
+  "Finance__V1__VerifyLedgerResponse",
+  "finance.v1",
+  sizeof(Finance__V1__VerifyLedgerResponse),
+  6,
+  finance__v1__verify_ledger_response__field_descriptors,
+  finance__v1__verify_ledger_response__field_indices_by_name,
+  1,  finance__v1__verify_ledger_response__number_ranges,
+  (ProtobufCMessageInit) finance__v1__verify_ledger_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
 static const ProtobufCEnumValue finance__v1__split_mode__enum_values_by_number[4] =
 {
   { "SPLIT_MODE_UNSPECIFIED", "FINANCE__V1__SPLIT_MODE__SPLIT_MODE_UNSPECIFIED", 0 },
@@ -2074,20 +2811,22 @@ const ProtobufCEnumDescriptor finance__v1__split_mode__descriptor =
   finance__v1__split_mode__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCEnumValue finance__v1__transaction_kind__enum_values_by_number[4] =
+static const ProtobufCEnumValue finance__v1__transaction_kind__enum_values_by_number[5] =
 {
   { "TRANSACTION_KIND_UNSPECIFIED", "FINANCE__V1__TRANSACTION_KIND__TRANSACTION_KIND_UNSPECIFIED", 0 },
   { "TRANSACTION_KIND_PAYMENT", "FINANCE__V1__TRANSACTION_KIND__TRANSACTION_KIND_PAYMENT", 1 },
   { "TRANSACTION_KIND_CHARGE", "FINANCE__V1__TRANSACTION_KIND__TRANSACTION_KIND_CHARGE", 2 },
   { "TRANSACTION_KIND_SETTLEMENT", "FINANCE__V1__TRANSACTION_KIND__TRANSACTION_KIND_SETTLEMENT", 3 },
+  { "TRANSACTION_KIND_REPAYMENT", "FINANCE__V1__TRANSACTION_KIND__TRANSACTION_KIND_REPAYMENT", 4 },
 };
 static const ProtobufCIntRange finance__v1__transaction_kind__value_ranges[] = {
-{0, 0},{0, 4}
+{0, 0},{0, 5}
 };
-static const ProtobufCEnumValueIndex finance__v1__transaction_kind__enum_values_by_name[4] =
+static const ProtobufCEnumValueIndex finance__v1__transaction_kind__enum_values_by_name[5] =
 {
   { "TRANSACTION_KIND_CHARGE", 2 },
   { "TRANSACTION_KIND_PAYMENT", 1 },
+  { "TRANSACTION_KIND_REPAYMENT", 4 },
   { "TRANSACTION_KIND_SETTLEMENT", 3 },
   { "TRANSACTION_KIND_UNSPECIFIED", 0 },
 };
@@ -2098,26 +2837,30 @@ const ProtobufCEnumDescriptor finance__v1__transaction_kind__descriptor =
   "TransactionKind",
   "Finance__V1__TransactionKind",
   "finance.v1",
-  4,
+  5,
   finance__v1__transaction_kind__enum_values_by_number,
-  4,
+  5,
   finance__v1__transaction_kind__enum_values_by_name,
   1,
   finance__v1__transaction_kind__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCMethodDescriptor finance__v1__finance__method_descriptors[4] =
+static const ProtobufCMethodDescriptor finance__v1__finance__method_descriptors[6] =
 {
   { "CreatePayment", &finance__v1__create_payment_request__descriptor, &finance__v1__create_payment_response__descriptor },
   { "CreateCharge", &finance__v1__create_charge_request__descriptor, &finance__v1__create_charge_response__descriptor },
   { "GetBalances", &finance__v1__get_balances_request__descriptor, &finance__v1__get_balances_response__descriptor },
   { "ListTransactions", &finance__v1__list_transactions_request__descriptor, &finance__v1__list_transactions_response__descriptor },
+  { "GetSettleUpPlan", &finance__v1__get_settle_up_plan_request__descriptor, &finance__v1__get_settle_up_plan_response__descriptor },
+  { "RecordRepayment", &finance__v1__record_repayment_request__descriptor, &finance__v1__record_repayment_response__descriptor },
 };
 const unsigned finance__v1__finance__method_indices_by_name[] = {
   1,        /* CreateCharge */
   0,        /* CreatePayment */
   2,        /* GetBalances */
-  3         /* ListTransactions */
+  4,        /* GetSettleUpPlan */
+  3,        /* ListTransactions */
+  5         /* RecordRepayment */
 };
 const ProtobufCServiceDescriptor finance__v1__finance__descriptor =
 {
@@ -2126,7 +2869,7 @@ const ProtobufCServiceDescriptor finance__v1__finance__descriptor =
   "Finance",
   "Finance__V1__Finance",
   "finance.v1",
-  4,
+  6,
   finance__v1__finance__method_descriptors,
   finance__v1__finance__method_indices_by_name
 };
@@ -2162,6 +2905,22 @@ void finance__v1__finance__list_transactions(ProtobufCService *service,
   assert(service->descriptor == &finance__v1__finance__descriptor);
   service->invoke(service, 3, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
+void finance__v1__finance__get_settle_up_plan(ProtobufCService *service,
+                                              const Finance__V1__GetSettleUpPlanRequest *input,
+                                              Finance__V1__GetSettleUpPlanResponse_Closure closure,
+                                              void *closure_data)
+{
+  assert(service->descriptor == &finance__v1__finance__descriptor);
+  service->invoke(service, 4, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void finance__v1__finance__record_repayment(ProtobufCService *service,
+                                            const Finance__V1__RecordRepaymentRequest *input,
+                                            Finance__V1__RecordRepaymentResponse_Closure closure,
+                                            void *closure_data)
+{
+  assert(service->descriptor == &finance__v1__finance__descriptor);
+  service->invoke(service, 5, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
 void finance__v1__finance__init (Finance__V1__Finance_Service *service,
                                  Finance__V1__Finance_ServiceDestroy destroy)
 {
@@ -2169,14 +2928,16 @@ void finance__v1__finance__init (Finance__V1__Finance_Service *service,
                                      &finance__v1__finance__descriptor,
                                      (ProtobufCServiceDestroy) destroy);
 }
-static const ProtobufCMethodDescriptor finance__v1__finance_internal__method_descriptors[2] =
+static const ProtobufCMethodDescriptor finance__v1__finance_internal__method_descriptors[3] =
 {
   { "RecordTaskSettlement", &finance__v1__record_task_settlement_request__descriptor, &finance__v1__record_task_settlement_response__descriptor },
   { "EraseUser", &finance__v1__erase_user_request__descriptor, &finance__v1__erase_user_response__descriptor },
+  { "VerifyLedger", &finance__v1__verify_ledger_request__descriptor, &finance__v1__verify_ledger_response__descriptor },
 };
 const unsigned finance__v1__finance_internal__method_indices_by_name[] = {
   1,        /* EraseUser */
-  0         /* RecordTaskSettlement */
+  0,        /* RecordTaskSettlement */
+  2         /* VerifyLedger */
 };
 const ProtobufCServiceDescriptor finance__v1__finance_internal__descriptor =
 {
@@ -2185,7 +2946,7 @@ const ProtobufCServiceDescriptor finance__v1__finance_internal__descriptor =
   "FinanceInternal",
   "Finance__V1__FinanceInternal",
   "finance.v1",
-  2,
+  3,
   finance__v1__finance_internal__method_descriptors,
   finance__v1__finance_internal__method_indices_by_name
 };
@@ -2204,6 +2965,14 @@ void finance__v1__finance_internal__erase_user(ProtobufCService *service,
 {
   assert(service->descriptor == &finance__v1__finance_internal__descriptor);
   service->invoke(service, 1, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void finance__v1__finance_internal__verify_ledger(ProtobufCService *service,
+                                                  const Finance__V1__VerifyLedgerRequest *input,
+                                                  Finance__V1__VerifyLedgerResponse_Closure closure,
+                                                  void *closure_data)
+{
+  assert(service->descriptor == &finance__v1__finance_internal__descriptor);
+  service->invoke(service, 2, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void finance__v1__finance_internal__init (Finance__V1__FinanceInternal_Service *service,
                                           Finance__V1__FinanceInternal_ServiceDestroy destroy)

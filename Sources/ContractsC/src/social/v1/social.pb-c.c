@@ -6635,7 +6635,7 @@ const ProtobufCMessageDescriptor social__v1__get_housemate_profile_request__desc
   (ProtobufCMessageInit) social__v1__get_housemate_profile_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor social__v1__get_housemate_profile_response__field_descriptors[2] =
+static const ProtobufCFieldDescriptor social__v1__get_housemate_profile_response__field_descriptors[3] =
 {
   {
     "housemate",
@@ -6661,15 +6661,28 @@ static const ProtobufCFieldDescriptor social__v1__get_housemate_profile_response
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "assigned_chores_unavailable",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Social__V1__GetHousemateProfileResponse, assigned_chores_unavailable),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned social__v1__get_housemate_profile_response__field_indices_by_name[] = {
   1,   /* field[1] = assigned_chores */
+  2,   /* field[2] = assigned_chores_unavailable */
   0,   /* field[0] = housemate */
 };
 static const ProtobufCIntRange social__v1__get_housemate_profile_response__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 2 }
+  { 0, 3 }
 };
 const ProtobufCMessageDescriptor social__v1__get_housemate_profile_response__descriptor =
 {
@@ -6679,7 +6692,7 @@ const ProtobufCMessageDescriptor social__v1__get_housemate_profile_response__des
   "Social__V1__GetHousemateProfileResponse",
   "social.v1",
   sizeof(Social__V1__GetHousemateProfileResponse),
-  2,
+  3,
   social__v1__get_housemate_profile_response__field_descriptors,
   social__v1__get_housemate_profile_response__field_indices_by_name,
   1,  social__v1__get_housemate_profile_response__number_ranges,

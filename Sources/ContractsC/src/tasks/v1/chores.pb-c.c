@@ -1188,9 +1188,29 @@ const ProtobufCMessageDescriptor tasks__v1__chore_every_ndays__descriptor =
   (ProtobufCMessageInit) tasks__v1__chore_every_ndays__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-#define tasks__v1__chore_weekly__field_descriptors NULL
-#define tasks__v1__chore_weekly__field_indices_by_name NULL
-#define tasks__v1__chore_weekly__number_ranges NULL
+static const ProtobufCFieldDescriptor tasks__v1__chore_weekly__field_descriptors[1] =
+{
+  {
+    "weekdays",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_ENUM,
+    offsetof(Tasks__V1__ChoreWeekly, n_weekdays),
+    offsetof(Tasks__V1__ChoreWeekly, weekdays),
+    &common__v1__weekday__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_PACKED,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned tasks__v1__chore_weekly__field_indices_by_name[] = {
+  0,   /* field[0] = weekdays */
+};
+static const ProtobufCIntRange tasks__v1__chore_weekly__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
 const ProtobufCMessageDescriptor tasks__v1__chore_weekly__descriptor =
 {
   PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
@@ -1199,10 +1219,10 @@ const ProtobufCMessageDescriptor tasks__v1__chore_weekly__descriptor =
   "Tasks__V1__ChoreWeekly",
   "tasks.v1",
   sizeof(Tasks__V1__ChoreWeekly),
-  0,
+  1,
   tasks__v1__chore_weekly__field_descriptors,
   tasks__v1__chore_weekly__field_indices_by_name,
-  0,  tasks__v1__chore_weekly__number_ranges,
+  1,  tasks__v1__chore_weekly__number_ranges,
   (ProtobufCMessageInit) tasks__v1__chore_weekly__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
@@ -1242,7 +1262,7 @@ const ProtobufCMessageDescriptor tasks__v1__chore_on_demand__descriptor =
   (ProtobufCMessageInit) tasks__v1__chore_on_demand__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor tasks__v1__chore__field_descriptors[15] =
+static const ProtobufCFieldDescriptor tasks__v1__chore__field_descriptors[16] =
 {
   {
     "chore_id",
@@ -1424,6 +1444,18 @@ static const ProtobufCFieldDescriptor tasks__v1__chore__field_descriptors[15] =
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "time_zone",
+    16,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Tasks__V1__Chore, time_zone),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned tasks__v1__chore__field_indices_by_name[] = {
   5,   /* field[5] = assignees */
@@ -1441,11 +1473,12 @@ static const unsigned tasks__v1__chore__field_indices_by_name[] = {
   8,   /* field[8] = recurrence */
   10,   /* field[10] = revision */
   9,   /* field[9] = status */
+  15,   /* field[15] = time_zone */
 };
 static const ProtobufCIntRange tasks__v1__chore__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 15 }
+  { 0, 16 }
 };
 const ProtobufCMessageDescriptor tasks__v1__chore__descriptor =
 {
@@ -1455,14 +1488,14 @@ const ProtobufCMessageDescriptor tasks__v1__chore__descriptor =
   "Tasks__V1__Chore",
   "tasks.v1",
   sizeof(Tasks__V1__Chore),
-  15,
+  16,
   tasks__v1__chore__field_descriptors,
   tasks__v1__chore__field_indices_by_name,
   1,  tasks__v1__chore__number_ranges,
   (ProtobufCMessageInit) tasks__v1__chore__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor tasks__v1__create_chore_request__field_descriptors[7] =
+static const ProtobufCFieldDescriptor tasks__v1__create_chore_request__field_descriptors[8] =
 {
   {
     "idempotency_key",
@@ -1548,6 +1581,18 @@ static const ProtobufCFieldDescriptor tasks__v1__create_chore_request__field_des
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "time_zone",
+    8,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Tasks__V1__CreateChoreRequest, time_zone),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned tasks__v1__create_chore_request__field_indices_by_name[] = {
   5,   /* field[5] = assignee_user_ids */
@@ -1557,11 +1602,12 @@ static const unsigned tasks__v1__create_chore_request__field_indices_by_name[] =
   0,   /* field[0] = idempotency_key */
   2,   /* field[2] = name */
   6,   /* field[6] = recurrence */
+  7,   /* field[7] = time_zone */
 };
 static const ProtobufCIntRange tasks__v1__create_chore_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 7 }
+  { 0, 8 }
 };
 const ProtobufCMessageDescriptor tasks__v1__create_chore_request__descriptor =
 {
@@ -1571,7 +1617,7 @@ const ProtobufCMessageDescriptor tasks__v1__create_chore_request__descriptor =
   "Tasks__V1__CreateChoreRequest",
   "tasks.v1",
   sizeof(Tasks__V1__CreateChoreRequest),
-  7,
+  8,
   tasks__v1__create_chore_request__field_descriptors,
   tasks__v1__create_chore_request__field_indices_by_name,
   1,  tasks__v1__create_chore_request__number_ranges,

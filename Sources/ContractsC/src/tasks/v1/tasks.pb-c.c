@@ -277,6 +277,96 @@ void   tasks__v1__erase_user_response__free_unpacked
   assert(message->base.descriptor == &tasks__v1__erase_user_response__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   tasks__v1__verify_journal_request__init
+                     (Tasks__V1__VerifyJournalRequest         *message)
+{
+  static const Tasks__V1__VerifyJournalRequest init_value = TASKS__V1__VERIFY_JOURNAL_REQUEST__INIT;
+  *message = init_value;
+}
+size_t tasks__v1__verify_journal_request__get_packed_size
+                     (const Tasks__V1__VerifyJournalRequest *message)
+{
+  assert(message->base.descriptor == &tasks__v1__verify_journal_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t tasks__v1__verify_journal_request__pack
+                     (const Tasks__V1__VerifyJournalRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &tasks__v1__verify_journal_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t tasks__v1__verify_journal_request__pack_to_buffer
+                     (const Tasks__V1__VerifyJournalRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &tasks__v1__verify_journal_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Tasks__V1__VerifyJournalRequest *
+       tasks__v1__verify_journal_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Tasks__V1__VerifyJournalRequest *)
+     protobuf_c_message_unpack (&tasks__v1__verify_journal_request__descriptor,
+                                allocator, len, data);
+}
+void   tasks__v1__verify_journal_request__free_unpacked
+                     (Tasks__V1__VerifyJournalRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &tasks__v1__verify_journal_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   tasks__v1__verify_journal_response__init
+                     (Tasks__V1__VerifyJournalResponse         *message)
+{
+  static const Tasks__V1__VerifyJournalResponse init_value = TASKS__V1__VERIFY_JOURNAL_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t tasks__v1__verify_journal_response__get_packed_size
+                     (const Tasks__V1__VerifyJournalResponse *message)
+{
+  assert(message->base.descriptor == &tasks__v1__verify_journal_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t tasks__v1__verify_journal_response__pack
+                     (const Tasks__V1__VerifyJournalResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &tasks__v1__verify_journal_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t tasks__v1__verify_journal_response__pack_to_buffer
+                     (const Tasks__V1__VerifyJournalResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &tasks__v1__verify_journal_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Tasks__V1__VerifyJournalResponse *
+       tasks__v1__verify_journal_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Tasks__V1__VerifyJournalResponse *)
+     protobuf_c_message_unpack (&tasks__v1__verify_journal_response__descriptor,
+                                allocator, len, data);
+}
+void   tasks__v1__verify_journal_response__free_unpacked
+                     (Tasks__V1__VerifyJournalResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &tasks__v1__verify_journal_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 static const ProtobufCFieldDescriptor tasks__v1__list_tasks_assigned_to_user_request__field_descriptors[4] =
 {
   {
@@ -594,6 +684,140 @@ const ProtobufCMessageDescriptor tasks__v1__erase_user_response__descriptor =
   tasks__v1__erase_user_response__field_indices_by_name,
   1,  tasks__v1__erase_user_response__number_ranges,
   (ProtobufCMessageInit) tasks__v1__erase_user_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+#define tasks__v1__verify_journal_request__field_descriptors NULL
+#define tasks__v1__verify_journal_request__field_indices_by_name NULL
+#define tasks__v1__verify_journal_request__number_ranges NULL
+const ProtobufCMessageDescriptor tasks__v1__verify_journal_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "tasks.v1.VerifyJournalRequest",
+  "VerifyJournalRequest",
+  "Tasks__V1__VerifyJournalRequest",
+  "tasks.v1",
+  sizeof(Tasks__V1__VerifyJournalRequest),
+  0,
+  tasks__v1__verify_journal_request__field_descriptors,
+  tasks__v1__verify_journal_request__field_indices_by_name,
+  0,  tasks__v1__verify_journal_request__number_ranges,
+  (ProtobufCMessageInit) tasks__v1__verify_journal_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor tasks__v1__verify_journal_response__field_descriptors[7] =
+{
+  {
+    "intact",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Tasks__V1__VerifyJournalResponse, intact),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "checked_entries",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Tasks__V1__VerifyJournalResponse, checked_entries),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "first_broken_sequence",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Tasks__V1__VerifyJournalResponse, first_broken_sequence),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "first_broken_entry_id",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Tasks__V1__VerifyJournalResponse, first_broken_entry_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "problem",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Tasks__V1__VerifyJournalResponse, problem),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "head_hash",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Tasks__V1__VerifyJournalResponse, head_hash),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "erased_values",
+    7,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Tasks__V1__VerifyJournalResponse, erased_values),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned tasks__v1__verify_journal_response__field_indices_by_name[] = {
+  1,   /* field[1] = checked_entries */
+  6,   /* field[6] = erased_values */
+  3,   /* field[3] = first_broken_entry_id */
+  2,   /* field[2] = first_broken_sequence */
+  5,   /* field[5] = head_hash */
+  0,   /* field[0] = intact */
+  4,   /* field[4] = problem */
+};
+static const ProtobufCIntRange tasks__v1__verify_journal_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 7 }
+};
+const ProtobufCMessageDescriptor tasks__v1__verify_journal_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "tasks.v1.VerifyJournalResponse",
+  "VerifyJournalResponse",
+  "Tasks__V1__VerifyJournalResponse",
+  "tasks.v1",
+  sizeof(Tasks__V1__VerifyJournalResponse),
+  7,
+  tasks__v1__verify_journal_response__field_descriptors,
+  tasks__v1__verify_journal_response__field_indices_by_name,
+  1,  tasks__v1__verify_journal_response__number_ranges,
+  (ProtobufCMessageInit) tasks__v1__verify_journal_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCMethodDescriptor tasks__v1__tasks__method_descriptors[49] =
@@ -1109,16 +1333,18 @@ void tasks__v1__tasks__init (Tasks__V1__Tasks_Service *service,
                                      &tasks__v1__tasks__descriptor,
                                      (ProtobufCServiceDestroy) destroy);
 }
-static const ProtobufCMethodDescriptor tasks__v1__tasks_internal__method_descriptors[3] =
+static const ProtobufCMethodDescriptor tasks__v1__tasks_internal__method_descriptors[4] =
 {
   { "ListTasksAssignedToUser", &tasks__v1__list_tasks_assigned_to_user_request__descriptor, &tasks__v1__list_tasks_assigned_to_user_response__descriptor },
   { "EndHouseholdChores", &tasks__v1__end_household_chores_request__descriptor, &tasks__v1__end_household_chores_response__descriptor },
   { "EraseUser", &tasks__v1__erase_user_request__descriptor, &tasks__v1__erase_user_response__descriptor },
+  { "VerifyJournal", &tasks__v1__verify_journal_request__descriptor, &tasks__v1__verify_journal_response__descriptor },
 };
 const unsigned tasks__v1__tasks_internal__method_indices_by_name[] = {
   1,        /* EndHouseholdChores */
   2,        /* EraseUser */
-  0         /* ListTasksAssignedToUser */
+  0,        /* ListTasksAssignedToUser */
+  3         /* VerifyJournal */
 };
 const ProtobufCServiceDescriptor tasks__v1__tasks_internal__descriptor =
 {
@@ -1127,7 +1353,7 @@ const ProtobufCServiceDescriptor tasks__v1__tasks_internal__descriptor =
   "TasksInternal",
   "Tasks__V1__TasksInternal",
   "tasks.v1",
-  3,
+  4,
   tasks__v1__tasks_internal__method_descriptors,
   tasks__v1__tasks_internal__method_indices_by_name
 };
@@ -1154,6 +1380,14 @@ void tasks__v1__tasks_internal__erase_user(ProtobufCService *service,
 {
   assert(service->descriptor == &tasks__v1__tasks_internal__descriptor);
   service->invoke(service, 2, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void tasks__v1__tasks_internal__verify_journal(ProtobufCService *service,
+                                               const Tasks__V1__VerifyJournalRequest *input,
+                                               Tasks__V1__VerifyJournalResponse_Closure closure,
+                                               void *closure_data)
+{
+  assert(service->descriptor == &tasks__v1__tasks_internal__descriptor);
+  service->invoke(service, 3, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void tasks__v1__tasks_internal__init (Tasks__V1__TasksInternal_Service *service,
                                       Tasks__V1__TasksInternal_ServiceDestroy destroy)

@@ -1,0 +1,56 @@
+import ServiceKit
+
+/// Everything about the social service that is a choice rather than a rule of the contract:
+/// limits, lifetimes, throttles, deadlines. The executable fills it from flags and environment
+/// variables (`from(_:dataDirectory:)`, names in Sources/Social/README.md); tests shorten it.
+public struct SocialConfiguration: Sendable {
+    /// The data directory: the database.
+    public var dataDirectory: String
+
+    /// Invite codes stop working this long after they are made (the contract: 7 days).
+    public var inviteLifetime: Duration = .seconds(7 * 24 * 3600)
+    /// Failed invite-code guesses (unknown codes) per caller within `guessWindow`.
+    public var maxGuessesPerUser = 10
+    /// Failed invite-code guesses per client address within `guessWindow`.
+    public var maxGuessesPerAddress = 30
+    public var guessWindow: Duration = .seconds(15 * 60)
+    /// Pending (unused, unexpired) invites per household: mail bombing through one household.
+    public var maxPendingInvitesPerHousehold = 50
+    /// Households one user may belong to at once.
+    public var maxHouseholdsPerUser = 20
+    /// Members of one household (the contract: 1..30).
+    public var maxHouseholdMembers = 30
+    /// Members of one team (the contract: 1..20).
+    public var maxTeamMembers = 20
+
+    /// Live notification streams one user may hold at once; a new one past it closes the oldest.
+    public var maxSubscriptionsPerUser = 5
+    /// Notifications waiting to be written to one live stream; a client that lets more pile up is
+    /// cut off (RESOURCE_EXHAUSTED) and reconnects with after_notification_id, missing nothing.
+    public var maxQueuedPerSubscription = 256
+    /// Notifications replayed at most on one (re)subscription; older missed ones stay in the inbox.
+    public var maxReplay = 1000
+
+    /// Deadline of a synchronous read of a peer (accounts' lookups, tasks' chores).
+    public var peerDeadline: Duration = .milliseconds(1500)
+
+    public init(dataDirectory: String) { self.dataDirectory = dataDirectory }
+
+    /// Reads the optional settings: `SOCIAL_INVITE_LIFETIME_HOURS`, `SOCIAL_GUESSES_PER_USER`,
+    /// `SOCIAL_GUESSES_PER_ADDRESS`, `SOCIAL_SUBSCRIPTIONS_PER_USER`, `SOCIAL_PEER_DEADLINE_MS`,
+    /// `SOCIAL_QUEUED_PER_SUBSCRIPTION`. A malformed value refuses the start.
+    public static func from(_ settings: Settings, dataDirectory: String) throws -> SocialConfiguration {
+        var c = SocialConfiguration(dataDirectory: dataDirectory)
+        if let hours = try settings.int("social.invite.lifetime.hours", range: 1...24 * 365) {
+            c.inviteLifetime = .seconds(Int64(hours) * 3600)
+        }
+        c.maxGuessesPerUser = try settings.int("social.guesses.per.user", default: c.maxGuessesPerUser, range: 1...1_000_000)
+        c.maxGuessesPerAddress = try settings.int("social.guesses.per.address", default: c.maxGuessesPerAddress, range: 1...1_000_000)
+        c.maxSubscriptionsPerUser = try settings.int("social.subscriptions.per.user", default: c.maxSubscriptionsPerUser, range: 1...1000)
+        c.maxQueuedPerSubscription = try settings.int(
+            "social.queued.per.subscription", default: c.maxQueuedPerSubscription,
+            range: 1...100_000)
+        c.peerDeadline = try settings.milliseconds("social.peer.deadline.ms", default: c.peerDeadline, range: 50...60_000)
+        return c
+    }
+}

@@ -1,0 +1,147 @@
+import Contracts
+import Foundation
+import Logging
+import RPCCore
+import ServiceKit
+import Storage
+import Synchronization
+
+/// The state both social services share: the database (through the kit's `ServiceStore`), the
+/// clock, page tokens, the invite-guess throttles, the peers (accounts for names, tasks for
+/// chores) and the live notification hub. `SocialService` and `SocialInternalService` route each
+/// RPC here.
+public final class SocialCore: Sendable {
+    public let configuration: SocialConfiguration
+    public let database: Database
+    let store: ServiceStore
+    let clock: any WallClock
+    let logger: Logger
+    let pageTokens: PageTokens
+    let peers: PeerClients
+    public let hub: NotificationHub
+    let directory: UserDirectory
+    let guessesByUser: SlidingWindowThrottle
+    let guessesByAddress: SlidingWindowThrottle
+
+    /// Which unique constraint protects which request field (a race lost to a concurrent request).
+    static let uniqueFields: [String: ServiceStore.UniqueField] = [
+        "team_members.user_id": .init(field: "member_usernames", message: "already in a team"),
+        "friendships.user_id": .init(field: "user", message: "already friends"),
+        "blocks.blocker_id": .init(field: "user", message: "already blocked"),
+        "follow_requests.requester_id": .init(field: "user", message: "a request is already pending"),
+        "follows.follower_id": .init(field: "user", message: "already following"),
+        "household_members.household_id": .init(field: "invite_code", message: "already a member"),
+    ]
+
+    /// Opens (and migrates) the database. Blocking: call at startup.
+    public init(
+        configuration: SocialConfiguration, peers: PeerClients, clock: any WallClock = SystemClock(),
+        logger: Logger = Logger(label: "social")
+    ) throws {
+        self.configuration = configuration
+        self.clock = clock
+        self.logger = logger
+        self.peers = peers
+        database = try Database.open(
+            directory: configuration.dataDirectory, fileName: SocialSchema.fileName,
+            migrations: SocialSchema.migrations, logger: logger)
+        store = ServiceStore(database: database, uniqueFields: Self.uniqueFields, logger: logger)
+        do { pageTokens = try PageTokens.load(from: database) } catch {
+            database.close()
+            throw error
+        }
+        hub = NotificationHub(
+            maxPerUser: configuration.maxSubscriptionsPerUser,
+            maxQueued: configuration.maxQueuedPerSubscription, clock: clock)
+        directory = UserDirectory(store: store, peers: peers, deadline: configuration.peerDeadline, clock: clock, logger: logger)
+        guessesByUser = SlidingWindowThrottle(limit: configuration.maxGuessesPerUser, window: configuration.guessWindow, clock: clock)
+        guessesByAddress = SlidingWindowThrottle(limit: configuration.maxGuessesPerAddress, window: configuration.guessWindow, clock: clock)
+    }
+
+    /// The public service.
+    public var service: SocialService { SocialService(core: self) }
+    /// The service-to-service API.
+    public var internalService: SocialInternalService { SocialInternalService(core: self) }
+    /// Both, for a server's service list.
+    public var services: [any RPCService] { [service, internalService] }
+
+    /// Loops the process runs next to the server: stream upkeep (expired tokens) and table upkeep.
+    /// (The outbox is delivered by the host: `ServiceHost.run(outbox:)`.)
+    public var backgroundJobs: [@Sendable () async -> Void] {
+        [{ await self.streamUpkeep() }, { await self.maintenance() }]
+    }
+
+    /// Ends every live stream (UNAVAILABLE) before the server drains: clients reconnect with
+    /// after_notification_id and miss nothing.
+    public func shutDownStreams() { hub.shutDown() }
+
+    /// Closes the database (after the server stopped).
+    public func close() { database.close() }
+
+    // MARK: Helpers for the handlers
+
+    func now() -> Int64 { clock.nowMilliseconds() }
+
+    /// The verified caller of an authenticated RPC.
+    func caller(_ context: ServerContext) throws -> CallerIdentity { try context.requireIdentity() }
+
+    /// A write that stores notifications to push: `body` adds them to its `Outbound`; after the
+    /// commit they reach the live streams in commit order (never when the commit fails).
+    func writePublishing<T: Sendable>(_ body: @escaping @Sendable (Transaction, inout Outbound) throws -> T) async throws -> T {
+        try await store.write(publishing: hub.publication) { tx, items in
+            var out = Outbound()
+            let r = try body(tx, &out)
+            items = out.live
+            return r
+        }
+    }
+
+    /// `ServiceStore.receiveOnce` for an event whose effect stores notifications (pushed after the
+    /// commit, in commit order). True when the event was seen before.
+    func receiveOncePublishing(eventID: String, _ effect: @escaping @Sendable (Transaction, inout Outbound) throws -> Void) async throws -> Bool {
+        try await store.receiveOnce(eventID: eventID, publishing: hub.publication) { tx, items in
+            var out = Outbound()
+            try effect(tx, &out)
+            items = out.live
+        }
+    }
+
+    // MARK: Upkeep
+
+    /// Every second: streams whose access token expired are closed.
+    func streamUpkeep() async {
+        while !Task.isCancelled {
+            hub.closeExpired()
+            try? await Task.sleep(for: .seconds(1))
+        }
+    }
+
+    /// Hourly: expired invites older than a month, the kit's tables.
+    func maintenance() async {
+        while !Task.isCancelled {
+            do {
+                let now = self.now()
+                let month: Int64 = 31 * 24 * 3600 * 1000
+                try await store.write { tx in
+                    try tx.execute("DELETE FROM household_invites WHERE expires_at < ? AND used_at IS NULL", now - month)
+                }
+                try await store.purgeKitTables(now: now)
+            } catch {
+                logger.error("maintenance failed", metadata: ["error": "\(error)"])
+            }
+            try? await Task.sleep(for: .seconds(3600))
+        }
+    }
+}
+
+/// Notifications a write stored that go to live streams after its commit.
+struct Outbound: Sendable {
+    var live: [NotificationHub.Delivery] = []
+}
+
+extension RPCError {
+    /// A peer that did not answer in time.
+    static func peerUnavailable(_ peer: String) -> RPCError {
+        RPCError.retryLater("\(peer) is unavailable right now: try again shortly", after: .seconds(1), code: .unavailable)
+    }
+}

@@ -1,0 +1,156 @@
+import ServiceKit
+import Storage
+
+/// The social database (`<data-dir>/social.sqlite`). Times are Unix milliseconds. Users are named
+/// by accounts' ids; `users` is a cache of their public fields (usernames never change, display
+/// names are refreshed whenever social asks accounts). Migrations are never edited once shipped:
+/// changes are new entries at the end.
+enum SocialSchema {
+    static let fileName = "social.sqlite"
+
+    static let migrations: [Migration] =
+        Migration.kit + [
+            Migration(
+                name: "social.001-tables",
+                sql: """
+                    -- Public fields of the users social has met (from accounts), for lists and ordering.
+                    CREATE TABLE users (
+                        id TEXT PRIMARY KEY NOT NULL,
+                        username TEXT NOT NULL,
+                        username_key TEXT NOT NULL,       -- lower(username): ListFriends order
+                        display_name TEXT NOT NULL DEFAULT '',
+                        refreshed_at INTEGER NOT NULL
+                    );
+                    -- Users erased (EraseUser): skipped as recipients, never cached again.
+                    CREATE TABLE erased_users (
+                        id TEXT PRIMARY KEY NOT NULL,
+                        erased_at INTEGER NOT NULL
+                    );
+
+                    -- Teams (seed A). A user is in at most one team: team_members.user_id is the key.
+                    CREATE TABLE teams (
+                        id TEXT PRIMARY KEY NOT NULL,
+                        name TEXT NOT NULL,
+                        score INTEGER NOT NULL DEFAULT 0,
+                        score_reached_at INTEGER NOT NULL, -- when the team reached its current score (ties)
+                        created_by TEXT NOT NULL,
+                        created_at INTEGER NOT NULL
+                    );
+                    CREATE INDEX teams_ranking ON teams(score DESC, score_reached_at, id);
+                    CREATE TABLE team_members (
+                        user_id TEXT PRIMARY KEY NOT NULL,
+                        team_id TEXT NOT NULL REFERENCES teams(id) ON DELETE CASCADE,
+                        position INTEGER NOT NULL,         -- creator 0, then in the order added
+                        joined_at INTEGER NOT NULL
+                    );
+                    CREATE INDEX team_members_team ON team_members(team_id, position);
+                    -- One row per (team, task): a task counts once per team.
+                    CREATE TABLE team_task_completions (
+                        team_id TEXT NOT NULL REFERENCES teams(id) ON DELETE CASCADE,
+                        task_id TEXT NOT NULL,
+                        points INTEGER NOT NULL,
+                        event_id TEXT NOT NULL,
+                        recorded_at INTEGER NOT NULL,
+                        PRIMARY KEY (team_id, task_id)
+                    ) WITHOUT ROWID;
+
+                    -- Households (seed B). A deleted household keeps its rows (finance reads its
+                    -- memberships as at deletion); left_at marks former members.
+                    CREATE TABLE households (
+                        id TEXT PRIMARY KEY NOT NULL,
+                        name TEXT NOT NULL,
+                        created_by TEXT NOT NULL,
+                        created_at INTEGER NOT NULL,
+                        deleted_at INTEGER,
+                        next_join_seq INTEGER NOT NULL DEFAULT 1
+                    );
+                    CREATE TABLE household_members (
+                        household_id TEXT NOT NULL REFERENCES households(id),
+                        user_id TEXT NOT NULL,
+                        join_seq INTEGER NOT NULL,         -- join order (a rejoin goes to the end)
+                        joined_at INTEGER NOT NULL,
+                        left_at INTEGER,
+                        PRIMARY KEY (household_id, user_id)
+                    ) WITHOUT ROWID;
+                    CREATE INDEX household_members_order ON household_members(household_id, join_seq);
+                    CREATE INDEX household_members_user ON household_members(user_id, joined_at) WHERE left_at IS NULL;
+                    -- Invite codes: 8 Crockford base32 characters, stored normalised (no hyphen, upper case).
+                    CREATE TABLE household_invites (
+                        code TEXT PRIMARY KEY NOT NULL,
+                        household_id TEXT NOT NULL REFERENCES households(id),
+                        email TEXT NOT NULL,
+                        email_key TEXT NOT NULL,
+                        invited_by TEXT NOT NULL,
+                        created_at INTEGER NOT NULL,
+                        expires_at INTEGER NOT NULL,
+                        used_at INTEGER,
+                        used_by TEXT,
+                        revoked_at INTEGER
+                    ) WITHOUT ROWID;
+                    CREATE INDEX household_invites_household ON household_invites(household_id, created_at);
+
+                    -- Friends (seed E): both directions stored, so a friend list is one index range.
+                    CREATE TABLE friendships (
+                        user_id TEXT NOT NULL,
+                        friend_id TEXT NOT NULL,
+                        since INTEGER NOT NULL,
+                        PRIMARY KEY (user_id, friend_id)
+                    ) WITHOUT ROWID;
+                    CREATE TABLE blocks (
+                        blocker_id TEXT NOT NULL,
+                        blocked_id TEXT NOT NULL,
+                        created_at INTEGER NOT NULL,
+                        PRIMARY KEY (blocker_id, blocked_id)
+                    ) WITHOUT ROWID;
+                    CREATE INDEX blocks_recent ON blocks(blocker_id, created_at, blocked_id);
+                    CREATE INDEX blocks_blocked ON blocks(blocked_id);
+
+                    -- Follows (seed C).
+                    CREATE TABLE follows (
+                        follower_id TEXT NOT NULL,
+                        followed_id TEXT NOT NULL,
+                        since INTEGER NOT NULL,
+                        PRIMARY KEY (follower_id, followed_id)
+                    ) WITHOUT ROWID;
+                    CREATE INDEX follows_following ON follows(follower_id, since, followed_id);
+                    CREATE INDEX follows_followers ON follows(followed_id, since, follower_id);
+                    CREATE TABLE follow_requests (
+                        requester_id TEXT NOT NULL,
+                        target_id TEXT NOT NULL,
+                        created_at INTEGER NOT NULL,
+                        PRIMARY KEY (requester_id, target_id)
+                    ) WITHOUT ROWID;
+                    CREATE INDEX follow_requests_outgoing ON follow_requests(requester_id, created_at, target_id);
+                    CREATE INDEX follow_requests_incoming ON follow_requests(target_id, created_at, requester_id);
+
+                    -- The inbox. Ids are ULIDs made inside the write transaction (the single writer),
+                    -- so id order is commit order per recipient.
+                    CREATE TABLE notifications (
+                        id TEXT PRIMARY KEY NOT NULL,
+                        recipient_id TEXT NOT NULL,
+                        kind INTEGER NOT NULL,
+                        title TEXT NOT NULL,
+                        body TEXT NOT NULL,
+                        actor_id TEXT,                     -- NULL: system, or the actor was erased
+                        actor_username TEXT,
+                        actor_display_name TEXT,
+                        target BLOB,                       -- social.v1.NotificationTarget bytes
+                        data BLOB,                         -- the data map (as a Notification's bytes)
+                        created_at INTEGER NOT NULL,
+                        read_at INTEGER,
+                        silenced INTEGER NOT NULL,
+                        event_id TEXT                      -- SendNotification's event (replays)
+                    ) WITHOUT ROWID;
+                    CREATE INDEX notifications_inbox ON notifications(recipient_id, id);
+                    CREATE INDEX notifications_unread ON notifications(recipient_id, id) WHERE read_at IS NULL;
+                    CREATE INDEX notifications_event ON notifications(event_id) WHERE event_id IS NOT NULL;
+                    CREATE INDEX notifications_actor ON notifications(actor_id) WHERE actor_id IS NOT NULL;
+
+                    CREATE TABLE notification_settings (
+                        user_id TEXT PRIMARY KEY NOT NULL,
+                        help_muted INTEGER NOT NULL DEFAULT 0,
+                        snoozed_until INTEGER              -- NULL or past: not snoozed
+                    );
+                    """)
+        ]
+}

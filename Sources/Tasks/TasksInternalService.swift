@@ -1,0 +1,139 @@
+import Contracts
+import Foundation
+import RPCCore
+import ServiceKit
+import Storage
+
+/// `tasks.v1.TasksInternal`: what other services ask of tasks (service credential only).
+public struct TasksInternalService: Tasks_V1_TasksInternalService {
+    let core: TasksCore
+
+    public func listTasksAssignedToUser(
+        request: Tasks_V1_ListTasksAssignedToUserRequest, context: ServerContext
+    ) async throws -> Tasks_V1_ListTasksAssignedToUserResponse {
+        var errors = FieldErrors()
+        let user = FieldRules.id(request.userId, field: "user_id", into: &errors)
+        let household = FieldRules.id(request.householdId, field: "household_id", into: &errors)
+        let pageSize = FieldRules.pageSize(request.pageSize, defaultSize: 50, into: &errors)
+        let filters = "assigned:\(household):\(user)"
+        var cursor: [String]?
+        if !request.pageToken.isEmpty {
+            cursor = core.pageTokens.open(request.pageToken, filters: filters, parts: 3)
+            if cursor == nil { errors.add("page_token", "not a page token of this list") }
+        }
+        try errors.throwIfAny()
+        let (rows, more) = try await TasksService.feed(core, household: household, statuses: [1], assignee: user, cursor: cursor, pageSize: pageSize)
+        let users = try await core.read { c in try UserDirectory.cached(c, rows.flatMap(\.userIDs)) }
+        var response = Tasks_V1_ListTasksAssignedToUserResponse()
+        response.chores = rows.map { ChoreStore.proto($0, users: users) }
+        if more, let last = rows.last {
+            response.nextPageToken = core.pageTokens.make(cursor: [String(last.due?.key ?? 99_999_999), last.name, last.id], filters: filters)
+        }
+        return response
+    }
+
+    public func endHouseholdChores(
+        request: Tasks_V1_EndHouseholdChoresRequest, context: ServerContext
+    ) async throws -> Tasks_V1_EndHouseholdChoresResponse {
+        var errors = FieldErrors()
+        let eventID = FieldRules.eventID(request.eventId, into: &errors)
+        let household = FieldRules.id(request.householdId, field: "household_id", into: &errors)
+        try errors.throwIfAny()
+        let (replayed, ended) = try await core.write { tx -> (Bool, Int) in
+            guard try tx.markProcessedOnce(eventID: eventID) else { return (true, 0) }
+            // ACTIVE and WAITING chores end; DONE ones stay DONE (finished history, read-only anyway).
+            try tx.execute("UPDATE chores SET status = 4, revision = revision + 1 WHERE household_id = ? AND status IN (1, 2)", household)
+            return (false, tx.changes)
+        }
+        core.logger.notice(
+            replayed ? "end-household-chores replayed" : "household chores ended",
+            metadata: ["event": "\(eventID)", "household": "\(household)", "ended": "\(ended)"])
+        var response = Tasks_V1_EndHouseholdChoresResponse()
+        response.endedCount = Int32(ended)
+        response.replayed = replayed
+        return response
+    }
+
+    public func eraseUser(request: Tasks_V1_EraseUserRequest, context: ServerContext) async throws -> Tasks_V1_EraseUserResponse {
+        let now = core.now
+        let replayed = try await EraseUser.receive(eventID: request.eventId, userID: request.userId, store: core.store) { tx, user in
+            try Self.erase(tx, user: user, now: now)
+        }
+        var response = Tasks_V1_EraseUserResponse()
+        response.replayed = replayed
+        return response
+    }
+
+    /// The contract's erasure, in one transaction: the user's participation in team tasks (a task
+    /// left with no one is deleted; one whose remaining participants all completed becomes
+    /// COMPLETED), their upload tokens, their chore rotation slots (a chore left with no one is
+    /// deleted), their personal values in the journal; comments, tasks they created, chores they
+    /// created or last finished and attachments they uploaded stay, anonymised.
+    static func erase(_ tx: Transaction, user: String, now: Int64) throws {
+        // Team tasks.
+        let tasks = try tx.query("SELECT task_id FROM team_task_participants WHERE user_id = ?", user).map { try $0.get(0, as: String.self) }
+        for task in tasks {
+            try tx.execute("DELETE FROM team_task_participants WHERE task_id = ? AND user_id = ?", task, user)
+            try TeamTaskStore.journal(tx, "team-task.participant-erased", task: task, at: now, fields: [], personal: [])
+            let left =
+                try tx.queryOne("SELECT COUNT(*) FROM team_task_participants WHERE task_id = ?", task).map { try $0.get(0, as: Int64.self) } ?? 0
+            if left == 0 {
+                try TeamTaskStore.deleteTask(tx, task: task, now: now)
+            } else {
+                try TeamTaskStore.settleCompletion(tx, task: task, now: now, actor: nil)
+            }
+        }
+        try tx.execute("UPDATE team_tasks SET creator_id = NULL WHERE creator_id = ?", user)
+        try tx.execute("UPDATE team_task_comments SET author_id = NULL WHERE author_id = ?", user)
+        try tx.execute("UPDATE team_task_attachments SET uploaded_by = NULL WHERE uploaded_by = ?", user)
+        try tx.execute("DELETE FROM team_task_upload_tokens WHERE created_by = ?", user)
+
+        // Chores: the rotation closes up around the erased user.
+        let chores = try tx.query("SELECT DISTINCT chore_id FROM chore_assignees WHERE user_id = ?", user).map { try $0.get(0, as: String.self) }
+        for id in chores {
+            let c = try ChoreStore.one(tx, id: id)
+            var assignees = c.assignees
+            var index = c.currentIndex
+            while let removed = assignees.firstIndex(of: user) {
+                guard let next = ChoreRules.indexAfterRemoving(removed, current: index, count: assignees.count) else {
+                    assignees = []
+                    break
+                }
+                assignees.remove(at: removed)
+                index = next
+            }
+            if assignees.isEmpty {
+                try tx.execute("DELETE FROM chores WHERE id = ?", id)
+                continue
+            }
+            try tx.execute("DELETE FROM chore_assignees WHERE chore_id = ?", id)
+            for (i, a) in assignees.enumerated() {
+                try tx.execute("INSERT INTO chore_assignees (chore_id, position, user_id) VALUES (?, ?, ?)", id, Int64(i), a)
+            }
+            try tx.execute(
+                "UPDATE chores SET current_index = ?, current_user_id = ?, revision = revision + 1 WHERE id = ?", Int64(index), assignees[index], id)
+        }
+        try tx.execute("UPDATE chores SET created_by = NULL WHERE created_by = ?", user)
+        try tx.execute("UPDATE chores SET last_finished_by = NULL WHERE last_finished_by = ?", user)
+
+        try Journal.erase(tx, owner: user)
+        try tx.execute("DELETE FROM users WHERE user_id = ?", user)
+        try tx.execute("DELETE FROM idempotency_keys WHERE scope LIKE ?", "%:" + user)
+    }
+
+    public func verifyJournal(request: Tasks_V1_VerifyJournalRequest, context: ServerContext) async throws -> Tasks_V1_VerifyJournalResponse {
+        let verdict = try await core.read { c in try Journal.verify(c, chain: TeamTaskStore.chain) }
+        var response = Tasks_V1_VerifyJournalResponse()
+        response.intact = verdict.intact
+        response.checkedEntries = verdict.checked
+        response.erasedValues = verdict.erasedValues
+        if let b = verdict.firstBroken {
+            response.firstBrokenSequence = b.sequence
+            response.firstBrokenEntryId = b.id
+            response.problem = b.problem
+            core.logger.error("journal broken", metadata: ["sequence": "\(b.sequence)", "entry": "\(b.id)", "problem": "\(b.problem)"])
+        }
+        response.headHash = verdict.head.map(HashChain.hex) ?? ""
+        return response
+    }
+}
