@@ -30,7 +30,7 @@ extension MatchmakingService {
             guard m.isActive || m.windowOpen(now: now) else {
                 throw RPCError(.failedPrecondition, "the chat of this match is closed (it is open while playing and 2 minutes after)")
             }
-            if !opponent.isEmpty, try await core.relations.recent(caller.userID, opponent).blocked {
+            if !opponent.isEmpty, try await core.relations.freshOrLastKnown(caller.userID, opponent).blocked {
                 throw RPCError(.permissionDenied, "you cannot message this player")
             }
             switch core.chatThrottle.reserve("\(caller.userID)|\(id)") {

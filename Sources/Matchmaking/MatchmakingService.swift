@@ -212,9 +212,14 @@ public struct MatchmakingService: Matchmaking_V1_MatchmakingService {
         if request.hasPlacement {
             let p = request.placement
             if Shape(rawValue: Int(p.kind.rawValue)) == nil { errors.add("placement.kind", "required: the dealt shape (Match.next_shape)") }
+            if !(0...3).contains(p.quarterTurns) { errors.add("placement.quarter_turns", "must be 0 to 3") }
             placement = MoveInput.Placement(
                 kind: Int(p.kind.rawValue), anchor: p.hasAnchor ? Point(Int(p.anchor.column), Int(p.anchor.row)) : nil,
                 quarterTurns: Int(p.quarterTurns))
+        }
+        if request.steps.count > GameState.maxSteps { errors.add("steps", "at most \(GameState.maxSteps) steps, got \(request.steps.count)") }
+        for (i, s) in request.steps.prefix(GameState.maxSteps).enumerated() where Step(rawValue: Int(s.rawValue)) == nil {
+            errors.add("steps[\(i)]", "must be UP, DOWN, LEFT or RIGHT")
         }
         return MoveInput(placement: placement, steps: request.steps.map { Int($0.rawValue) })
     }

@@ -160,6 +160,15 @@ final class Relations: Sendable {
         }
     }
 
+    /// A fresh answer; while social cannot answer, the last one known (however old), else
+    /// UNAVAILABLE.
+    func freshOrLastKnown(_ a: String, _ b: String) async throws -> Answer {
+        do { return try await fresh(a, b) } catch {
+            if let hit = cache.withLock({ $0[Self.key(a, b)] }) { return hit }
+            throw error
+        }
+    }
+
     /// A recent answer, else a fresh one.
     func recent(_ a: String, _ b: String) async throws -> Answer {
         if let hit = cached(a, b) { return hit }

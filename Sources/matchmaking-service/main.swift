@@ -34,6 +34,7 @@ struct MatchmakingServiceCommand: AsyncParsableCommand {
                 // A queued client that vanished without closing is found by PING within 15 s.
                 config.keepaliveTime = .seconds(10)
                 config.keepaliveTimeout = .seconds(5)
-            })
+            },
+            beforeDrain: { core.shutDownStreams() })
     }
 }

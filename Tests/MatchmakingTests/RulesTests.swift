@@ -41,7 +41,9 @@ struct RulesTests {
 
     // MARK: Placement
 
-    func state(_ columns: Int = 9, _ rows: Int = 9, shapes: [(Shape, Point, Int)] = [], first: Point? = nil, second: Point? = nil, turn: Int = 1)
+    func state(
+        _ columns: Int = 9, _ rows: Int = 9, shapes: [(Shape, Point, Int)] = [], first: Point? = nil, second: Point? = nil, turn: Int = 1
+    )
         -> GameState
     {
         var s = GameState(columns: columns, rows: rows)
@@ -85,7 +87,9 @@ struct RulesTests {
                 refused: ["placement.quarter_turns"]),
             Case(name: "off the right edge", state: state(), dealt: .tetrominoI, move: move(.tetrominoI, Point(6, 3)), refused: ["placement.anchor"]),
             Case(name: "turned to fit the edge", state: state(), dealt: .tetrominoI, move: move(.tetrominoI, Point(8, 3), 1), refused: []),
-            Case(name: "off the top when standing", state: state(), dealt: .tetrominoI, move: move(.tetrominoI, Point(0, 6), 1), refused: ["placement.anchor"]),
+            Case(
+                name: "off the top when standing", state: state(), dealt: .tetrominoI, move: move(.tetrominoI, Point(0, 6), 1),
+                refused: ["placement.anchor"]),
             Case(name: "negative anchor", state: state(), dealt: .monomino, move: move(.monomino, Point(-1, 2)), refused: ["placement.anchor"]),
             Case(name: "on FIRST's avatar", state: state(), dealt: .monomino, move: move(.monomino, Point(4, 0)), refused: ["placement.anchor"]),
             Case(name: "on SECOND's avatar", state: state(), dealt: .domino, move: move(.domino, Point(3, 8)), refused: ["placement.anchor"]),
@@ -108,24 +112,36 @@ struct RulesTests {
                 name: "boxing in one avatar only is still refused",
                 state: state(shapes: [(.monomino, Point(3, 0), 0), (.monomino, Point(5, 0), 0)]), dealt: .monomino,
                 move: move(.monomino, Point(4, 1), 0), refused: ["placement.anchor"]),
-            Case(name: "a step into a shape", state: state(shapes: [(.monomino, Point(4, 1), 0)]), dealt: .monomino,
+            Case(
+                name: "a step into a shape", state: state(shapes: [(.monomino, Point(4, 1), 0)]), dealt: .monomino,
                 move: move(.monomino, Point(0, 4), 0, [.up]), refused: ["steps[0]"]),
-            Case(name: "a step into the shape just placed", state: state(), dealt: .monomino,
+            Case(
+                name: "a step into the shape just placed", state: state(), dealt: .monomino,
                 move: move(.monomino, Point(4, 1), 0, [.up]), refused: ["steps[0]"]),
-            Case(name: "a step off the board", state: state(), dealt: .monomino, move: move(.monomino, Point(0, 4), 0, [.down]), refused: ["steps[0]"]),
-            Case(name: "four steps", state: state(), dealt: .monomino, move: move(.monomino, Point(0, 4), 0, [.up, .up, .up, .up]), refused: ["steps"]),
-            Case(name: "onto the opponent", state: state(first: Point(4, 6)), dealt: .monomino,
+            Case(
+                name: "a step off the board", state: state(), dealt: .monomino, move: move(.monomino, Point(0, 4), 0, [.down]), refused: ["steps[0]"]),
+            Case(
+                name: "four steps", state: state(), dealt: .monomino, move: move(.monomino, Point(0, 4), 0, [.up, .up, .up, .up]), refused: ["steps"]),
+            Case(
+                name: "onto the opponent", state: state(first: Point(4, 6)), dealt: .monomino,
                 move: move(.monomino, Point(0, 4), 0, [.up, .up]), refused: ["steps[1]"]),
-            Case(name: "around the opponent", state: state(first: Point(4, 6)), dealt: .monomino,
+            Case(
+                name: "around the opponent", state: state(first: Point(4, 6)), dealt: .monomino,
                 move: move(.monomino, Point(0, 4), 0, [.right, .up, .up]), refused: []),
-            Case(name: "the goal row ends the move", state: state(first: Point(4, 7), second: Point(0, 8)), dealt: .monomino,
+            Case(
+                name: "the goal row ends the move", state: state(first: Point(4, 7), second: Point(0, 8)), dealt: .monomino,
                 move: move(.monomino, Point(0, 4), 0, [.up, .right]), refused: ["steps[1]"]),
-            Case(name: "back and forth is allowed", state: state(), dealt: .monomino, move: move(.monomino, Point(0, 4), 0, [.up, .down, .up]),
+            Case(
+                name: "back and forth is allowed", state: state(), dealt: .monomino, move: move(.monomino, Point(0, 4), 0, [.up, .down, .up]),
                 refused: []),
-            Case(name: "SECOND moves down towards row 0", state: state(turn: 2), dealt: .monomino, move: move(.monomino, Point(0, 4), 0, [.down, .down]),
+            Case(
+                name: "SECOND moves down towards row 0", state: state(turn: 2), dealt: .monomino,
+                move: move(.monomino, Point(0, 4), 0, [.down, .down]),
                 refused: []),
             Case(name: "no placement while one exists", state: state(), dealt: .monomino, move: move(nil, nil, 0, [.up]), refused: ["placement"]),
-            Case(name: "several fields at once", state: state(), dealt: .domino, move: MoveInput(placement: .init(kind: 1, anchor: nil, quarterTurns: 7), steps: [9, 1]),
+            Case(
+                name: "several fields at once", state: state(), dealt: .domino,
+                move: MoveInput(placement: .init(kind: 1, anchor: nil, quarterTurns: 7), steps: [9, 1]),
                 refused: ["placement.kind", "placement.quarter_turns", "placement.anchor", "steps[0]"]),
         ]
         for c in cases {
