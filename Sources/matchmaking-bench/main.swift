@@ -238,85 +238,85 @@ func signUp(accountsPort: Int) async throws {
     await channel.close()
 }
 
+func legal(_ m: Matchmaking_V1_Match) -> Matchmaking_V1_SubmitMoveRequest {
+    let b = m.board
+    let s = GameState(
+        columns: Int(b.columns), rows: Int(b.rows),
+        shapes: b.shapes.map {
+            PlacedShape(
+                shape: Shape(rawValue: Int($0.kind.rawValue))!, anchor: Point(Int($0.anchor.column), Int($0.anchor.row)),
+                quarterTurns: Int($0.quarterTurns), cells: $0.cells.map { Point(Int($0.column), Int($0.row)) }, seat: .first,
+                turn: Int($0.turnNumber))
+        },
+        avatars: [Point(Int(b.firstAvatar.column), Int(b.firstAvatar.row)), Point(Int(b.secondAvatar.column), Int(b.secondAvatar.row))],
+        turn: Int(m.turnNumber))
+    var r = Matchmaking_V1_SubmitMoveRequest()
+    r.matchId = m.matchId
+    r.turnNumber = m.turnNumber
+    let dealt = Shape(rawValue: Int(m.nextShape.rawValue))!
+    var board = s
+    var rng = Rng(state: UInt64(m.turnNumber) &* 31 &+ UInt64(b.shapes.count))
+    var placement: (Point, Int)?
+    for _ in 0..<60 {
+        let q = Int.random(in: 0..<4, using: &rng), a = Point(Int.random(in: 0..<s.columns, using: &rng), Int.random(in: 0..<s.rows, using: &rng))
+        if let cells = GameRules.cells(of: dealt, anchor: a, quarterTurns: q, in: s), GameRules.placementProblem(cells, in: s) == nil {
+            placement = (a, q)
+            break
+        }
+    }
+    if placement == nil, let l = GameRules.anyLegalPlacement(of: dealt, in: s) { placement = (l.anchor, l.quarterTurns) }
+    if let (a, q) = placement {
+        var p = Matchmaking_V1_ShapePlacement()
+        p.kind = m.nextShape
+        var c = Matchmaking_V1_Cell()
+        c.column = Int32(a.column)
+        c.row = Int32(a.row)
+        p.anchor = c
+        p.quarterTurns = Int32(q)
+        r.placement = p
+        board = s.applying(
+            try! GameRules.validate(MoveInput(placement: .init(kind: dealt.rawValue, anchor: a, quarterTurns: q), steps: []), dealt: dealt, in: s)
+                .get())
+    }
+    // One sideways step when possible (games last long: the end-to-end row measures moves).
+    let seat = s.seatToMove
+    let at = board.avatar(seat)
+    for st in [Step.right, .left] {
+        let n = Point(at.column + st.delta.dc, at.row + st.delta.dr)
+        if board.contains(n) && !board.isBlocked(n) && n != board.avatar(seat.other) {
+            r.steps = [Matchmaking_V1_Direction(rawValue: Int32(st.rawValue))]
+            break
+        }
+    }
+    return r
+}
+
+func newMatch(_ mm: Matchmaking_V1_MatchmakingClient, _ options: CallOptions) async throws -> Matchmaking_V1_Match {
+    var r = Matchmaking_V1_StartLocalMatchRequest()
+    r.idempotencyKey = ULID.make()
+    r.columns = 15
+    r.rows = 15
+    return try await mm.startLocalMatch(r, options: options).match
+}
+
 func e2e(matchmakingPort: Int, token: String, duration: Double, concurrency: Int) async throws {
     let channel = RPCChannel(host: "127.0.0.1", port: matchmakingPort)
     let mm = Matchmaking_V1_MatchmakingClient(channel.client)
     let options = CallOptions(timeout: .seconds(30), metadata: Metadata([("authorization", "Bearer \(token)")]))
 
-    func legal(_ m: Matchmaking_V1_Match) -> Matchmaking_V1_SubmitMoveRequest {
-        let b = m.board
-        let s = GameState(
-            columns: Int(b.columns), rows: Int(b.rows),
-            shapes: b.shapes.map {
-                PlacedShape(
-                    shape: Shape(rawValue: Int($0.kind.rawValue))!, anchor: Point(Int($0.anchor.column), Int($0.anchor.row)),
-                    quarterTurns: Int($0.quarterTurns), cells: $0.cells.map { Point(Int($0.column), Int($0.row)) }, seat: .first,
-                    turn: Int($0.turnNumber))
-            },
-            avatars: [Point(Int(b.firstAvatar.column), Int(b.firstAvatar.row)), Point(Int(b.secondAvatar.column), Int(b.secondAvatar.row))],
-            turn: Int(m.turnNumber))
-        var r = Matchmaking_V1_SubmitMoveRequest()
-        r.matchId = m.matchId
-        r.turnNumber = m.turnNumber
-        let dealt = Shape(rawValue: Int(m.nextShape.rawValue))!
-        var board = s
-        var rng = Rng(state: UInt64(m.turnNumber) &* 31 &+ UInt64(b.shapes.count))
-        var placement: (Point, Int)?
-        for _ in 0..<60 {
-            let q = Int.random(in: 0..<4, using: &rng), a = Point(Int.random(in: 0..<s.columns, using: &rng), Int.random(in: 0..<s.rows, using: &rng))
-            if let cells = GameRules.cells(of: dealt, anchor: a, quarterTurns: q, in: s), GameRules.placementProblem(cells, in: s) == nil {
-                placement = (a, q)
-                break
-            }
-        }
-        if placement == nil, let l = GameRules.anyLegalPlacement(of: dealt, in: s) { placement = (l.anchor, l.quarterTurns) }
-        if let (a, q) = placement {
-            var p = Matchmaking_V1_ShapePlacement()
-            p.kind = m.nextShape
-            var c = Matchmaking_V1_Cell()
-            c.column = Int32(a.column)
-            c.row = Int32(a.row)
-            p.anchor = c
-            p.quarterTurns = Int32(q)
-            r.placement = p
-            board = s.applying(
-                try! GameRules.validate(MoveInput(placement: .init(kind: dealt.rawValue, anchor: a, quarterTurns: q), steps: []), dealt: dealt, in: s)
-                    .get())
-        }
-        // One sideways step when possible (games last long: the end-to-end row measures moves).
-        let seat = s.seatToMove
-        let at = board.avatar(seat)
-        for st in [Step.right, .left] {
-            let n = Point(at.column + st.delta.dc, at.row + st.delta.dr)
-            if board.contains(n) && !board.isBlocked(n) && n != board.avatar(seat.other) {
-                r.steps = [Matchmaking_V1_Direction(rawValue: Int32(st.rawValue))]
-                break
-            }
-        }
-        return r
-    }
-
-    func newMatch() async throws -> Matchmaking_V1_Match {
-        var r = Matchmaking_V1_StartLocalMatchRequest()
-        r.idempotencyKey = ULID.make()
-        r.columns = 15
-        r.rows = 15
-        return try await mm.startLocalMatch(r, options: options).match
-    }
-
     // SubmitMove: `concurrency` local matches played at once, each by its own task.
-    let moves = Mutex(0), errors = Mutex(0)
+    let moves = Box(0), errors = Box(0)
     let clock = ContinuousClock()
     let end = clock.now + .milliseconds(Int(duration * 1000))
     var latencies: [Double] = []
-    let lat = Mutex<[Double]>([])
+    let lat = Box<[Double]>([])
     try await withThrowingTaskGroup(of: Void.self) { group in
         for _ in 0..<concurrency {
             group.addTask {
-                var m = try await newMatch()
+                var m = try await newMatch(mm, options)
                 var local: [Double] = []
                 while clock.now < end {
-                    if m.status != .active { m = try await newMatch() }
+                    if m.status != .active { m = try await newMatch(mm, options) }
                     let start = clock.now
                     do {
                         m = try await mm.submitMove(legal(m), options: options).match
@@ -324,7 +324,7 @@ func e2e(matchmakingPort: Int, token: String, duration: Double, concurrency: Int
                         moves.withLock { $0 += 1 }
                     } catch {
                         errors.withLock { $0 += 1 }
-                        m = try await newMatch()
+                        m = try await newMatch(mm, options)
                     }
                 }
                 let l = local
@@ -340,8 +340,8 @@ func e2e(matchmakingPort: Int, token: String, duration: Double, concurrency: Int
     out("submit_move_errors", errors.withLock { $0 })
 
     // The reference in the same run: GetMatch (a read of the same row) with the same concurrency.
-    let m = try await newMatch()
-    let reads = Mutex(0)
+    let m = try await newMatch(mm, options)
+    let reads = Box(0)
     let end2 = clock.now + .milliseconds(Int(duration * 1000))
     try await withThrowingTaskGroup(of: Void.self) { group in
         for _ in 0..<concurrency {
@@ -373,6 +373,13 @@ func e2e(matchmakingPort: Int, token: String, duration: Double, concurrency: Int
     out("leaderboard_rpc_p50_us", Int(percentile(times, 50) * 1e6))
     out("leaderboard_rpc_p99_us", Int(percentile(times, 99) * 1e6))
     await channel.close()
+}
+
+/// A value shared by the client tasks.
+final class Box<T: Sendable>: Sendable {
+    private let m: Mutex<T>
+    init(_ v: T) { m = Mutex(v) }
+    func withLock<R: Sendable>(_ body: (inout T) -> R) -> R { m.withLock { body(&$0) } }
 }
 
 // MARK: main
