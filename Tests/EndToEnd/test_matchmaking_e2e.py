@@ -321,3 +321,87 @@ def test_random_queue_pairs_close_ratings_and_a_quit(game):
     ds = mm.GetPlayerStats(pb.GetPlayerStatsRequest(), metadata=auth(dan["token"]), timeout=10).stats
     assert ds.losses == 1 and ds.quits == 1 and ds.rating.rating < 1500
     watcher.call.cancel()
+
+
+# ---- the whole cascade under scripts/run -----------------------------------------------------------
+
+def test_account_deletion_cascades_to_every_service_under_scripts_run(tmp_path, stubs):
+    """All five services and the gateway started by scripts/run (the built binaries in BIN_DIR);
+    deleting an account reaches every service: accounts' outbox shows the event acknowledged by
+    each destination, and the user is gone or anonymised in social, tasks and matchmaking."""
+    import signal
+    import sqlite3
+    import subprocess
+    from conftest import ROOT
+
+    for exe in ("accounts-service", "social-service", "tasks-service", "finance-service", "matchmaking-service", "gateway"):
+        if not (BIN / exe).exists():
+            pytest.skip(f"{exe} is not built")
+    ports = {n: free_port() for n in ("gateway", "accounts", "tasks", "finance", "social", "matchmaking")}
+    env = dict(os.environ)
+    env.update({f"{n.upper()}_PORT": str(p) for n, p in ports.items()})
+    env.update({"DATA_DIR": str(tmp_path / "data"), "BIN_DIR": str(BIN), "NO_BUILD": "1", "LOG_LEVEL": "warning",
+                "ACCOUNTS_SCRYPT_N": "1024"})
+    log = open(tmp_path / "run.log", "w+")
+    run = subprocess.Popen([str(ROOT / "scripts" / "run")], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while "gateway listening" not in (tmp_path / "run.log").read_text():
+            assert run.poll() is None, (tmp_path / "run.log").read_text()[-3000:]
+            assert time.time() < deadline, "scripts/run did not start: " + (tmp_path / "run.log").read_text()[-3000:]
+            time.sleep(0.2)
+        from accounts.v1 import accounts_pb2 as apb, accounts_pb2_grpc
+        from social.v1 import social_pb2 as spb, social_pb2_grpc
+        from tasks.v1 import tasks_pb2_grpc, team_tasks_pb2 as ttpb
+        from matchmaking.v1 import matchmaking_pb2 as pb, matchmaking_pb2_grpc
+
+        gw = grpc.insecure_channel(f"127.0.0.1:{ports['gateway']}")
+        ctx = {"accounts": accounts_pb2_grpc.AccountsStub(gw), "apb": apb}
+        social, tasks, mm = social_pb2_grpc.SocialStub(gw), tasks_pb2_grpc.TasksStub(gw), matchmaking_pb2_grpc.MatchmakingStub(gw)
+        ann, bob = sign_up(ctx, "ann"), sign_up(ctx, "bob")
+
+        # Bob's traces: a friendship (social), a team task (tasks), a finished match and a rating (matchmaking).
+        social.AddFriend(spb.AddFriendRequest(user=spb.UserSelector(username=bob["username"])), metadata=auth(ann["token"]), timeout=10)
+        task = tasks.CreateTeamTask(ttpb.CreateTeamTaskRequest(idempotency_key=uuid.uuid4().hex, name="Shared",
+                                                               participant_usernames=[bob["username"]]), metadata=auth(ann["token"]), timeout=10).task
+        ch = mm.CreateChallenge(pb.CreateChallengeRequest(idempotency_key="c", opponent_username=bob["username"], rated=True),
+                                metadata=auth(ann["token"]), timeout=10).challenge
+        m = mm.AcceptChallenge(pb.AcceptChallengeRequest(challenge_id=ch.challenge_id), metadata=auth(bob["token"]), timeout=10).match
+        mm.QuitMatch(pb.QuitMatchRequest(match_id=m.match_id), metadata=auth(bob["token"]), timeout=10)
+
+        ctx["accounts"].DeleteAccount(apb.DeleteAccountRequest(password=PASSWORD), metadata=auth(bob["token"]), timeout=10)
+
+        # accounts' outbox: the event acknowledged by every destination.
+        db = tmp_path / "data" / "accounts" / "accounts.sqlite"
+        def outbox():
+            c = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+            try:
+                return c.execute("SELECT destination, delivered_at FROM outbox WHERE kind LIKE '%UserDeleted%'").fetchall()
+            finally:
+                c.close()
+        deadline = time.time() + 60
+        while time.time() < deadline and not (outbox() and all(d is not None for _, d in outbox())):
+            time.sleep(0.2)
+        rows = outbox()
+        assert {dest for dest, _ in rows} == {"social", "tasks", "finance", "matchmaking"}, rows
+        assert all(d is not None for _, d in rows), rows
+
+        # Service by service.
+        friends = social.ListFriends(spb.ListFriendsRequest(), metadata=auth(ann["token"]), timeout=10)
+        assert bob["id"] not in str(friends)
+        t = tasks.GetTeamTask(ttpb.GetTeamTaskRequest(task_id=task.task_id), metadata=auth(ann["token"]), timeout=10).task
+        assert [p.user.user_id for p in t.participants] == [ann["id"]]
+        got = mm.GetMatch(pb.GetMatchRequest(match_id=m.match_id), metadata=auth(ann["token"]), timeout=10).match
+        assert got.second.user.user_id == "" and got.second.user.display_name == "Deleted player"
+        with pytest.raises(grpc.RpcError) as e:
+            mm.GetRating(pb.GetRatingRequest(user_id=bob["id"]), metadata=auth(ann["token"]), timeout=10)
+        assert e.value.code() == grpc.StatusCode.NOT_FOUND
+        assert mm.GetPlayerStats(pb.GetPlayerStatsRequest(), metadata=auth(ann["token"]), timeout=10).stats.wins == 1
+        gw.close()
+    finally:
+        os.killpg(run.pid, signal.SIGTERM)
+        try:
+            run.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
