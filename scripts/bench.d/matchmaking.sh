@@ -1,6 +1,7 @@
 # scripts/bench hook (sourced): matchmaking-service. Needs accounts.sh's accounts-service (ACC_PORT:
 # the user and the token keys). Rows (Sources/Matchmaking/README.md, "Measured"):
-#  - the matchmaker (in-process, release build, `matchmaking-bench engine`): one pairing pass at
+#  - the matchmaker (in-process, release build, `matchmaking-bench engine`; CPU time of the
+#    measuring thread, as the machine is shared): one pairing pass at
 #    1k / 10k / 100k queued players of spread ratings (µs, and ns per n·log2 n: flat = n log n);
 #    100,000 players arriving over 10 s with a pass every 200 ms as the service ticks: pairs
 #    formed per second of matchmaker time, and each player's wait until paired (p50/p99);
