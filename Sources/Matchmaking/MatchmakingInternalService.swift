@@ -19,18 +19,6 @@ public struct MatchmakingInternalService: Matchmaking_V1_MatchmakingInternalServ
         let effects = Mutex2<Effects>(Effects())
         let replayed = try await EraseUser.receive(eventID: request.eventId, userID: request.userId, store: core.store) { tx, user in
             var fx = Effects()
-            // Active non-local matches: ended, the opponent wins, unrated.
-            let active = try tx.query(
-                "SELECT \(MatchRecord.columns) FROM matches WHERE (first_id = ? OR second_id = ?) AND status = 1 AND kind != 1", user, user
-            ).map(MatchRecord.init(row:))
-            for var m in active {
-                guard let seat = m.seat(of: user) else { continue }
-                m.players[seat.index] = ""
-                try MatchStore.finish(
-                    tx, &m, winner: seat.other, reason: .accountDeleted, forfeit: seat, now: now, configuration: configuration, effects: &fx)
-                try m.save(tx)
-                try tx.execute("UPDATE matches SET \(seat == .first ? "first_id" : "second_id") = '' WHERE id = ?", m.id)
-            }
             // Local matches are the user's alone.
             let local = try tx.query("SELECT id FROM matches WHERE first_id = ? AND second_id = ?", user, user).map {
                 try $0.get("id", as: String.self)
@@ -40,12 +28,24 @@ public struct MatchmakingInternalService: Matchmaking_V1_MatchmakingInternalServ
                 try tx.execute("DELETE FROM match_events WHERE match_id = ?", id)
                 try tx.execute("DELETE FROM matches WHERE id = ?", id)
             }
-            // Finished matches: anonymised; their event logs (which name the user) are dropped,
-            // so a watcher starts from a snapshot; the user's chat lines go.
+            // Their matches: the event logs (which name the user) are dropped, so a watcher who
+            // resumes gets a snapshot; the user is anonymised; their chat lines go.
             let others = try tx.query("SELECT id FROM matches WHERE first_id = ? OR second_id = ?", user, user).map {
                 try $0.get("id", as: String.self)
             }
             for id in others { try tx.execute("DELETE FROM match_events WHERE match_id = ?", id) }
+            // Active non-local matches end (after their logs went, so MatchOver is logged): the
+            // opponent wins, unrated.
+            let active = try tx.query(
+                "SELECT \(MatchRecord.columns) FROM matches WHERE (first_id = ? OR second_id = ?) AND status = 1 AND kind != 1", user, user
+            ).map(MatchRecord.init(row:))
+            for var m in active {
+                guard let seat = m.seat(of: user) else { continue }
+                m.players[seat.index] = ""
+                try MatchStore.finish(
+                    tx, &m, winner: seat.other, reason: .accountDeleted, forfeit: seat, now: now, configuration: configuration, effects: &fx)
+                try m.save(tx)
+            }
             try tx.execute("UPDATE matches SET first_id = '' WHERE first_id = ?", user)
             try tx.execute("UPDATE matches SET second_id = '' WHERE second_id = ?", user)
             try tx.execute("DELETE FROM chat_messages WHERE sender_id = ?", user)
