@@ -16,8 +16,7 @@ import Testing
 /// sent over gRPC by the right caller, and the answer compared with the response fixture, ignoring
 /// its `# generated:` fields.
 ///
-/// Not yet live (the README says why): RequestRematch, ListMyMatches, GetMatchReplay, JoinQueue and
-/// GetPlayerStats.
+/// Not yet live (the README says why): ListMyMatches, GetMatchReplay, JoinQueue and GetPlayerStats.
 @Suite("Matchmaking: contract fixtures against the live service", .serialized)
 struct ContractFixtureTests {
     final class Runner: @unchecked Sendable {
@@ -199,11 +198,8 @@ struct ContractFixtureTests {
                 }
             }
             var seed: UInt64 = 1
-            while !(ShapeDealer.shape(seed: seed, turn: 1) == .tetrominoT && ShapeDealer.shape(seed: seed, turn: 2) == .tetrominoL
-                && ShapeDealer.shape(seed: seed, turn: 3) == .domino)
-            {
-                seed += 1
-            }
+            let dealt: [Shape] = [.tetrominoT, .tetrominoL, .domino, .tetrominoO, .trominoI]
+            while !dealt.enumerated().allSatisfy({ ShapeDealer.shape(seed: seed, turn: $0.offset + 1) == $0.element }) { seed += 1 }
             let matchSeed = seed
 
             func move(
@@ -246,6 +242,7 @@ struct ContractFixtureTests {
             }
 
             let id = try await prepared(accept: true)
+            let second = try await prepared(accept: false)  // quit below, with the same history
             let watchA = env.watch(id, alice), watchB = env.watch(id, bob)
             #expect(await eventually { core.hub.connected(id) == [true, true] })
             var hello = Matchmaking_V1_SendChatMessageRequest()
@@ -281,8 +278,27 @@ struct ContractFixtureTests {
             await watchB.cancel()
             _ = await eventually { core.hub.connected(id) == [false, false] }
 
+            // Turns 4 and 5 as the fixtures played them: alice reaches row 8; then a rematch, both
+            // agreeing, with the ratings the fixtures' history left (1628.9 and 1571.6).
+            _ = try await mm.submitMove(move(id, 4, .tetrominoO, 0, 0, 0, [.down, .down, .down]), options: bob.options)
+            let won = try await mm.submitMove(move(id, 5, .trominoI, 0, 7, 0, [.up, .up, .up]), options: alice.options).match
+            #expect(won.outcome.reason == .goalReached && won.outcome.winner == .first)
+            var rematch = Matchmaking_V1_RequestRematchRequest()
+            rematch.matchId = id
+            #expect(try await mm.requestRematch(rematch, options: alice.options).state == .waiting)
+            try await core.store.write { tx in
+                for (id, rating, deviation) in [(aliceID, 1628.9, 70.1), (bobID, 1571.6, 68.7)] {
+                    try RatingRecord(
+                        rating: Glicko2.Rating(rating: rating, deviation: deviation, volatility: 0.06), ratedMatches: 21,
+                        updatedAt: env.clock.nowMilliseconds(), version: 5
+                    ).save(tx, userID: id)
+                }
+            }
+            try await runner.run("RequestRematch", Matchmaking_V1_RequestRematchRequest.self, rewrite: { $0.matchId = id }) {
+                try await mm.requestRematch($0, options: bob.options)
+            }
+
             // A second match with the same history: bob quits at turn 3 while alice watches.
-            let second = try await prepared(accept: false)
             let watch2 = env.watch(second, alice)
             #expect(await eventually { core.hub.connected(second) == [true, false] })
             try await runner.run("QuitMatch", Matchmaking_V1_QuitMatchRequest.self, rewrite: { $0.matchId = second }) {
