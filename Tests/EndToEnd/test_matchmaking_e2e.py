@@ -39,6 +39,9 @@ def game(tmp_path, stubs):
         "GATEWAY_UPSTREAMS": "accounts,social,matchmaking",
         "ACCOUNTS_SCRYPT_N": "1024",
         "LOG_LEVEL": "info",
+        # A client that vanished without closing is found by PING within ~2 s here (10 s + 5 s by default).
+        "MATCHMAKING_KEEPALIVE_TIME_MS": "1000",
+        "MATCHMAKING_KEEPALIVE_TIMEOUT_MS": "1000",
     })
     procs = []
     try:
@@ -58,6 +61,8 @@ def game(tmp_path, stubs):
             "mm": matchmaking_pb2_grpc.MatchmakingStub(gw),
             "mm_internal_via_gateway": matchmaking_pb2_grpc.MatchmakingInternalStub(gw),
             "gateway_port": ports["gateway"],
+            "matchmaking_port": ports["matchmaking"],
+            "stubs_path": [p for p in __import__("sys").path if "e2e-stubs-" in p][0],
             "procs": procs,
         }
         gw.close()
@@ -321,6 +326,44 @@ def test_random_queue_pairs_close_ratings_and_a_quit(game):
     ds = mm.GetPlayerStats(pb.GetPlayerStatsRequest(), metadata=auth(dan["token"]), timeout=10).stats
     assert ds.losses == 1 and ds.quits == 1 and ds.rating.rating < 1500
     watcher.call.cancel()
+
+
+def test_a_vanished_queued_client_is_never_paired(game):
+    """A client joins the queue straight on matchmaking (no gateway between), then its process is
+    frozen (SIGSTOP: the connection stays open, nothing answers). The server's keepalive PING finds
+    it and its ticket goes: a player who joins later is not paired with the ghost."""
+    import signal
+    import subprocess
+    import sys
+    pb, mm = game["pb"], game["mm"]
+    ghost, real, other = sign_up(game, "ghost"), sign_up(game, "real"), sign_up(game, "other")
+    script = f"""
+import sys, grpc
+sys.path.insert(0, {game['stubs_path']!r})
+from matchmaking.v1 import matchmaking_pb2 as pb, matchmaking_pb2_grpc as rpc
+ch = grpc.insecure_channel("127.0.0.1:{game['matchmaking_port']}")
+md = [("authorization", "Bearer {ghost['token']}"), ("x-gateway-token", "e2e-gateway-credential-0123456789abcdef")]
+for e in rpc.MatchmakingStub(ch).JoinQueue(pb.JoinQueueRequest(), metadata=md, timeout=120):
+    print(pb.QueueState.Name(e.state), flush=True)
+"""
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "QUEUE_STATE_SEARCHING"
+        p.send_signal(signal.SIGSTOP)
+        time.sleep(5)  # keepalive 1 s + 1 s, with room
+        q = Stream(mm.JoinQueue(pb.JoinQueueRequest(), metadata=auth(real["token"]), timeout=60))
+        q.take(lambda e: e.state == pb.QUEUE_STATE_SEARCHING)
+        time.sleep(2)
+        assert q.items.empty() or all(e is not None and e.state == pb.QUEUE_STATE_SEARCHING for e in list(q.items.queue))
+        # A real opponent is paired at once.
+        q2 = Stream(mm.JoinQueue(pb.JoinQueueRequest(), metadata=auth(other["token"]), timeout=60))
+        m1 = q.take(lambda e: e.state == pb.QUEUE_STATE_MATCHED)
+        m2 = q2.take(lambda e: e.state == pb.QUEUE_STATE_MATCHED)
+        assert m1.opponent.user_id == other["id"] and m2.opponent.user_id == real["id"]
+    finally:
+        p.send_signal(signal.SIGCONT)
+        p.kill()
+        p.wait()
 
 
 # ---- the whole cascade under scripts/run -----------------------------------------------------------
