@@ -185,8 +185,19 @@ public final class MatchmakingCore: Sendable {
             do {
                 try await startRandomMatch(first, second, now: now)
             } catch {
-                logger.warning("could not start a random match", metadata: ["error": "\(error)"])
-                queue.putBack([first, second])
+                // A player who started a match (a challenge) while queued leaves the queue (its
+                // stream hears CANCELLED); the other waits on with their time kept.
+                let busy =
+                    (try? await store.read { c in
+                        try [first, second].filter { try MatchStore.activeNonLocalMatch(c, $0.userID) != nil }.map(\.userID)
+                    }) ?? []
+                if busy.isEmpty { logger.warning("could not start a random match", metadata: ["error": "\(error)"]) }
+                let keep = [first, second].filter { !busy.contains($0.userID) }
+                queue.putBack(keep)
+                for t in [first, second] where busy.contains(t.userID) {
+                    t.stream.deliver(.cancelled)
+                    t.stream.finish()
+                }
             }
         }
     }

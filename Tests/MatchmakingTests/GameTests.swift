@@ -509,6 +509,24 @@ struct GameTests {
         }
     }
 
+    @Test func aQueuedPlayerWhoStartsAChallengeMatchLeavesTheQueue() async throws {
+        try await withMatchmaking { env in
+            let (a, _, _) = try await env.friendlyMatch()  // a now plays a challenge match
+            let c = try await env.player("c")
+            // a joined before the match started (the join check passed): simulate by queueing
+            // a's ticket directly, as a stream that was open when the challenge was accepted.
+            let stream = MatchQueue.Stream()
+            _ = env.core.queue.join(userID: a.id, rating: 1500, ticketID: "t-a", now: env.clock.nowMilliseconds(), stream: stream)
+            let qc = env.joinQueue(c)
+            #expect(await qc.waitFor { !$0.isEmpty })
+            #expect(await eventually { env.core.queue.ticket(of: a.id) == nil })
+            #expect(await stream.next() != nil)  // told CANCELLED
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(!qc.isFinished && env.core.queue.ticket(of: c.id) != nil)
+            await qc.cancel()
+        }
+    }
+
     // MARK: Leaderboard
 
     @Test func leaderboardTopNAndMyRank() async throws {
