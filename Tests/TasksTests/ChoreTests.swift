@@ -206,6 +206,12 @@ struct ChoreTests {
             again.dueDate = date(2025, 3, 20)
             kettle = try await w.tasks.requestOnDemandChore(again, options: a.options).chore
             #expect(kettle.status == .active && kettle.dueDate == date(2025, 3, 20) && kettle.currentAssignee.userId == b.id)
+            // Asked for again and finished within the same minute: a new turn, not the last finish
+            // seen twice (the double-tap rule holds only while nothing happened since).
+            #expect(finish.expectedRevision == 0)
+            let turnTaken = try await w.tasks.finishChore(finish, options: b.options).chore
+            #expect(turnTaken.status == .waiting && turnTaken.currentAssignee.userId == a.id)
+            kettle = try await w.tasks.requestOnDemandChore(again, options: a.options).chore
             again.choreId = once.choreId
             await expectFailure(.failedPrecondition) { try await w.tasks.requestOnDemandChore(again, options: a.options) }
 
