@@ -23,7 +23,7 @@ struct HostileClientTests {
             r.description_p = String(repeating: "€", count: 2_000)
             r.householdId = String(repeating: "h", count: 1_000)
             r.housemateUserIds = Array(repeating: b.id, count: 500)
-            r.idempotencyKey = "key with spaces"
+            r.idempotencyKey = "key\twith\ttabs"
             await expectFailure(
                 .invalidArgument,
                 fields: ["household_id", "description", "housemate_user_ids", "idempotency_key"] + (0..<19).map { "housemate_user_ids[\($0 + 1)]" }
