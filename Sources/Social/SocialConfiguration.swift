@@ -41,6 +41,10 @@ public struct SocialConfiguration: Sendable {
     /// Notifications replayed at most on one (re)subscription; older missed ones stay in the inbox.
     public var maxReplay = 1000
 
+    /// How often the sessions of live streams are checked with accounts: a revoked session's
+    /// stream ends within about this long (else only when its access token expires).
+    public var sessionCheckInterval: Duration = .seconds(30)
+
     /// Deadline of a synchronous read of a peer (accounts' lookups, tasks' chores).
     public var peerDeadline: Duration = .milliseconds(1500)
 
@@ -49,7 +53,7 @@ public struct SocialConfiguration: Sendable {
     /// Reads the optional settings: `SOCIAL_INVITE_LIFETIME_HOURS`, `SOCIAL_GUESSES_PER_USER`,
     /// `SOCIAL_GUESSES_PER_ADDRESS`, `SOCIAL_INVITE_MAILS_PER_USER`, `SOCIAL_INVITE_MAILS_PER_ADDRESS`,
     /// `SOCIAL_SUBSCRIPTIONS_PER_USER`, `SOCIAL_PEER_DEADLINE_MS`,
-    /// `SOCIAL_QUEUED_PER_SUBSCRIPTION`. A malformed value refuses the start.
+    /// `SOCIAL_QUEUED_PER_SUBSCRIPTION`, `SOCIAL_SESSION_CHECK_MS`. A malformed value refuses the start.
     public static func from(_ settings: Settings, dataDirectory: String) throws -> SocialConfiguration {
         var c = SocialConfiguration(dataDirectory: dataDirectory)
         if let hours = try settings.int("social.invite.lifetime.hours", range: 1...24 * 365) {
@@ -64,6 +68,8 @@ public struct SocialConfiguration: Sendable {
         c.maxQueuedPerSubscription = try settings.int(
             "social.queued.per.subscription", default: c.maxQueuedPerSubscription,
             range: 1...100_000)
+        c.sessionCheckInterval = try settings.milliseconds(
+            "social.session.check.ms", default: c.sessionCheckInterval, range: 100...3_600_000)
         c.peerDeadline = try settings.milliseconds("social.peer.deadline.ms", default: c.peerDeadline, range: 50...60_000)
         return c
     }
