@@ -13,7 +13,7 @@ struct HostileClientTests {
     @Test func hugeAndMalformedInputIsRefusedClearly() async throws {
         try await withFinance { env in
             let (a, b) = (try await env.user(), try await env.user())
-            let h = env.household([a, b])
+            let h = try await env.household([a, b])
             // Larger than the method's request budget (64 KiB): refused by the transport, unread.
             var huge = chargeRequest(h, 100, among: [b])
             huge.description_p = String(repeating: "€", count: 200_000)
@@ -53,7 +53,7 @@ struct HostileClientTests {
     @Test func manyWritersOnTheSamePairsKeepBalancesEqualToHistory() async throws {
         try await withFinance { env in
             let users = try await (0..<4).asyncMap { _ in try await env.user() }
-            let h = env.household(users)
+            let h = try await env.household(users)
             let finance = env.finance
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for (i, u) in users.enumerated() {
