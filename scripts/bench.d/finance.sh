@@ -19,12 +19,12 @@ if [ ! -x "$FIN_BIN" ] || [ ! -x "$SOC_BIN" ] || [ -z "${ACC_PORT:-}" ]; then
 else
   FIN_PORT=$(free_port)
   SOC_PORT=$(free_port)
-  mkdir -p "$WORK/finance-data" "$WORK/finance-py" "$WORK/social-data"
+  mkdir -p "$WORK/finance-data" "$WORK/finance-py" "$WORK/finance-social-data"
   "$PY" -m grpc_tools.protoc -IProto -I"$("$PY" -c 'import grpc_tools, os; print(os.path.dirname(grpc_tools.__file__))')/_proto" \
     --python_out="$WORK/finance-py" --grpc_python_out="$WORK/finance-py" \
     accounts/v1/accounts.proto social/v1/social.proto finance/v1/finance.proto common/v1/options.proto common/v1/types.proto
   SERVICE_TOKEN=$BENCH_SERVICE_TOKEN GATEWAY_TOKEN=$BENCH_GATEWAY_TOKEN LOG_LEVEL=warning ACCOUNTS_ADDR=127.0.0.1:$ACC_PORT \
-    start_bg social-bench "$SOC_BIN" --host 127.0.0.1 --port "$SOC_PORT" --data-dir "$WORK/social-data"
+    start_bg social-bench "$SOC_BIN" --host 127.0.0.1 --port "$SOC_PORT" --data-dir "$WORK/finance-social-data"
   wait_port "$SOC_PORT" 60 || { tail -20 "$WORK"/social-*.log >&2; exit 1; }
   SERVICE_TOKEN=$BENCH_SERVICE_TOKEN GATEWAY_TOKEN=$BENCH_GATEWAY_TOKEN LOG_LEVEL=warning \
     ACCOUNTS_ADDR=127.0.0.1:$ACC_PORT SOCIAL_ADDR=127.0.0.1:$SOC_PORT \
