@@ -34,6 +34,12 @@ public struct TasksConfiguration: Sendable {
     /// the same chore is taken for the same turn (two members at once) and changes nothing.
     public var duplicateFinishWindow: Duration = .seconds(60)
 
+    /// Whether SearchMarketTasks uses its indexes (FTS5 for words, R*Tree for places). Off, it
+    /// scans every open task: the reference the tests and the bench compare the indexes with.
+    public var searchUsesIndexes = true
+    /// How many followed users a habit feed asks social for (pages of 500).
+    public var maxFollowedUsers = 5000
+
     /// The largest request message the process accepts: an attachment upload (the contract's
     /// 5 MiB + 16 KiB for UploadTeamTaskAttachment) with room for its framing; each method's own
     /// limit from the contracts applies below it.
@@ -49,6 +55,7 @@ public struct TasksConfiguration: Sendable {
         c.membershipCacheFor = try s.milliseconds("tasks.membership.cache.ms", default: c.membershipCacheFor, range: 0...600_000)
         c.uploadTokenLifetime = try s.seconds("tasks.upload.token.lifetime.seconds", range: 1...(30 * 24 * 3600)) ?? c.uploadTokenLifetime
         c.maxBadUploadTokensPerAddress = try s.int("tasks.bad.upload.tokens.per.address", default: c.maxBadUploadTokensPerAddress, range: 1...100_000)
+        c.searchUsesIndexes = try s.bool("tasks.search.indexes", default: true)
         return c
     }
 }

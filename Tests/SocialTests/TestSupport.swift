@@ -44,6 +44,9 @@ final class TasksPeer: Tasks_V1_TasksInternalService, Sendable {
     func eraseUser(request: Tasks_V1_EraseUserRequest, context: ServerContext) async throws -> Tasks_V1_EraseUserResponse {
         Tasks_V1_EraseUserResponse()
     }
+    func verifyJournal(request: Tasks_V1_VerifyJournalRequest, context: ServerContext) async throws -> Tasks_V1_VerifyJournalResponse {
+        throw RPCError(.unimplemented, "not in the stand-in")
+    }
 }
 
 /// A port nothing listens on (a peer that is down).

@@ -1,0 +1,103 @@
+import Foundation
+import RPCCore
+import ServiceKit
+import Storage
+
+/// SearchMarketTasks as SQL over what SQLite already has: the FTS5 trigram index finds the tasks
+/// containing every keyword of three or more characters (shorter ones are checked with LIKE on
+/// those rows), the R*Tree narrows a distance search to the bounding box of the circle (split at
+/// the antimeridian, every longitude around a pole), and the exact great-circle distance is
+/// computed for those candidates only. Results: by distance, ties newest first (ids are ULIDs in
+/// creation order), or newest first without a point.
+///
+/// The full scan (`useIndexes: false`, `TASKS_SEARCH_INDEXES=0`) answers the same query by reading
+/// every open task: the reference of the tests and of the bench.
+enum MarketSearch {
+    struct Query: Sendable {
+        var words: [String]
+        var statuses: [Int64]
+        var near: GeoPoint?
+        var radiusKm: Double?
+
+        /// What a page token is bound to.
+        var fingerprint: String {
+            let place = near.map { "\($0.latitude.bitPattern):\($0.longitude.bitPattern)" } ?? "-"
+            return "\(words.map { $0.lowercased() }.joined(separator: "\u{1}")):\(statuses):\(place):\(radiusKm?.bitPattern ?? 0)"
+        }
+    }
+
+    struct Hit: Sendable {
+        var id: String
+        var distance: Double?
+        /// [distance bits or "", id]
+        var cursor: [String]
+    }
+
+    static func literal(_ d: Double) -> String { String(format: "%.17g", d) }
+
+    static func run(_ c: Connection, _ q: Query, after cursor: [String]?, limit: Int, useIndexes: Bool) throws -> ([Hit], Bool) {
+        var from = "market_tasks t"
+        var conditions: [String] = []
+        var args: [DatabaseValue] = []
+        let marks = q.statuses.map { _ in "?" }.joined(separator: ",")
+        conditions.append("t.status IN (\(marks))")
+        args += q.statuses.map { .integer($0) }
+        if q.near != nil { conditions.append("t.latitude IS NOT NULL") }
+
+        var likeWords = q.words
+        if useIndexes {
+            let fts = MarketRules.ftsQuery(q.words)
+            likeWords = q.words.filter { $0.unicodeScalars.count < 3 }
+            if let near = q.near, let r = q.radiusKm {
+                // Candidates from the R*Tree; each checked against the words by rowid (FTS5 seeks).
+                from = "market_task_geo g JOIN market_tasks t ON t.n = g.id"
+                let box = Geo.rtreeCondition(Geo.boundingBox(center: near, radiusKm: r), alias: "g")
+                conditions.append(box.sql)
+                args += box.args
+                if let fts {
+                    conditions.append("EXISTS (SELECT 1 FROM market_task_text WHERE market_task_text MATCH ? AND rowid = t.n)")
+                    args.append(.text(fts))
+                }
+            } else if let fts {
+                from = "market_task_text JOIN market_tasks t ON t.n = market_task_text.rowid"
+                conditions.insert("market_task_text MATCH ?", at: 0)
+                args.insert(.text(fts), at: 0)
+            }
+        }
+        for w in likeWords {
+            conditions.append("(t.title LIKE ? ESCAPE '\\' OR t.description LIKE ? ESCAPE '\\')")
+            let p = MarketRules.likePattern(w)
+            args += [.text(p), .text(p)]
+        }
+        let distance =
+            q.near.map { Geo.sqlDistance(lat: "t.latitude", lon: "t.longitude", latParam: literal($0.latitude), lonParam: literal($0.longitude)) }
+            ?? "NULL"
+        var sql = "SELECT id, dist FROM (SELECT t.id AS id, \(distance) AS dist FROM \(from) WHERE \(conditions.joined(separator: " AND ")))"
+        var outer: [String] = []
+        if let r = q.radiusKm {
+            outer.append("dist <= ?")
+            args.append(.real(r))
+        }
+        if let cursor {
+            if q.near != nil, let bits = UInt64(cursor[0]) {
+                outer.append("(dist > ? OR (dist = ? AND id < ?))")
+                let d = Double(bitPattern: bits)
+                args += [.real(d), .real(d), .text(cursor[1])]
+            } else {
+                outer.append("id < ?")
+                args.append(.text(cursor[1]))
+            }
+        }
+        if !outer.isEmpty { sql += " WHERE " + outer.joined(separator: " AND ") }
+        sql += q.near != nil ? " ORDER BY dist, id DESC" : " ORDER BY id DESC"
+        sql += " LIMIT ?"
+        args.append(.integer(Int64(limit + 1)))
+        let rows = try c.query(sql, arguments: args)
+        let hits = try rows.prefix(limit).map { r -> Hit in
+            let id: String = try r.get("id")
+            let d: Double? = try r.get("dist")
+            return Hit(id: id, distance: d, cursor: [d.map { String($0.bitPattern) } ?? "", id])
+        }
+        return (hits, rows.count > limit)
+    }
+}
