@@ -37,6 +37,9 @@ final class SocialDouble: Social_V1_SocialInternalService {
         var scoredTasks = Set<String>()
         var scoreCalls = 0
         var down = false
+        /// "follower>followed" pairs (accepted follows); blocks drop them as social does.
+        var follows = Set<String>()
+        var blocks = Set<String>()
     }
     let state = Mutex(State())
 
@@ -67,13 +70,36 @@ final class SocialDouble: Social_V1_SocialInternalService {
         }
         return r
     }
+    func follow(_ follower: String, _ followed: String) { _ = state.withLock { $0.follows.insert("\(follower)>\(followed)") } }
+    /// `blocker` blocks `blocked`: follows both ways go, as in social.
+    func block(_ blocker: String, _ blocked: String) {
+        state.withLock { s in
+            s.blocks.insert("\(blocker)>\(blocked)")
+            s.follows.remove("\(blocker)>\(blocked)")
+            s.follows.remove("\(blocked)>\(blocker)")
+        }
+    }
     func checkRelationship(request: Social_V1_CheckRelationshipRequest, context: ServerContext) async throws -> Social_V1_CheckRelationshipResponse {
-        throw RPCError(.unimplemented, "not in the double")
+        try check()
+        let (a, b) = (request.userId, request.otherUserId)
+        var r = Social_V1_CheckRelationshipResponse()
+        state.withLock { s in
+            r.userFollowsOther = s.follows.contains("\(a)>\(b)")
+            r.otherFollowsUser = s.follows.contains("\(b)>\(a)")
+            r.userBlocksOther = s.blocks.contains("\(a)>\(b)")
+            r.otherBlocksUser = s.blocks.contains("\(b)>\(a)")
+        }
+        return r
     }
     func listFollowedUserIds(
         request: Social_V1_ListFollowedUserIdsRequest, context: ServerContext
     ) async throws -> Social_V1_ListFollowedUserIdsResponse {
-        throw RPCError(.unimplemented, "not in the double")
+        try check()
+        var r = Social_V1_ListFollowedUserIdsResponse()
+        r.userIds = state.withLock { s in
+            s.follows.filter { $0.hasPrefix(request.userId + ">") }.map { String($0.dropFirst(request.userId.count + 1)) }.sorted()
+        }
+        return r
     }
     func checkHouseholdMembership(
         request: Social_V1_CheckHouseholdMembershipRequest, context: ServerContext
@@ -113,6 +139,41 @@ final class SocialDouble: Social_V1_SocialInternalService {
     }
 }
 
+/// TEST DOUBLE of `finance.v1.FinanceInternal` (only what tasks calls): RecordTaskSettlement,
+/// one per task as finance keeps it, with every call counted. `down` answers UNAVAILABLE. The
+/// process tests use the real finance-service.
+final class FinanceDouble: Finance_V1_FinanceInternalService {
+    struct State {
+        var settlements: [String: Finance_V1_RecordTaskSettlementRequest] = [:]
+        var calls = 0
+        var down = false
+    }
+    let state = Mutex(State())
+    var settlements: [String: Finance_V1_RecordTaskSettlementRequest] { state.withLock { $0.settlements } }
+    var calls: Int { state.withLock { $0.calls } }
+    var down: Bool {
+        get { state.withLock { $0.down } }
+        set { state.withLock { $0.down = newValue } }
+    }
+    func recordTaskSettlement(
+        request: Finance_V1_RecordTaskSettlementRequest, context: ServerContext
+    ) async throws -> Finance_V1_RecordTaskSettlementResponse {
+        var r = Finance_V1_RecordTaskSettlementResponse()
+        try state.withLock { s in
+            if s.down { throw RPCError(.unavailable, "finance double is down") }
+            s.calls += 1
+            if s.settlements[request.taskId] != nil { r.replayed = true } else { s.settlements[request.taskId] = request }
+        }
+        return r
+    }
+    func eraseUser(request: Finance_V1_EraseUserRequest, context: ServerContext) async throws -> Finance_V1_EraseUserResponse {
+        Finance_V1_EraseUserResponse()
+    }
+    func verifyLedger(request: Finance_V1_VerifyLedgerRequest, context: ServerContext) async throws -> Finance_V1_VerifyLedgerResponse {
+        throw RPCError(.unimplemented, "not in the double")
+    }
+}
+
 /// A user of a test: id, username and access token from the real accounts.
 struct User: Sendable {
     var id: String
@@ -134,6 +195,8 @@ final class World: Sendable {
     let accountsServer: TestServer
     let social: SocialDouble
     let socialServer: TestServer
+    let finance: FinanceDouble
+    let financeServer: TestServer
     let core: TasksCore
     let server: TestServer
     let clock: ManualClock
@@ -147,13 +210,15 @@ final class World: Sendable {
 
     private init(
         directory: TemporaryDirectory, accountsCore: AccountsCore, accountsServer: TestServer, social: SocialDouble, socialServer: TestServer,
-        core: TasksCore, server: TestServer, clock: ManualClock, delivery: Task<Void, Never>
+        finance: FinanceDouble, financeServer: TestServer, core: TasksCore, server: TestServer, clock: ManualClock, delivery: Task<Void, Never>
     ) {
         self.directory = directory
         self.accountsCore = accountsCore
         self.accountsServer = accountsServer
         self.social = social
         self.socialServer = socialServer
+        self.finance = finance
+        self.financeServer = financeServer
         self.core = core
         self.server = server
         self.clock = clock
@@ -174,9 +239,12 @@ final class World: Sendable {
         let accountsServer = try await TestServer(services: accountsCore.services, keys: accountsCore.signingKeySource)
         let social = SocialDouble()
         let socialServer = try await TestServer(services: [social], keys: accountsCore.signingKeySource)
-        let accountsPort = accountsServer.port, realSocialPort = socialPort ?? socialServer.port
+        let finance = FinanceDouble()
+        let financeServer = try await TestServer(services: [finance], keys: accountsCore.signingKeySource)
+        let accountsPort = accountsServer.port, realSocialPort = socialPort ?? socialServer.port, financePort = financeServer.port
         let peers = PeerClients { peer in
-            TestServer.peerClient(port: peer == "accounts" ? accountsPort : peer == "social" ? realSocialPort : 1)
+            TestServer.peerClient(
+                port: peer == "accounts" ? accountsPort : peer == "social" ? realSocialPort : peer == "finance" ? financePort : 1)
         }
         var config = TasksConfiguration(dataDirectory: dir.path + "/tasks")
         config.membershipCacheFor = .zero
@@ -193,8 +261,8 @@ final class World: Sendable {
             pollInterval: .milliseconds(100), logger: logger, deliver: OutboxSenders.rpc(peers: peers, timeout: .seconds(5)).deliver)
         let delivery = Task { await outbox.run() }
         return World(
-            directory: dir, accountsCore: accountsCore, accountsServer: accountsServer, social: social, socialServer: socialServer, core: core,
-            server: server, clock: clock, delivery: delivery)
+            directory: dir, accountsCore: accountsCore, accountsServer: accountsServer, social: social, socialServer: socialServer,
+            finance: finance, financeServer: financeServer, core: core, server: server, clock: clock, delivery: delivery)
     }
 
     func stop() async {
@@ -203,6 +271,7 @@ final class World: Sendable {
         await channel.close()
         await server.stop()
         await socialServer.stop()
+        await financeServer.stop()
         await accountsServer.stop()
         core.close()
         accountsCore.close()
