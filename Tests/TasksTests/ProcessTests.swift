@@ -1,3 +1,4 @@
+import ContractTesting
 import Contracts
 import Foundation
 import RPCCore
@@ -8,78 +9,104 @@ import ServiceKitTesting
 import Synchronization
 import Testing
 
-/// The real `tasks-service` executable as a child process (under `timeout -s KILL`, so it stops by
-/// itself even if the test runner dies), with the real accounts and the social double of the
-/// test world as its peers at their addresses (`ACCOUNTS_ADDR`, `SOCIAL_ADDR`).
-final class TasksProcess: @unchecked Sendable {
-    let process = Process()
+/// A real service executable (`tasks-service`, `finance-service`) as a child process under
+/// `timeout -s KILL` (it stops by itself even if the test runner dies), started through
+/// `posix_spawn` (ContractTesting's `Subprocess`), not `Foundation.Process`, which can crash the
+/// test process when two start at once; its environment is set by `env(1)`, its output goes to a
+/// file scanned for "listening on". Peers are the test world's accounts and social double.
+final class ServiceProcess: @unchecked Sendable {
     let dataDir: String
-    private let output = Output()
+    let logPath: String
+    let product: String
+    let spawned: pid_t
+    private let exit = Mutex<Int32?>(nil)
+    private let pidValue = Mutex<Int32?>(nil)
     private(set) var port = 0
-    private(set) var pid: Int32?
 
-    init(dataDir: String, arguments: [String] = [], environment: [String: String] = [:], port: Int = 0) throws {
+    init(
+        _ product: String = "tasks-service", dataDir: String, arguments: [String] = [], environment: [String: String] = [:], port: Int = 0
+    ) throws {
+        self.product = product
         self.dataDir = dataDir
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/timeout")
-        process.arguments = ["-s", "KILL", "300", Self.binary, "--host", "127.0.0.1", "--port", "\(port)", "--data-dir", dataDir] + arguments
-        var env = ProcessInfo.processInfo.environment
-        env["SERVICE_TOKEN"] = TestCredentials.serviceToken
-        env["GATEWAY_TOKEN"] = TestCredentials.gatewayToken
-        env["ALLOW_DEV_CREDENTIALS"] = "1"
-        env["LOG_LEVEL"] = "info"
+        try? FileManager.default.createDirectory(atPath: dataDir, withIntermediateDirectories: true)
+        logPath = dataDir + "-\(UUID().uuidString.prefix(8)).log"
+        var env = [
+            "SERVICE_TOKEN": TestCredentials.serviceToken, "GATEWAY_TOKEN": TestCredentials.gatewayToken, "ALLOW_DEV_CREDENTIALS": "1",
+            "LOG_LEVEL": "info", "DATA_DIR": dataDir,
+        ]
         for (k, v) in environment { env[k] = v }
-        process.environment = env
-        let pipe = Pipe()
-        process.standardError = pipe
-        process.standardOutput = pipe
-        let output = self.output
-        pipe.fileHandleForReading.readabilityHandler = { handle in
-            let data = handle.availableData
-            if !data.isEmpty { output.text.withLock { $0 += String(decoding: data, as: UTF8.self) } }
-        }
-        try process.run()
+        let assignments = env.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
+        spawned = try Subprocess.spawn(
+            "/usr/bin/env",
+            assignments + [
+                "/usr/bin/timeout", "-s", "KILL", "300", Self.binary(product), "--host", "127.0.0.1", "--port", "\(port)", "--data-dir", dataDir,
+            ]
+                + arguments,
+            stdinPath: "/dev/null", stdoutPath: logPath, stderrPath: logPath)
     }
 
-    static var binary: String {
+    static func binary(_ product: String) -> String {
         let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
         var dir = URL(fileURLWithPath: exe).deletingLastPathComponent()
         while dir.path.contains(".xctest") { dir = dir.deletingLastPathComponent() }
-        return dir.appendingPathComponent("tasks-service").path
+        return dir.appendingPathComponent(product).path
     }
 
-    var log: String { output.text.withLock { $0 } }
+    var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
+    var pid: Int32? { pidValue.withLock { $0 } }
 
-    final class Output: Sendable { let text = Mutex("") }
+    /// Whether the child (timeout) still runs; records its exit status once it ended.
+    var isRunning: Bool {
+        if exit.withLock({ $0 }) != nil { return false }
+        var status: Int32 = 0
+        let r = waitpid(spawned, &status, WNOHANG)
+        guard r == spawned else { return r == 0 }
+        let signal = status & 0x7f
+        exit.withLock { $0 = signal == 0 ? (status >> 8) & 0xff : 128 + signal }
+        return false
+    }
 
     func waitUntilListening(timeout: Duration = .seconds(30)) async throws -> Int {
         let deadline = ContinuousClock.now + timeout
+        let lock = "\(dataDir)/\(product.replacingOccurrences(of: "-service", with: "")).sqlite.lock"
         while ContinuousClock.now < deadline {
-            if let range = log.range(of: #"listening on 127\.0\.0\.1:(\d+)"#, options: .regularExpression) {
-                let text = log[range]
-                port = Int(text[text.index(after: text.lastIndex(of: ":")!)...])!
-                pid = (try? String(contentsOfFile: "\(dataDir)/tasks.sqlite.lock", encoding: .utf8))
-                    .flatMap { Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+            let text = log
+            if let range = text.range(of: #"listening on 127\.0\.0\.1:(\d+)"#, options: .regularExpression) {
+                let match = text[range]
+                port = Int(match[match.index(after: match.lastIndex(of: ":")!)...])!
+                let pid = (try? String(contentsOfFile: lock, encoding: .utf8)).flatMap { Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+                pidValue.withLock { $0 = pid }
                 return port
             }
-            if !process.isRunning { break }
+            if !isRunning { break }
             try await Task.sleep(for: .milliseconds(20))
         }
-        throw RPCError(.unavailable, "tasks-service did not start:\n\(log)")
+        throw RPCError(.unavailable, "\(product) did not start:\n\(log)")
     }
 
-    func signal(_ sig: Int32) { if let pid, process.isRunning, pid != getpid() { kill(pid, sig) } }
+    func signal(_ sig: Int32) { if let pid, isRunning, pid != getpid() { kill(pid, sig) } }
 
     func waitForExit(timeout: Duration = .seconds(30)) async -> Int32? {
         let deadline = ContinuousClock.now + timeout
-        while process.isRunning && ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(20)) }
-        return process.isRunning ? nil : process.terminationStatus
+        while isRunning && ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(20)) }
+        return exit.withLock { $0 }
+    }
+
+    /// SIGKILL (no shutdown at all), then waits for the child to be gone.
+    func killHard() async {
+        signal(SIGKILL)
+        _ = await waitForExit()
     }
 
     func forceStop() {
         signal(SIGKILL)
-        if process.isRunning { kill(process.processIdentifier, SIGTERM) }
+        if isRunning { kill(spawned, SIGTERM) }  // no pid yet: timeout passes SIGTERM on
+        _ = isRunning
+        try? FileManager.default.removeItem(atPath: logPath)
     }
 }
+
+typealias TasksProcess = ServiceProcess
 
 @Suite("tasks-service: the executable", .serialized)
 struct ProcessTests {
@@ -148,6 +175,88 @@ struct ProcessTests {
         }
     }
 
+    /// D 7.a, exactly once through crashes: tasks-service is killed (SIGKILL) after a task was
+    /// marked done and before finance could be told (finance is not running yet); after the
+    /// restart the settlement is delivered. Then finance itself is killed (SIGKILL) at moments
+    /// while settlements are on their way, and restarted. Each task is settled exactly once, as
+    /// the real finance-service's history shows.
+    @Test func aSettlementExistsExactlyOnceAfterKill9OfTasksAndOfFinance() async throws {
+        try await withWorld { w in
+            let dir = TemporaryDirectory("tasks-kill")
+            defer { dir.remove() }
+            let financePort = closedPort()
+            let tasksEnv = [
+                "ACCOUNTS_ADDR": "127.0.0.1:\(w.accountsServer.port)", "SOCIAL_ADDR": "127.0.0.1:\(w.socialServer.port)",
+                "FINANCE_ADDR": "127.0.0.1:\(financePort)",
+            ]
+            let financeEnv = ["ACCOUNTS_ADDR": tasksEnv["ACCOUNTS_ADDR"]!, "SOCIAL_ADDR": tasksEnv["SOCIAL_ADDR"]!]
+            let (alice, bob) = (try await w.user("alice"), try await w.user("bob"))
+
+            var tasks = try ServiceProcess(dataDir: dir.path + "/tasks", environment: tasksEnv)
+            defer { tasks.forceStop() }
+            var channel = RPCChannel(host: "127.0.0.1", port: try await tasks.waitUntilListening())
+            func settle(_ title: String) async throws -> String {
+                let t = Tasks_V1_TasksClient(channel.client)
+                var c = Tasks_V1_CreateMarketTaskRequest()
+                c.idempotencyKey = UUID().uuidString
+                c.title = title
+                let task = try await t.createMarketTask(c, options: alice.options).task.taskId
+                var a = Tasks_V1_AcceptBidRequest()
+                a.bidId = try await t.placeBid(bidRequest(task, 2500), options: bob.options).bid.bidId
+                _ = try await t.acceptBid(a, options: alice.options)
+                var d = Tasks_V1_MarkMarketTaskDoneRequest()
+                d.taskId = task
+                #expect(try await t.markMarketTaskDone(d, options: alice.options).task.status == .done)
+                return task
+            }
+            // 1. Done while finance is down; the settlement waits in the outbox; tasks dies.
+            let first = try await settle("Before the crash")
+            await tasks.killHard()
+            await channel.close()
+
+            var finance = try ServiceProcess("finance-service", dataDir: dir.path + "/finance", environment: financeEnv, port: financePort)
+            defer { finance.forceStop() }
+            _ = try await finance.waitUntilListening()
+            let financeChannel = RPCChannel(host: "127.0.0.1", port: financePort)
+            defer { Task { await financeChannel.close() } }
+            /// The settlements finance recorded between alice and bob, by task.
+            func settlements() async -> [String: Int] {
+                var r = Finance_V1_ListTransactionsRequest()
+                r.counterpartUserId = bob.id
+                r.pageSize = 100
+                guard let page = try? await Finance_V1_FinanceClient(financeChannel.client).listTransactions(r, options: alice.options) else {
+                    return [:]
+                }
+                return page.entries.reduce(into: [:]) { $0[$1.taskId, default: 0] += 1 }
+            }
+            tasks = try ServiceProcess(dataDir: dir.path + "/tasks", environment: tasksEnv)
+            channel = RPCChannel(host: "127.0.0.1", port: try await tasks.waitUntilListening())
+            #expect(await eventually(timeout: .seconds(30)) { await settlements() == [first: 1] })
+
+            // 2. Finance dies at different moments while settlements are being delivered.
+            var tasksDone = [first]
+            for (i, pause) in [0, 5, 20, 60].enumerated() {
+                tasksDone.append(try await settle("Task \(i)"))
+                try await Task.sleep(for: .milliseconds(pause))
+                await finance.killHard()
+                finance = try ServiceProcess("finance-service", dataDir: dir.path + "/finance", environment: financeEnv, port: financePort)
+                _ = try await finance.waitUntilListening()
+            }
+            let expected = Dictionary(uniqueKeysWithValues: tasksDone.map { ($0, 1) })
+            let delivered = await eventually(timeout: .seconds(60)) { await settlements() == expected }
+            let seen = await settlements()
+            #expect(delivered, "\(seen)")
+            // And it stays so: nothing is delivered twice later.
+            try await Task.sleep(for: .seconds(2))
+            #expect(await settlements() == expected)
+            var balances = Finance_V1_GetBalancesRequest()
+            balances.householdId = ""
+            let owed = try await Finance_V1_FinanceClient(financeChannel.client).getBalances(balances, options: alice.options).balances
+            #expect(owed.map(\.amount.amountCents) == [-2500 * Int64(expected.count)], "\(owed)")
+            await channel.close()
+        }
+    }
+
     @Test func badSettingsRefuseTheStartNamingTheVariable() async throws {
         let dir = TemporaryDirectory("tasks-proc")
         defer { dir.remove() }
@@ -166,4 +275,18 @@ struct ProcessTests {
         #expect(await v.waitForExit() == 2)
         #expect(v.log.contains("cannot ask tasks-service"))
     }
+}
+
+/// A port nothing listens on (for a peer that is not started yet).
+func closedPort() -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    var addr = sockaddr_in()
+    addr.sin_family = sa_family_t(AF_INET)
+    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+    addr.sin_port = 0
+    var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+    _ = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) } }
+    _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
+    close(fd)
+    return Int(UInt16(bigEndian: addr.sin_port))
 }
