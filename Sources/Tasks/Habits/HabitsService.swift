@@ -490,7 +490,8 @@ extension TasksService {
                 args.append(.text(MarketRules.likePattern(comment)))
             }
             if let (center, r) = circle {
-                from += " JOIN habit_event_geo g ON g.id = e.n"
+                // Start from the R*Tree (CROSS JOIN keeps SQLite from scanning the owner's events).
+                from = "habit_event_geo g CROSS JOIN habit_events e ON e.n = g.id JOIN habits h ON h.id = e.habit_id"
                 let box = Geo.rtreeCondition(Geo.boundingBox(center: center, radiusKm: r), alias: "g")
                 conditions.append(box.sql)
                 args += box.args

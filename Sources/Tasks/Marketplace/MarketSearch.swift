@@ -35,7 +35,59 @@ enum MarketSearch {
 
     static func literal(_ d: Double) -> String { String(format: "%.17g", d) }
 
+    /// Above this many places in the bounding box, the words narrow the candidates first (FTS5);
+    /// below it, the candidates of the R*Tree are few and checked word by word.
+    static let boxCandidatesForWordIndex = 20_000
+
     static func run(_ c: Connection, _ q: Query, after cursor: [String]?, limit: Int, useIndexes: Bool) throws -> ([Hit], Bool) {
+        if useIndexes, let near = q.near, let r = q.radiusKm { return try runInCircle(c, q, near: near, radius: r, after: cursor, limit: limit) }
+        return try runSQL(c, q, after: cursor, limit: limit, useIndexes: useIndexes)
+    }
+
+    /// Words and a circle: the R*Tree's candidates (the circle's bounding box, a CROSS JOIN so that
+    /// SQLite starts from it), their exact distance in SQL, every word checked on those rows
+    /// (case-insensitive substring, as the trigram index matches). A box holding very many places
+    /// (a large radius in a dense area) is first narrowed by the FTS5 index.
+    static func runInCircle(
+        _ c: Connection, _ q: Query, near: GeoPoint, radius: Double, after cursor: [String]?, limit: Int
+    ) throws -> (
+        [Hit], Bool
+    ) {
+        let box = Geo.rtreeCondition(Geo.boundingBox(center: near, radiusKm: radius), alias: "g")
+        let distance = Geo.sqlDistance(lat: "t.latitude", lon: "t.longitude", latParam: literal(near.latitude), lonParam: literal(near.longitude))
+        var sql = """
+            SELECT id, title, description, dist FROM (
+                SELECT t.id AS id, t.title AS title, t.description AS description, \(distance) AS dist
+                FROM market_task_geo g CROSS JOIN market_tasks t ON t.n = g.id
+                WHERE \(box.sql) AND t.status IN (\(q.statuses.map { _ in "?" }.joined(separator: ",")))
+            """
+        var args = box.args + q.statuses.map { DatabaseValue.integer($0) }
+        if let fts = MarketRules.ftsQuery(q.words),
+            try c.queryOne("SELECT COUNT(*) FROM market_task_geo g WHERE \(box.sql)", arguments: box.args)?.get(0, as: Int64.self) ?? 0
+                > Int64(boxCandidatesForWordIndex)
+        {
+            sql += " AND t.n IN (SELECT rowid FROM market_task_text WHERE market_task_text MATCH ?)"
+            args.append(.text(fts))
+        }
+        sql += ") WHERE dist <= ?"
+        args.append(.real(radius))
+        let words = q.words.map { $0.lowercased() }
+        var hits: [Hit] = []
+        for row in try c.query(sql, arguments: args) {
+            let title = try row.get("title", as: String.self).lowercased(), description = try row.get("description", as: String.self).lowercased()
+            guard words.allSatisfy({ title.contains($0) || description.contains($0) }) else { continue }
+            let id: String = try row.get("id"), d: Double = try row.get("dist")
+            hits.append(Hit(id: id, distance: d, cursor: [String(d.bitPattern), id]))
+        }
+        hits.sort { ($0.distance!, $1.id) < ($1.distance!, $0.id) }
+        if let cursor, let bits = UInt64(cursor[0]) {
+            let d = Double(bitPattern: bits), id = cursor[1]
+            hits.removeAll { h in h.distance! < d || (h.distance! == d && h.id >= id) }
+        }
+        return (Array(hits.prefix(limit)), hits.count > limit)
+    }
+
+    static func runSQL(_ c: Connection, _ q: Query, after cursor: [String]?, limit: Int, useIndexes: Bool) throws -> ([Hit], Bool) {
         var from = "market_tasks t"
         var conditions: [String] = []
         var args: [DatabaseValue] = []
@@ -48,18 +100,8 @@ enum MarketSearch {
         if useIndexes {
             let fts = MarketRules.ftsQuery(q.words)
             likeWords = q.words.filter { $0.unicodeScalars.count < 3 }
-            if let near = q.near, let r = q.radiusKm {
-                // Candidates from the R*Tree; each checked against the words by rowid (FTS5 seeks).
-                from = "market_task_geo g JOIN market_tasks t ON t.n = g.id"
-                let box = Geo.rtreeCondition(Geo.boundingBox(center: near, radiusKm: r), alias: "g")
-                conditions.append(box.sql)
-                args += box.args
-                if let fts {
-                    conditions.append("EXISTS (SELECT 1 FROM market_task_text WHERE market_task_text MATCH ? AND rowid = t.n)")
-                    args.append(.text(fts))
-                }
-            } else if let fts {
-                from = "market_task_text JOIN market_tasks t ON t.n = market_task_text.rowid"
+            if let fts {
+                from = "market_task_text CROSS JOIN market_tasks t ON t.n = market_task_text.rowid"
                 conditions.insert("market_task_text MATCH ?", at: 0)
                 args.insert(.text(fts), at: 0)
             }
