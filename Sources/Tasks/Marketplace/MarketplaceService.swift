@@ -286,10 +286,11 @@ extension TasksService {
         let cursor = core.pageTokens.cursor(request.pageToken, filters: filters, parts: 2, into: &errors)
         try errors.throwIfAny()
         let useIndexes = core.configuration.searchUsesIndexes
-        let (hits, more) = try await core.read { c in
-            try MarketSearch.run(c, query, after: cursor, limit: pageSize, useIndexes: useIndexes)
+        // One read: the hits and their tasks.
+        let (hits, more, rows) = try await core.read { c in
+            let (hits, more) = try MarketSearch.run(c, query, after: cursor, limit: pageSize, useIndexes: useIndexes)
+            return (hits, more, try MarketStore.load(c, ids: hits.map(\.id)))
         }
-        let rows = try await core.read { c in try MarketStore.load(c, ids: hits.map(\.id)) }
         let messages = try await marketMessages(rows)
         var response = Tasks_V1_SearchMarketTasksResponse()
         response.results = zip(hits, messages).map { hit, task in
