@@ -484,6 +484,31 @@ struct MarketplaceTests {
         return out
     }
 
+    @Test func requestsOverTheMethodsLimitsAreRefusedFromTheirLength() async throws {
+        try await withWorld { w in
+            let alice = try await w.user("alice")
+            // Six photos of 256 KiB: over CreateMarketTask's 1,327,104 bytes.
+            let big = [0xFF, 0xD8, 0xFF] + [UInt8](repeating: 1, count: 262_141)
+            await expectFailure(.resourceExhausted) {
+                try await w.tasks.createMarketTask(newMarketTask(photos: Array(repeating: big, count: 6)), options: alice.options)
+            }
+            // Five fit the method and the field rules.
+            let five = try await w.post(alice, newMarketTask(photos: Array(repeating: big, count: 5)))
+            #expect(five.photos.count == 5 && five.photos.allSatisfy { $0.sizeBytes == 262_144 })
+            // A habit photo over CreateHabitEvent's 73,728 bytes; one of 65,536 within it is named.
+            let h = try await w.habit(alice, newHabit(days: [.monday, .tuesday, .wednesday, .thursday, .friday, .saturday, .sunday], zone: "UTC"))
+            await expectFailure(.resourceExhausted) {
+                try await w.event(alice, newEvent(h.habitId, photo: [0xFF, 0xD8, 0xFF] + [UInt8](repeating: 0, count: 80_000), zone: "UTC"))
+            }
+            await expectFailure(.invalidArgument, fields: ["photo"]) {
+                try await w.event(alice, newEvent(h.habitId, photo: [0xFF, 0xD8, 0xFF] + [UInt8](repeating: 0, count: 65_533), zone: "UTC"))
+            }
+            #expect(
+                try await w.event(alice, newEvent(h.habitId, photo: [0xFF, 0xD8, 0xFF] + [UInt8](repeating: 0, count: 65_532), zone: "UTC"))
+                    .photoSizeBytes == 65_535)
+        }
+    }
+
     @Test func erasingAUserWithdrawsTheirRequestsAndBidsAndKeepsDoneTasksAnonymised() async throws {
         try await withWorld { w in
             let (alice, bob, dave) = (try await w.user("alice"), try await w.user("bob"), try await w.user("dave"))
