@@ -23,6 +23,8 @@ public struct TasksConfiguration: Sendable {
     public var maxAttachmentsPerTask = 20
     /// Upload tokens last this long (the contract's 24 h).
     public var uploadTokenLifetime: Duration = .seconds(24 * 3600)
+    /// Unexpired upload tokens one user may hold (all tasks together): each is a stored row.
+    public var maxLiveUploadTokensPerUser = 50
     /// Expired upload tokens are kept this long so the page can say "expired" instead of "unknown".
     public var expiredUploadTokensKeptFor: Duration = .seconds(7 * 24 * 3600)
     /// Wrong upload tokens per client address per 15 minutes before RESOURCE_EXHAUSTED.
@@ -54,6 +56,7 @@ public struct TasksConfiguration: Sendable {
         c.peerDeadline = try s.milliseconds("tasks.peer.deadline.ms", default: c.peerDeadline, range: 50...60_000)
         c.membershipCacheFor = try s.milliseconds("tasks.membership.cache.ms", default: c.membershipCacheFor, range: 0...600_000)
         c.uploadTokenLifetime = try s.seconds("tasks.upload.token.lifetime.seconds", range: 1...(30 * 24 * 3600)) ?? c.uploadTokenLifetime
+        c.maxLiveUploadTokensPerUser = try s.int("tasks.upload.tokens.per.user", default: c.maxLiveUploadTokensPerUser, range: 1...100_000)
         c.maxBadUploadTokensPerAddress = try s.int("tasks.bad.upload.tokens.per.address", default: c.maxBadUploadTokensPerAddress, range: 1...100_000)
         c.searchUsesIndexes = try s.bool("tasks.search.indexes", default: true)
         return c

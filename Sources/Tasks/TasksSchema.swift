@@ -121,5 +121,12 @@ enum TasksSchema {
                     """),
             MarketStore.migration,
             HabitStore.migration,
+            Migration(
+                name: "chores.002-finish-revision",
+                sql: """
+                    -- The revision a finish produced: a finish without expected_revision within a
+                    -- minute of the last one is the same turn only if nothing happened since.
+                    ALTER TABLE chores ADD COLUMN last_finished_revision INTEGER;
+                    """),
         ]
 }

@@ -60,7 +60,7 @@ struct ContractFixtureTests {
             let t = w.tasks, i = w.internalAPI
             let alice = try await w.named("alice", "Alice Martin"), bob = try await w.named("bob_k", "Bob Kowalski")
             let carol = try await w.named("carol.ng", "Carol Ng"), dora = try await w.named("dora", "Dora")
-            w.social.setTeam("team_01HQ5B6C7D8E9F0G1H2J3K4M5N", for: [alice.id])
+            try await w.team([alice])  // the fixtures' team (its id is generated: not compared)
 
             let a = try await r.run("CreateTeamTask", Tasks_V1_CreateTeamTaskRequest.self) { try await t.createTeamTask($0, options: alice.options) }
             let task = a.task.taskId
@@ -166,11 +166,12 @@ struct ContractFixtureTests {
             let alice = try await w.named("alice", "Alice Martin"), bob = try await w.named("bob_k", "Bob Kowalski")
             let carol = try await w.named("carol.ng", "Carol Ng")
             let everyone = [alice.id, bob.id, carol.id]
+            let people = [alice, bob, carol]
             let fixtureIDs = [
                 "usr_01HQ3ZK6V0AZ9W8Y7X6V5T4S3R": alice.id, "usr_01HQ3ZM2B7C8D9E0F1G2H3J4K5": bob.id, "usr_01HQ3ZP9M4N5P6Q7R8S9T0V1W2": carol.id,
             ]
-            let hh = w.social.addHousehold(members: everyone), other = w.social.addHousehold(members: everyone)
-            let ending = w.social.addHousehold(members: everyone)
+            let hh = try await w.household(people), other = try await w.household(people)
+            let ending = try await w.household(people)
 
             _ = try await r.run(
                 "CreateChore", Tasks_V1_CreateChoreRequest.self,
@@ -245,13 +246,7 @@ struct ContractFixtureTests {
 extension World {
     /// A user with exactly this username and display name (the fixtures' example people).
     func named(_ username: String, _ displayName: String) async throws -> User {
-        var r = Accounts_V1_SignUpRequest()
-        r.username = username
-        r.email = "\(username.replacingOccurrences(of: ".", with: "_"))@example.com"
-        r.password = "correct horse battery staple"
-        r.displayName = displayName
-        let s = try await accounts.signUp(r)
-        return User(id: s.user.userId, username: username, displayName: displayName, token: s.session.accessToken)
+        try await cluster.signUp(username, displayName: displayName)
     }
 }
 
@@ -357,7 +352,7 @@ struct ContractFixturePart2Tests {
             let r = Runner(w)
             let t = w.tasks
             let alice = try await w.named("alice", "Alice Martin"), carol = try await w.named("carol.ng", "Carol Ng")
-            w.social.follow(alice.id, carol.id)
+            try await w.follow(alice, carol)
             let created = try await r.run("CreateHabit", Tasks_V1_CreateHabitRequest.self) { try await t.createHabit($0, options: alice.options) }
             let habit = created.habit.habitId
             let readPages = try await w.habit(carol, newHabit("Read 20 pages", start: date(2025, 3, 3)))

@@ -98,7 +98,7 @@ struct HabitTests {
 
             // Only followers read it; only the owner changes it.
             await expectFailure(.notFound) { try await w.tasks.getHabit(get, options: bob.options) }
-            w.social.follow(bob.id, alice.id)
+            try await w.follow(bob, alice)
             #expect(try await w.tasks.getHabit(get, options: bob.options).habit.habitId == h.habitId)
             var edit = Tasks_V1_UpdateHabitRequest()
             edit.habitId = h.habitId
@@ -119,7 +119,7 @@ struct HabitTests {
             }
 
             // Blocked: gone.
-            w.social.block(alice.id, bob.id)
+            try await w.block(alice, bob)
             await expectFailure(.notFound) { try await w.tasks.getHabit(get, options: bob.options) }
 
             var del = Tasks_V1_DeleteHabitRequest()
@@ -165,8 +165,8 @@ struct HabitTests {
 
             // Followed: by owner username then title; a named owner must be followed.
             _ = try await w.habit(carol, newHabit("Swim", zone: "Europe/Berlin"))
-            w.social.follow(bob.id, alice.id)
-            w.social.follow(bob.id, carol.id)
+            try await w.follow(bob, alice)
+            try await w.follow(bob, carol)
             var f = Tasks_V1_ListFollowedHabitsRequest()
             let followed = try await w.tasks.listFollowedHabits(f, options: bob.options).habits
             #expect(followed.map(\.title) == ["read", "Run", "Yoga", "Swim"])
@@ -175,13 +175,13 @@ struct HabitTests {
             f.ownerUserId = bob.id
             await expectFailure(.permissionDenied) { try await w.tasks.listFollowedHabits(f, options: carol.options) }
             // A block removes the follow (social): carol's habits leave bob's feed.
-            w.social.block(carol.id, bob.id)
+            try await w.block(carol, bob)
             f.ownerUserId = ""
             #expect(try await w.tasks.listFollowedHabits(f, options: bob.options).habits.map(\.title) == ["read", "Run", "Yoga"])
             // Social down: a clear UNAVAILABLE.
-            w.social.down = true
+            w.setSocialDown(true)
             await expectFailure(.unavailable) { try await w.tasks.listFollowedHabits(f, options: bob.options) }
-            w.social.down = false
+            w.setSocialDown(false)
             _ = run
         }
     }
@@ -211,10 +211,8 @@ struct HabitTests {
             await expectFailure(.invalidArgument, fields: ["photo"]) {
                 try await w.event(alice, newEvent(read.habitId, photo: [0xFF, 0xD8, 0xFF] + [UInt8](repeating: 1, count: 65_533)))
             }
-            await expectFailure(.permissionDenied, "a follower cannot add events") {
-                w.social.follow(bob.id, alice.id)
-                return try await w.event(bob, newEvent(run.habitId))
-            }
+            try await w.follow(bob, alice)
+            await expectFailure(.permissionDenied, "a follower cannot add events") { try await w.event(bob, newEvent(run.habitId)) }
             let far = try await w.event(alice, newEvent(read.habitId, comment: "Chapter 3", at: point(53.6, -113.3)))  // ~15 km away
             _ = try await w.event(bob, newEvent(bobs.habitId, comment: "5k too", at: office))
             w.clock.advance(by: Self.day)

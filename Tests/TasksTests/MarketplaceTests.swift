@@ -188,7 +188,7 @@ struct MarketplaceTests {
             var delBid = Tasks_V1_DeleteBidRequest()
             delBid.bidId = b.bidId
             await expectFailure(.notFound) { try await w.tasks.deleteBid(delBid, options: bob.options) }
-            #expect(await eventually { w.social.notifications(to: bob.id, kind: .bidDeclined).count == 1 })
+            #expect(await eventually { (try? await w.notifications(to: bob, kind: .bidDeclined).count) == 1 })
             let leftovers = try await w.core.read { c in
                 try c.queryOne("SELECT (SELECT COUNT(*) FROM market_task_photos) + (SELECT COUNT(*) FROM market_bids)")!.get(0, as: Int64.self)
             }
@@ -222,7 +222,7 @@ struct MarketplaceTests {
                 try await w.tasks.placeBid(bidRequest(t.taskId, 100, "EUR"), options: eve.options)
             }
             let eveBid = try await w.bid(eve, t.taskId, 7000)
-            #expect(await eventually { w.social.notifications(to: alice.id, kind: .newBid).count == 4 })
+            #expect(await eventually { (try? await w.notifications(to: alice, kind: .newBid).count) == 4 })
             var detail = try await w.get(eve, t.taskId)
             #expect(detail.status == .bidded && detail.bidCount == 3 && detail.lowestBid.amountCents == 4500 && detail.lowestBid.currency == "CAD")
 
@@ -244,7 +244,7 @@ struct MarketplaceTests {
             decline.bidId = eveBid.bidId
             await expectFailure(.permissionDenied) { try await w.tasks.declineBid(decline, options: bob.options) }
             #expect(try await w.tasks.declineBid(decline, options: alice.options).taskStatus == .bidded)
-            #expect(await eventually { w.social.notifications(to: eve.id, kind: .bidDeclined).count == 1 })
+            #expect(await eventually { (try? await w.notifications(to: eve, kind: .bidDeclined).count) == 1 })
             var del = Tasks_V1_DeleteBidRequest()
             del.bidId = daveBid.bidId
             await expectFailure(.permissionDenied) { try await w.tasks.deleteBid(del, options: bob.options) }
@@ -274,7 +274,7 @@ struct MarketplaceTests {
             let winner = assigned.acceptedBid.provider.userId == bob.id ? bob : dave
             let loser = winner.id == bob.id ? dave : bob
             #expect(assigned.bidCount == 1)  // the other bid stays for a possible "not complete"
-            #expect(await eventually { w.social.notifications(to: winner.id, kind: .bidAccepted).count == 1 })
+            #expect(await eventually { (try? await w.notifications(to: winner, kind: .bidAccepted).count) == 1 })
 
             // Assigned: hidden from ALL, visible to its people, not to others; bids frozen.
             #expect(try await w.list(eve, .all).isEmpty)
@@ -298,19 +298,42 @@ struct MarketplaceTests {
             // Done: only the requester; the settlement reaches finance once, also after a repeat
             // and while finance is down for a while.
             await expectFailure(.permissionDenied) { try await w.done(winner, t.taskId) }
-            w.finance.down = true
+            w.setFinanceDown(true)
             let done = try await w.done(alice, t.taskId)
             #expect(done.status == .done && done.hasDoneAt && done.acceptedBid.bidId == assigned.acceptedBid.bidId)
             #expect(try await w.done(alice, t.taskId) == done)  // unchanged
+            // While finance refuses, the one settlement waits in tasks' outbox, tried and kept.
+            let settlementEvent = "tasks:settlement:\(t.taskId)"
+            #expect(await eventually { (try? await w.pendingSettlements().contains { $0.eventID == settlementEvent && $0.attempts >= 1 }) == true })
             try await Task.sleep(for: .milliseconds(300))
-            #expect(w.finance.settlements.isEmpty)
-            w.finance.down = false
+            #expect(try await w.pendingSettlements().map(\.eventID) == [settlementEvent])
+            w.setFinanceDown(false)
             #expect(try await w.outboxDrained())
-            let s = try #require(w.finance.settlements[t.taskId])
-            #expect(s.requesterUserId == alice.id && s.providerUserId == winner.id && s.amount.amountCents == assigned.acceptedBid.amount.amountCents)
-            #expect(s.amount.currency == "CAD" && s.description_p == "Walk my dog" && s.idempotencyKey == "tasks:settlement:\(t.taskId)")
-            #expect(w.finance.calls == 1)
-            #expect(await eventually { w.social.notifications(to: winner.id, kind: .taskDone).count == 1 })
+            // Finance recorded it once: one SETTLEMENT in the marketplace history of each side,
+            // the requester owing the provider the accepted bid.
+            let price = assigned.acceptedBid.amount.amountCents
+            let mine = try await w.settlements(of: alice, with: winner)
+            #expect(mine.count == 1, "\(mine)")
+            let s = try #require(mine.first)
+            #expect(s.kind == .settlement && s.taskId == t.taskId && s.description_p == "Walk my dog" && s.createdByUserId.isEmpty)
+            #expect(s.amount.amountCents == -price && s.amount.currency == "CAD" && s.balanceAfter.amountCents == -price)
+            let theirs = try await w.settlements(of: winner, with: alice)
+            #expect(theirs.map(\.transactionId) == [s.transactionId] && theirs[0].amount.amountCents == price)
+            #expect(try await w.settlements(of: alice, with: loser).isEmpty)
+            let owed = try await w.marketBalances(of: alice)
+            #expect(owed.map { [$0.counterpart.userId, $0.amount.currency] } == [[winner.id, "CAD"]] && owed[0].amount.amountCents == -price)
+            // A repeat of the same settlement (as a redelivery would be) is finance's replay of it.
+            var again = Finance_V1_RecordTaskSettlementRequest()
+            again.idempotencyKey = settlementEvent
+            again.taskId = t.taskId
+            again.requesterUserId = alice.id
+            again.providerUserId = winner.id
+            again.amount = assigned.acceptedBid.amount
+            again.description_p = "Walk my dog"
+            let replay = try await w.financeInternal.recordTaskSettlement(again)
+            #expect(replay.replayed && replay.transaction.transactionId == s.transactionId)
+            #expect(try await w.settlements(of: alice, with: winner).count == 1)
+            #expect(await eventually { (try? await w.notifications(to: winner, kind: .taskDone).count) == 1 })
             var nc = Tasks_V1_MarkMarketTaskNotCompleteRequest()
             nc.taskId = t.taskId
             await expectFailure(.failedPrecondition) { try await w.tasks.markMarketTaskNotComplete(nc, options: alice.options) }
@@ -541,8 +564,9 @@ struct MarketplaceTests {
             let da = try await w.get(dave, davesAssigned.taskId)
             #expect(da.status == .bidded && da.bidCount == 1 && !da.hasAcceptedBid)
             #expect(try await w.outboxDrained())
-            #expect(w.finance.settlements.count == 1)  // settlements are finance's, untouched
-            #expect(await eventually { w.social.notifications(to: bob.id, kind: .bidDeclined).count == 2 })  // alice's two withdrawn tasks
+            // Settlements are finance's, untouched: bob's history with alice keeps the done task's.
+            #expect(try await w.settlements(of: bob, with: alice).map(\.taskId) == [done.taskId])
+            #expect(await eventually { (try? await w.notifications(to: bob, kind: .bidDeclined).count) == 2 })  // alice's two withdrawn tasks
         }
     }
 }

@@ -1,95 +1,31 @@
-import ContractTesting
 import Contracts
 import Foundation
 import RPCCore
 import RPCTransport
 import Security
+import ServiceCluster
 import ServiceKit
 import ServiceKitTesting
 import Synchronization
 import Testing
 
-/// A real service executable (`tasks-service`, `finance-service`) as a child process under
-/// `timeout -s KILL` (it stops by itself even if the test runner dies), started through
-/// `posix_spawn` (ContractTesting's `Subprocess`), not `Foundation.Process`, which can crash the
-/// test process when two start at once; its environment is set by `env(1)`, its output goes to a
-/// file scanned for "listening on". Peers are the test world's accounts and social double.
-final class ServiceProcess: @unchecked Sendable {
-    let dataDir: String
-    let logPath: String
-    let product: String
-    let spawned: pid_t
-    private let exit = Mutex<Int32?>(nil)
-    private let pidValue = Mutex<Int32?>(nil)
-    private(set) var port = 0
+/// The real `tasks-service` executable as a child process (ServiceCluster's `ServiceProcess`:
+/// posix_spawn under `timeout -s KILL`, never Foundation.Process, which can crash the test binary
+/// when two start at once), its peers given in `environment` (the test world's real accounts,
+/// social and finance: `ServiceProcess.peerEnvironment`). The kill -9 test also starts real
+/// `finance-service` processes (`financeProcess`).
+typealias TasksProcess = ServiceProcess
 
-    init(
-        _ product: String = "tasks-service", dataDir: String, arguments: [String] = [], environment: [String: String] = [:], port: Int = 0
-    ) throws {
-        self.product = product
-        self.dataDir = dataDir
-        try? FileManager.default.createDirectory(atPath: dataDir, withIntermediateDirectories: true)
-        logPath = dataDir + "-\(UUID().uuidString.prefix(8)).log"
-        var env = [
-            "SERVICE_TOKEN": TestCredentials.serviceToken, "GATEWAY_TOKEN": TestCredentials.gatewayToken, "ALLOW_DEV_CREDENTIALS": "1",
-            "LOG_LEVEL": "info", "DATA_DIR": dataDir,
-        ]
-        for (k, v) in environment { env[k] = v }
-        let assignments = env.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
-        spawned = try Subprocess.spawn(
-            "/usr/bin/env",
-            assignments + [
-                "/usr/bin/timeout", "-s", "KILL", "300", Self.binary(product), "--host", "127.0.0.1", "--port", "\(port)", "--data-dir", dataDir,
-            ]
-                + arguments,
-            stdinPath: "/dev/null", stdoutPath: logPath, stderrPath: logPath)
+extension ServiceProcess {
+    convenience init(dataDir: String, arguments: [String] = [], environment: [String: String] = [:], port: Int = 0) throws {
+        try self.init(
+            "tasks-service", name: "tasks", dataDir: dataDir, environment: environment,
+            arguments: ["--host", "127.0.0.1", "--port", "\(port)", "--data-dir", dataDir] + arguments)
     }
 
-    static func binary(_ product: String) -> String {
-        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
-        var dir = URL(fileURLWithPath: exe).deletingLastPathComponent()
-        while dir.path.contains(".xctest") { dir = dir.deletingLastPathComponent() }
-        return dir.appendingPathComponent(product).path
-    }
-
-    var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
-    var pid: Int32? { pidValue.withLock { $0 } }
-
-    /// Whether the child (timeout) still runs; records its exit status once it ended.
-    var isRunning: Bool {
-        if exit.withLock({ $0 }) != nil { return false }
-        var status: Int32 = 0
-        let r = waitpid(spawned, &status, WNOHANG)
-        guard r == spawned else { return r == 0 }
-        let signal = status & 0x7f
-        exit.withLock { $0 = signal == 0 ? (status >> 8) & 0xff : 128 + signal }
-        return false
-    }
-
-    func waitUntilListening(timeout: Duration = .seconds(30)) async throws -> Int {
-        let deadline = ContinuousClock.now + timeout
-        let lock = "\(dataDir)/\(product.replacingOccurrences(of: "-service", with: "")).sqlite.lock"
-        while ContinuousClock.now < deadline {
-            let text = log
-            if let range = text.range(of: #"listening on 127\.0\.0\.1:(\d+)"#, options: .regularExpression) {
-                let match = text[range]
-                port = Int(match[match.index(after: match.lastIndex(of: ":")!)...])!
-                let pid = (try? String(contentsOfFile: lock, encoding: .utf8)).flatMap { Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
-                pidValue.withLock { $0 = pid }
-                return port
-            }
-            if !isRunning { break }
-            try await Task.sleep(for: .milliseconds(20))
-        }
-        throw RPCError(.unavailable, "\(product) did not start:\n\(log)")
-    }
-
-    func signal(_ sig: Int32) { if let pid, isRunning, pid != getpid() { kill(pid, sig) } }
-
-    func waitForExit(timeout: Duration = .seconds(30)) async -> Int32? {
-        let deadline = ContinuousClock.now + timeout
-        while isRunning && ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(20)) }
-        return exit.withLock { $0 }
+    /// A `finance-service` process on `dataDir` (a port of its own each start).
+    static func financeProcess(dataDir: String, environment: [String: String]) throws -> ServiceProcess {
+        try ServiceProcess("finance-service", name: "finance", dataDir: dataDir, environment: environment)
     }
 
     /// SIGKILL (no shutdown at all), then waits for the child to be gone.
@@ -97,16 +33,7 @@ final class ServiceProcess: @unchecked Sendable {
         signal(SIGKILL)
         _ = await waitForExit()
     }
-
-    func forceStop() {
-        signal(SIGKILL)
-        if isRunning { kill(spawned, SIGTERM) }  // no pid yet: timeout passes SIGTERM on
-        _ = isRunning
-        try? FileManager.default.removeItem(atPath: logPath)
-    }
 }
-
-typealias TasksProcess = ServiceProcess
 
 @Suite("tasks-service: the executable", .serialized)
 struct ProcessTests {
@@ -114,7 +41,7 @@ struct ProcessTests {
         try await withWorld { w in
             let dir = TemporaryDirectory("tasks-proc")
             defer { dir.remove() }
-            let peers = ["ACCOUNTS_ADDR": "127.0.0.1:\(w.accountsServer.port)", "SOCIAL_ADDR": "127.0.0.1:\(w.socialServer.port)"]
+            let peers = ServiceProcess.peerEnvironment(w.cluster)
             let service = try TasksProcess(dataDir: dir.path, environment: peers)
             defer { service.forceStop() }
             let port = try await service.waitUntilListening()
@@ -153,7 +80,7 @@ struct ProcessTests {
             get.taskId = t.taskId
             get.attachmentId = a.attachmentId
             #expect(try await tasks.getTeamTaskAttachment(get, options: bob.options).data == up.data)
-            #expect(await eventually { w.social.notifications(to: bob.id, kind: .taskAssigned).count == 1 })
+            #expect(await eventually { (try? await w.notifications(to: bob, kind: .taskAssigned).count) == 1 })
             // Marketplace and habits are served by the same process (their migrations applied).
             var r = Tasks_V1_CreateMarketTaskRequest()
             r.idempotencyKey = "p1"
@@ -179,20 +106,20 @@ struct ProcessTests {
     /// marked done and before finance could be told (finance is not running yet); after the
     /// restart the settlement is delivered. Then finance itself is killed (SIGKILL) at moments
     /// while settlements are on their way, and restarted. Each task is settled exactly once, as
-    /// the real finance-service's history shows.
+    /// the real finance-service's history shows. tasks reaches finance at one address (a
+    /// `DelayProxy` without delay, moved to each new finance process: never a freed port bound
+    /// again); both processes' other peers are the world's accounts and social.
     @Test func aSettlementExistsExactlyOnceAfterKill9OfTasksAndOfFinance() async throws {
         try await withWorld { w in
             let dir = TemporaryDirectory("tasks-kill")
             defer { dir.remove() }
-            let financePort = closedPort()
-            let tasksEnv = [
-                "ACCOUNTS_ADDR": "127.0.0.1:\(w.accountsServer.port)", "SOCIAL_ADDR": "127.0.0.1:\(w.socialServer.port)",
-                "FINANCE_ADDR": "127.0.0.1:\(financePort)",
-            ]
-            let financeEnv = ["ACCOUNTS_ADDR": tasksEnv["ACCOUNTS_ADDR"]!, "SOCIAL_ADDR": tasksEnv["SOCIAL_ADDR"]!]
+            let financeAddress = try await DelayProxy(upstreamPort: nil)
+            let peers = ServiceProcess.peerEnvironment(w.cluster)
+            var tasksEnv = peers
+            tasksEnv["FINANCE_ADDR"] = "127.0.0.1:\(financeAddress.port)"
             let (alice, bob) = (try await w.user("alice"), try await w.user("bob"))
 
-            var tasks = try ServiceProcess(dataDir: dir.path + "/tasks", environment: tasksEnv)
+            var tasks = try TasksProcess(dataDir: dir.path + "/tasks", environment: tasksEnv)
             defer { tasks.forceStop() }
             var channel = RPCChannel(host: "127.0.0.1", port: try await tasks.waitUntilListening())
             func settle(_ title: String) async throws -> String {
@@ -214,11 +141,11 @@ struct ProcessTests {
             await tasks.killHard()
             await channel.close()
 
-            var finance = try ServiceProcess("finance-service", dataDir: dir.path + "/finance", environment: financeEnv, port: financePort)
+            var finance = try ServiceProcess.financeProcess(dataDir: dir.path + "/finance", environment: peers)
             defer { finance.forceStop() }
-            _ = try await finance.waitUntilListening()
-            let financeChannel = RPCChannel(host: "127.0.0.1", port: financePort)
-            defer { Task { await financeChannel.close() } }
+            financeAddress.setUpstream(try await finance.waitUntilListening())
+            // The test reads finance at the same address as tasks.
+            let financeChannel = RPCChannel(host: "127.0.0.1", port: financeAddress.port)
             /// The settlements finance recorded between alice and bob, by task.
             func settlements() async -> [String: Int] {
                 var r = Finance_V1_ListTransactionsRequest()
@@ -229,7 +156,7 @@ struct ProcessTests {
                 }
                 return page.entries.reduce(into: [:]) { $0[$1.taskId, default: 0] += 1 }
             }
-            tasks = try ServiceProcess(dataDir: dir.path + "/tasks", environment: tasksEnv)
+            tasks = try TasksProcess(dataDir: dir.path + "/tasks", environment: tasksEnv)
             channel = RPCChannel(host: "127.0.0.1", port: try await tasks.waitUntilListening())
             #expect(await eventually(timeout: .seconds(30)) { await settlements() == [first: 1] })
 
@@ -239,8 +166,9 @@ struct ProcessTests {
                 tasksDone.append(try await settle("Task \(i)"))
                 try await Task.sleep(for: .milliseconds(pause))
                 await finance.killHard()
-                finance = try ServiceProcess("finance-service", dataDir: dir.path + "/finance", environment: financeEnv, port: financePort)
-                _ = try await finance.waitUntilListening()
+                financeAddress.setUpstream(nil)
+                finance = try ServiceProcess.financeProcess(dataDir: dir.path + "/finance", environment: peers)
+                financeAddress.setUpstream(try await finance.waitUntilListening())
             }
             let expected = Dictionary(uniqueKeysWithValues: tasksDone.map { ($0, 1) })
             let delivered = await eventually(timeout: .seconds(60)) { await settlements() == expected }
@@ -253,7 +181,9 @@ struct ProcessTests {
             balances.householdId = ""
             let owed = try await Finance_V1_FinanceClient(financeChannel.client).getBalances(balances, options: alice.options).balances
             #expect(owed.map(\.amount.amountCents) == [-2500 * Int64(expected.count)], "\(owed)")
+            await financeChannel.close()
             await channel.close()
+            await financeAddress.close()
         }
     }
 
@@ -275,18 +205,4 @@ struct ProcessTests {
         #expect(await v.waitForExit() == 2)
         #expect(v.log.contains("cannot ask tasks-service"))
     }
-}
-
-/// A port nothing listens on (for a peer that is not started yet).
-func closedPort() -> Int {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    var addr = sockaddr_in()
-    addr.sin_family = sa_family_t(AF_INET)
-    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-    addr.sin_port = 0
-    var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-    _ = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) } }
-    _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
-    close(fd)
-    return Int(UInt16(bigEndian: addr.sin_port))
 }
