@@ -8,7 +8,8 @@ import Synchronization
 
 // The setups tests share, each through the services' real public APIs: users sign up with
 // accounts; households are created, joined with the invite code accounts mailed, left and deleted
-// in social; friends and teams are made in social; notifications are read from social's inbox.
+// in social; friends, teams, follows and blocks are made in social; notifications are read from
+// social's inbox; money (balances, histories) is read from finance.
 
 private let counter = Mutex(0)
 
@@ -124,6 +125,52 @@ extension ServiceCluster {
     /// A team's score (as its member sees it).
     public func teamScore(of member: ClusterUser) async throws -> Int64 {
         try await social.getMyTeam(Social_V1_GetMyTeamRequest(), options: member.options).team.score
+    }
+
+    // MARK: Follows and blocks (social)
+
+    /// `follower` asks to follow `followed`, who accepts: `follower` follows them from then on.
+    public func follow(_ follower: ClusterUser, _ followed: ClusterUser) async throws {
+        var r = Social_V1_RequestFollowRequest()
+        r.user.userId = followed.id
+        _ = try await social.requestFollow(r, options: follower.options)
+        var a = Social_V1_AcceptFollowRequestRequest()
+        a.requesterUserId = follower.id
+        _ = try await social.acceptFollowRequest(a, options: followed.options)
+    }
+
+    /// `blocker` blocks `blocked` (social drops friendship, follows and follow requests between
+    /// them, both ways).
+    public func block(_ blocker: ClusterUser, _ blocked: ClusterUser) async throws {
+        var r = Social_V1_BlockUserRequest()
+        r.user.userId = blocked.id
+        _ = try await social.blockUser(r, options: blocker.options)
+    }
+
+    // MARK: Money (finance)
+
+    /// `user`'s whole history with `other` in finance, newest first: in `household`, or in the
+    /// marketplace (settlements of done tasks) when it is empty.
+    public func transactions(of user: ClusterUser, with other: ClusterUser, household: String = "") async throws -> [Finance_V1_TransactionEntry] {
+        var out: [Finance_V1_TransactionEntry] = []
+        var r = Finance_V1_ListTransactionsRequest()
+        r.householdId = household
+        r.counterpartUserId = other.id
+        r.pageSize = 100
+        repeat {
+            let page = try await finance.listTransactions(r, options: user.options)
+            out += page.entries
+            r.pageToken = page.nextPageToken
+        } while !r.pageToken.isEmpty
+        return out
+    }
+
+    /// `user`'s balances in finance, one per counterpart and currency: in `household`, or in the
+    /// marketplace when it is empty.
+    public func balances(of user: ClusterUser, household: String = "") async throws -> [Finance_V1_Balance] {
+        var r = Finance_V1_GetBalancesRequest()
+        r.householdId = household
+        return try await finance.getBalances(r, options: user.options).balances
     }
 
     // MARK: Notifications (social's inbox)

@@ -4,20 +4,25 @@ import Synchronization
 
 /// A TCP proxy on 127.0.0.1 in front of a real service: every chunk of bytes, each way, is held
 /// for `delay` before it is passed on (in order). A slow network between two services, for tests
-/// of deadlines; not a stand-in: the bytes reach the real service unchanged.
+/// of deadlines; not a stand-in: the bytes reach the real service unchanged. Its upstream can be
+/// moved (`setUpstream`): the stable address of a service process a test kills and starts again
+/// (each start on a port of its own, never a freed port bound again).
 public final class DelayProxy: Sendable {
     /// The port peers connect to instead of the service's own.
     public let port: Int
     private let listener: any Channel
 
-    /// Listens on 127.0.0.1:0 and forwards every connection to 127.0.0.1:`upstreamPort`.
-    public init(upstreamPort: Int, group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton) async throws {
+    /// Listens on 127.0.0.1:0 and forwards every connection to 127.0.0.1:`upstreamPort` (nil:
+    /// none yet, every connection is closed at once, as a service that is not running refuses).
+    public init(upstreamPort: Int?, group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton) async throws {
         let delay = Delay()
         let registry = Registry()
+        let upstream = Upstream(upstreamPort)
         let listener = try await ServerBootstrap(group: group)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
             .childChannelInitializer { inbound in
+                guard let upstreamPort = upstream.port else { return inbound.eventLoop.makeFailedFuture(Upstream.None()) }
                 let toUpstream = Forwarder(delay: delay)
                 do { try inbound.pipeline.syncOperations.addHandler(toUpstream) } catch {
                     return inbound.eventLoop.makeFailedFuture(error)
@@ -46,10 +51,29 @@ public final class DelayProxy: Sendable {
         self.port = listener.localAddress?.port ?? 0
         self.delay = delay
         self.registry = registry
+        self.upstream = upstream
     }
 
     private let delay: Delay
     private let registry: Registry
+    private let upstream: Upstream
+
+    /// New connections go to 127.0.0.1:`port` from now on (nil: closed at once); the ones already
+    /// forwarded stay with the old upstream until either side closes them.
+    public func setUpstream(_ port: Int?) { upstream.port = port }
+
+    final class Upstream: Sendable {
+        struct None: Error {}
+        private let value: Atomic<Int>
+        init(_ port: Int?) { value = Atomic(port ?? 0) }
+        var port: Int? {
+            get {
+                let p = value.load(ordering: .acquiring)
+                return p > 0 ? p : nil
+            }
+            set { value.store(newValue ?? 0, ordering: .releasing) }
+        }
+    }
 
     /// How long each chunk waits (zero: passed on at once, still in order).
     public func setDelay(_ d: Duration) { delay.set(d) }

@@ -36,6 +36,12 @@ public struct TasksConfiguration: Sendable {
     /// the same chore is taken for the same turn (two members at once) and changes nothing.
     public var duplicateFinishWindow: Duration = .seconds(60)
 
+    /// Whether SearchMarketTasks uses its indexes (FTS5 for words, R*Tree for places). Off, it
+    /// scans every open task: the reference the tests and the bench compare the indexes with.
+    public var searchUsesIndexes = true
+    /// How many followed users a habit feed asks social for (pages of 500).
+    public var maxFollowedUsers = 5000
+
     /// The largest request message the process accepts: an attachment upload (the contract's
     /// 5 MiB + 16 KiB for UploadTeamTaskAttachment) with room for its framing; each method's own
     /// limit from the contracts applies below it.
@@ -52,6 +58,7 @@ public struct TasksConfiguration: Sendable {
         c.uploadTokenLifetime = try s.seconds("tasks.upload.token.lifetime.seconds", range: 1...(30 * 24 * 3600)) ?? c.uploadTokenLifetime
         c.maxLiveUploadTokensPerUser = try s.int("tasks.upload.tokens.per.user", default: c.maxLiveUploadTokensPerUser, range: 1...100_000)
         c.maxBadUploadTokensPerAddress = try s.int("tasks.bad.upload.tokens.per.address", default: c.maxBadUploadTokensPerAddress, range: 1...100_000)
+        c.searchUsesIndexes = try s.bool("tasks.search.indexes", default: true)
         return c
     }
 }

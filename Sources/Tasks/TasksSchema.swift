@@ -2,8 +2,8 @@ import ServiceKit
 import Storage
 
 /// The tasks database (`<data-dir>/tasks.sqlite`): one file for every area of the service, each
-/// area's tables in migrations named after it (`team-tasks.…`, `chores.…`; the marketplace and
-/// habits add theirs). Times are Unix milliseconds, dates `yyyymmdd` integers in the chore's zone.
+/// area's tables in migrations named after it (`team-tasks.…`, `chores.…`, `marketplace.…`,
+/// `habits.…`, each area's own in its store). Times are Unix milliseconds, dates `yyyymmdd` integers in the chore's zone.
 /// Migrations are never edited once shipped: changes are new entries at the end.
 enum TasksSchema {
     static let fileName = "tasks.sqlite"
@@ -119,6 +119,8 @@ enum TasksSchema {
                     ) WITHOUT ROWID;
                     CREATE INDEX chore_assignees_user ON chore_assignees(user_id);
                     """),
+            MarketStore.migration,
+            HabitStore.migration,
             Migration(
                 name: "chores.002-finish-revision",
                 sql: """

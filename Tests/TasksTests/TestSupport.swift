@@ -15,11 +15,12 @@ import Testing
 @testable import Tasks
 
 // The world a tasks test runs in, all over real gRPC on loopback with real SQLite files
-// (ServiceCluster): the REAL accounts (usernames, names, access tokens) and the REAL social
-// (households, teams, notifications, scores) in this process, the tasks server under test on a
-// manual clock, and each service's outbox delivered to its peers as in production. Households
-// and teams are made through social's API; what tasks told social is read back from social
-// (recipients' inboxes, team scores).
+// (ServiceCluster): the REAL accounts (usernames, names, access tokens), the REAL social
+// (households, teams, follows and blocks, notifications, scores) and the REAL finance (marketplace
+// settlements) in this process, the tasks server under test on a manual clock, and each service's
+// outbox delivered to its peers as in production. Households, teams, follows and blocks are made
+// through social's API; what tasks told social is read back from social (recipients' inboxes,
+// team scores), and what it told finance from finance (the two users' marketplace history).
 
 /// A user of a test: id, username, email and access token from the real accounts.
 typealias User = ClusterUser
@@ -29,7 +30,7 @@ extension Social_V1_Notification {
     var actorUserId: String { actor.userId }
 }
 
-/// accounts + social + tasks, in process over real gRPC; `stop()` ends everything.
+/// accounts + social + finance + tasks, in process over real gRPC; `stop()` ends everything.
 final class World: Sendable {
     let cluster: ServiceCluster
     let clock: ManualClock
@@ -41,6 +42,8 @@ final class World: Sendable {
     var accounts: Accounts_V1_AccountsClient { cluster.accounts }
     var core: TasksCore { cluster.tasksCore! }
     var server: TestServer { cluster.server(.tasks) }
+    var finance: Finance_V1_FinanceClient { cluster.finance }
+    var financeInternal: Finance_V1_FinanceInternalClient { cluster.financeInternal }
 
     private init(cluster: ServiceCluster, clock: ManualClock) {
         self.cluster = cluster
@@ -54,7 +57,7 @@ final class World: Sendable {
         now: Int64 = SystemClock.nowMilliseconds(), _ configure: @escaping @Sendable (inout TasksConfiguration) -> Void = { _ in }
     ) async throws -> World {
         let clock = ManualClock(milliseconds: now)
-        var options = ClusterOptions([.accounts, .social, .tasks])
+        var options = ClusterOptions([.accounts, .social, .finance, .tasks])
         options.clocks[.tasks] = clock
         options.tasks = configure
         options.logger = Logger(label: "tasks-test") { _ in SwiftLogNoOpLogHandler() }
@@ -90,8 +93,30 @@ final class World: Sendable {
     /// The score of `member`'s team, as social keeps it.
     func teamScore(of member: User) async throws -> Int64 { try await cluster.teamScore(of: member) }
 
+    /// `follower` asks to follow `followed` in social, who accepts: `follower` follows them.
+    func follow(_ follower: User, _ followed: User) async throws { try await cluster.follow(follower, followed) }
+
+    /// `blocker` blocks `blocked` in social (which drops the follows between them both ways).
+    func block(_ blocker: User, _ blocked: User) async throws { try await cluster.block(blocker, blocked) }
+
     /// social refuses every call (UNAVAILABLE) while down: a peer that cannot answer.
     func setSocialDown(_ down: Bool) { cluster.setDown(.social, down) }
+
+    /// finance refuses every call (UNAVAILABLE) while down, the test's reads included.
+    func setFinanceDown(_ down: Bool) { cluster.setDown(.finance, down) }
+
+    /// `user`'s marketplace history with `other` in finance (settlements of done tasks), newest first.
+    func settlements(of user: User, with other: User) async throws -> [Finance_V1_TransactionEntry] {
+        try await cluster.transactions(of: user, with: other)
+    }
+
+    /// `user`'s marketplace balances in finance (one per counterpart and currency).
+    func marketBalances(of user: User) async throws -> [Finance_V1_Balance] { try await cluster.balances(of: user) }
+
+    /// The settlements tasks asked finance for that wait in tasks' outbox (not acknowledged yet).
+    func pendingSettlements() async throws -> [OutboxEvent] {
+        try await core.database.pendingOutbox(limit: 1000).filter { $0.destination == "finance" }
+    }
 
     /// The notifications in `user`'s inbox at social (of `kind`), oldest first.
     func notifications(to user: User, kind: Social_V1_NotificationKind? = nil) async throws -> [Social_V1_Notification] {

@@ -7,6 +7,11 @@
 #  - attachment uploads of 1 MiB files through the gateway (grpcio, UploadTeamTaskAttachment, 4 in
 #    flight): MB/s; and the gateway's resident memory (VmRSS) idle and at its peak while 20 uploads
 #    run at once (sampled every 10 ms).
+#  - part 2 (scripts/bench.d/tasks_search.py, its own accounts-service and two tasks-services):
+#    SearchMarketTasks at 100,000 open tasks spread over Canada, keywords within 5 km of a city,
+#    p50/p99, against a full scan of a copy of the same database (TASKS_SEARCH_INDEXES=0) in the
+#    same run, every answer compared; ListHabitHistory within 5 km at 100,000 events; PlaceBid
+#    writes per second (4 in flight).
 # social is the real social-service (memberships, teams, notifications).
 if [ $BUILD = 1 ]; then
   for p in tasks-service gateway accounts-service social-service; do
@@ -157,4 +162,20 @@ PYEOF
   done
   rss_row "tasks-service after load" "$T_TASKS_PID"
   kill -0 "$T_TASKS_PID" || { echo "bench: tasks-service died" >&2; tail -20 "$WORK/t-tasks.log" >&2; exit 1; }
+
+  # Part 2: search with indexes vs a full scan, habit history within 5 km, PlaceBid writes/s.
+  T2_ARGS=(--tasks 100000 --events 100000 --queries 300 --bids 2000)
+  [ $QUICK = 1 ] && T2_ARGS=(--tasks 100000 --events 100000 --queries 100 --bids 500)
+  T2_OUT=$("$PY" scripts/bench.d/tasks_search.py "$REL" "$WORK/tasks2" "$WORK/tasks-py" "${T2_ARGS[@]}") \
+    || { echo "bench: tasks part-2 rows failed" >&2; tail -20 "$WORK"/tasks2/*.log >&2; exit 1; }
+  echo "$T2_OUT" >&2
+  declare -A T2=()
+  for kv in $T2_OUT; do T2[${kv%%=*}]=${kv#*=}; done
+  [ "${T2[mismatches]}" = 0 ] || { echo "bench: indexed search and full scan disagree on ${T2[mismatches]} queries" >&2; exit 1; }
+  EXTRA_LINES+=("$(printf '%-46s %10s %10s %12s' "tasks search, ${T2[search_tasks]} open tasks, 5 km + words" "p50 ms" "p99 ms" "results/query")")
+  EXTRA_LINES+=("$(printf '%-46s %10s %10s %12s' "  FTS5 + R*Tree + exact distance" "${T2[search_index_p50_ms]}" "${T2[search_index_p99_ms]}" "${T2[search_mean_results]}")")
+  EXTRA_LINES+=("$(printf '%-46s %10s %10s %12s' "  full scan (same data, same run)" "${T2[search_scan_p50_ms]}" "${T2[search_scan_p99_ms]}" "${T2[search_mean_results]}")")
+  EXTRA_LINES+=("$(printf '%-46s %10s %10s' "  speed-up (scan / index)" "${T2[search_speedup_p50]}x" "${T2[search_speedup_p99]}x")")
+  EXTRA_LINES+=("$(printf '%-46s %10s %10s %12s' "tasks habit history, ${T2[history_events]} events, 5 km" "${T2[history_p50_ms]}" "${T2[history_p99_ms]}" "${T2[history_mean_results]}")")
+  ROWS+=("tasks PlaceBid|4 in flight|${T2[bids_per_second]}|$(awk -v m="${T2[bid_mean_ms]}" 'BEGIN{printf "%.0f", m*1000}')")
 fi
