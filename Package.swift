@@ -298,6 +298,18 @@ let package = Package(
                            .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict
         ),
+        // Test-only infrastructure: any subset of the real services in one process, wired to each
+        // other over loopback gRPC (docs/architecture.md, "Testing"). For test targets only; no
+        // service depends on it, and no service imports another.
+        .target(
+            name: "ServiceCluster",
+            dependencies: [
+                "ServiceKitTesting", "ServiceKit", "Accounts", "Social", "Finance", "Tasks", "ContractTesting", "Security", "Storage", "Contracts",
+                "RPCCore", "RPCTransport", .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            swiftSettings: strict
+        ),
         .testTarget(
             name: "ServiceKitTests",
             dependencies: [
@@ -333,7 +345,7 @@ let package = Package(
         .testTarget(
             name: "SocialTests",
             dependencies: [
-                "Social", "social-service", "Accounts", "accounts-service", "ServiceKit", "ServiceKitTesting", "Storage", "Security",
+                "Social", "social-service", "Tasks", "Accounts", "accounts-service", "ServiceKit", "ServiceKitTesting", "ServiceCluster", "Storage", "Security",
                 "Contracts", "GRPCContracts", "RPCCore", "RPCTransport", "RPCServices", "RPCProtobuf", "ContractTesting",
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -341,7 +353,7 @@ let package = Package(
         .testTarget(
             name: "FinanceTests",
             dependencies: [
-                "Finance", "finance-service", "Social", "social-service", "Accounts", "ServiceKit", "ServiceKitTesting", "Storage", "Security", "Contracts",
+                "Finance", "finance-service", "Social", "social-service", "Accounts", "ServiceKit", "ServiceKitTesting", "ServiceCluster", "Storage", "Security", "Contracts",
                 "GRPCContracts", "RPCCore", "RPCTransport", "RPCServices", "RPCProtobuf", "ContractTesting",
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -349,7 +361,7 @@ let package = Package(
         .testTarget(
             name: "TasksTests",
             dependencies: [
-                "Tasks", "tasks-service", "Accounts", "ServiceKit", "ServiceKitTesting", "Storage", "Security", "Contracts",
+                "Tasks", "tasks-service", "Social", "Accounts", "ServiceKit", "ServiceKitTesting", "ServiceCluster", "Storage", "Security", "Contracts",
                 "GRPCContracts", "RPCCore", "RPCTransport", "RPCServices", "RPCProtobuf", "ContractTesting",
                 .product(name: "Logging", package: "swift-log"),
             ]

@@ -68,6 +68,27 @@ public struct AccountsInternalService: Accounts_V1_AccountsInternalService {
         return response
     }
 
+    // MARK: Sessions
+
+    public func checkSessions(request: Accounts_V1_CheckSessionsRequest, context: ServerContext) async throws -> Accounts_V1_CheckSessionsResponse {
+        let ids = Self.distinct(request.sessionIds)
+        if ids.isEmpty || ids.count > 500 || ids.contains(where: { $0.isEmpty || $0.utf8.count > 64 }) {
+            throw FieldErrors.single(.invalidArgument, field: "session_ids", "1 to 500 session ids of 1 to 64 characters each")
+        }
+        let live = try await core.read { c -> Set<String> in
+            let marks = Array(repeating: "?", count: ids.count).joined(separator: ", ")
+            let rows = try c.query(
+                """
+                SELECT s.id FROM sessions s JOIN users u ON u.id = s.user_id
+                WHERE s.id IN (\(marks)) AND s.revoked_at IS NULL AND u.deleted_at IS NULL
+                """, arguments: ids.map { .text($0) })
+            return Set(try rows.map { try $0.get(0, as: String.self) })
+        }
+        var response = Accounts_V1_CheckSessionsResponse()
+        response.endedSessionIds = ids.filter { !live.contains($0) }
+        return response
+    }
+
     // MARK: Mail
 
     public func sendMail(request: Accounts_V1_SendMailRequest, context: ServerContext) async throws -> Accounts_V1_SendMailResponse {

@@ -44,5 +44,7 @@ extension ContractCatalog {
             ContractRPC(Accounts_V1_AccountsInternalMethods.sendMail, Accounts_V1_SendMailRequest.self, Accounts_V1_SendMailResponse.self),
             ContractRPC(
                 Accounts_V1_AccountsInternalMethods.listSentMail, Accounts_V1_ListSentMailRequest.self, Accounts_V1_ListSentMailResponse.self),
+            ContractRPC(
+                Accounts_V1_AccountsInternalMethods.checkSessions, Accounts_V1_CheckSessionsRequest.self, Accounts_V1_CheckSessionsResponse.self),
         ])
 }

@@ -79,7 +79,9 @@ public final class FinanceCore: Sendable {
     func maintenance() async {
         while !Task.isCancelled {
             do {
-                try await store.purgeKitTables(now: clock.nowMilliseconds())
+                // Idempotency keys are kept for ever: a money request retried months later (an
+                // offline phone's queue) must find its key, never record twice.
+                try await store.purgeKitTables(now: clock.nowMilliseconds(), keepIdempotencyKeys: nil)
                 let pending = try await database.pendingOutbox(limit: 1000)
                 if let oldest = pending.first {
                     logger.warning("notifications waiting for social", metadata: ["pending": "\(pending.count)", "oldest": "\(oldest.createdAt)"])

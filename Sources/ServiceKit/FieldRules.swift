@@ -97,8 +97,9 @@ public enum FieldRules {
         return requested == 0 ? defaultSize : min(Int(requested), maxPageSize)
     }
 
-    /// `idempotency_key`: 1..64 printable ASCII characters, chosen by the client per logical
-    /// operation (Proto/README.md, "Idempotency"). Not trimmed: the client's bytes are the key.
+    /// `idempotency_key`: 1..64 printable ASCII characters (0x20...0x7E, space included, as the
+    /// contracts say), chosen by the client per logical operation. Not trimmed: the client's bytes
+    /// are the key.
     @discardableResult
     public static func idempotencyKey(
         _ v: String, field: String = "idempotency_key", required: Bool = true,
@@ -106,8 +107,8 @@ public enum FieldRules {
     ) -> String {
         if v.isEmpty {
             if required { errors.add(field, "required (1 to 64 printable ASCII characters, one per logical operation)") }
-        } else if v.utf8.count > 64 || !v.utf8.allSatisfy({ (0x21...0x7E).contains($0) }) {
-            errors.add(field, "must be 1 to 64 printable ASCII characters without spaces")
+        } else if v.utf8.count > 64 || !v.utf8.allSatisfy({ (0x20...0x7E).contains($0) }) {
+            errors.add(field, "must be 1 to 64 printable ASCII characters")
         }
         return v
     }

@@ -83,16 +83,20 @@ public final class ServiceStore: Sendable {
     // MARK: Upkeep
 
     /// Deletes delivered outbox events, processed-event ids and idempotency records past their
-    /// keeping time (7, 30 and 7 days): the tables that only grow otherwise.
-    public func purgeKitTables(now: Int64 = SystemClock.nowMilliseconds()) async throws {
+    /// keeping time (7, 30 and `keepIdempotencyKeys` days): the tables that only grow otherwise.
+    /// `keepIdempotencyKeys: nil` keeps them for ever (finance: a retry months later must still
+    /// find its key, and a record costs a few hundred bytes).
+    public func purgeKitTables(
+        now: Int64 = SystemClock.nowMilliseconds(), keepIdempotencyKeys: Duration? = Idempotency.keepFor
+    ) async throws {
         let day: Int64 = 24 * 3600 * 1000
         try await write { tx in
             if try tx.tableExists("outbox") { try tx.purgeDeliveredOutbox(deliveredBefore: Date(unixMilliseconds: now - 7 * day)) }
             if try tx.tableExists("inbox_processed") {
                 try tx.execute("DELETE FROM inbox_processed WHERE processed_at < ?", now - 30 * day)
             }
-            if try tx.tableExists("idempotency_keys") {
-                try tx.execute("DELETE FROM idempotency_keys WHERE created_at < ?", now - Idempotency.keepFor.milliseconds)
+            if let keep = keepIdempotencyKeys, try tx.tableExists("idempotency_keys") {
+                try tx.execute("DELETE FROM idempotency_keys WHERE created_at < ?", now - keep.milliseconds)
             }
         }
     }

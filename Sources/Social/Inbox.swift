@@ -14,7 +14,13 @@ enum Inbox {
         var target: Social_V1_NotificationTarget?
         var data: [String: String] = [:]
         var eventID: String?
+        /// A notification a user can cause again and again by undoing and redoing an action
+        /// (follow request, friendship): while an unread one of the same kind from the same actor
+        /// about the same target is in the inbox, another is not stored (nor pushed).
+        var collapsesUnread = false
     }
+
+    static let maxKept = SocialConfiguration.notificationsKept
 
     /// True when `recipient` blocks `actor` (their notifications are dropped, not stored).
     static func blocks(_ db: some SQLReader, blocker: String, blocked: String) throws -> Bool {
@@ -26,6 +32,19 @@ enum Inbox {
     /// ids follow commit order.
     static func store(_ tx: Transaction, recipient: String, _ draft: Draft, now: Int64, out: inout Outbound) throws -> String? {
         if let actor = draft.actor, try blocks(tx, blocker: recipient, blocked: actor.userId) { return nil }
+        // An erase may commit between a caller's lookups and this write: never store for them.
+        if try tx.queryOne("SELECT 1 FROM erased_users WHERE id = ?", recipient) != nil { return nil }
+        if draft.collapsesUnread, let actor = draft.actor,
+            let existing = try tx.queryOne(
+                """
+                SELECT id FROM notifications INDEXED BY notifications_unread
+                WHERE recipient_id = ? AND read_at IS NULL AND kind = ? AND actor_id = ? AND target IS ?
+                ORDER BY id DESC LIMIT 1
+                """,
+                recipient, Int64(draft.kind.rawValue), actor.userId, draft.target.map { $0.serializedBytes() })
+        {
+            return try existing.get(0, as: String.self)
+        }
         let settings = try tx.queryOne("SELECT help_muted, snoozed_until FROM notification_settings WHERE user_id = ?", recipient)
         let muted = try settings?.get("help_muted", as: Bool.self) ?? false
         let snoozedUntil = try settings?.get("snoozed_until", as: Int64?.self) ?? nil
@@ -42,6 +61,12 @@ enum Inbox {
             id, recipient, Int64(draft.kind.rawValue), draft.title, draft.body, draft.actor?.userId, draft.actor?.username,
             draft.actor?.displayName, draft.target.map { $0.serializedBytes() }, draft.data.isEmpty ? nil : dataHolder.serializedBytes(),
             now, silenced, draft.eventID)
+        try tx.execute(
+            """
+            DELETE FROM notifications WHERE recipient_id = ?1 AND id <= (
+                SELECT id FROM notifications WHERE recipient_id = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2)
+            """,
+            recipient, Int64(maxKept))
         if !silenced {
             var n = Social_V1_Notification()
             n.notificationId = id

@@ -69,6 +69,8 @@ public final class NotificationHub: Sendable {
     public final class Subscription: Sendable {
         public let id: UInt64
         public let userID: String
+        /// The session of the caller's access token: the stream ends when accounts says it ended.
+        public let sessionID: String
         /// When the caller's access token expires (Unix ms): the stream ends then (UNAUTHENTICATED).
         public let expiresAt: Int64
         let maxQueued: Int
@@ -84,9 +86,10 @@ public final class NotificationHub: Sendable {
         }
         private let state = Mutex(State())
 
-        init(id: UInt64, userID: String, expiresAt: Int64, maxQueued: Int) {
+        init(id: UInt64, userID: String, sessionID: String, expiresAt: Int64, maxQueued: Int) {
             self.id = id
             self.userID = userID
+            self.sessionID = sessionID
             self.expiresAt = expiresAt
             self.maxQueued = maxQueued
         }
@@ -164,10 +167,10 @@ public final class NotificationHub: Sendable {
 
     /// Registers a live stream for `userID`, closing the oldest of theirs past `maxPerUser`.
     /// UNAVAILABLE once the hub is shutting down.
-    public func register(userID: String, expiresAt: Int64) throws -> Subscription {
+    public func register(userID: String, sessionID: String = "", expiresAt: Int64) throws -> Subscription {
         let (sub, evicted): (Subscription, [Subscription]) = try registry.withLock { r in
             if let reason = r.closedReason { throw reason }
-            let sub = Subscription(id: r.nextID, userID: userID, expiresAt: expiresAt, maxQueued: maxQueued)
+            let sub = Subscription(id: r.nextID, userID: userID, sessionID: sessionID, expiresAt: expiresAt, maxQueued: maxQueued)
             r.nextID += 1
             var list = r.byUser[userID] ?? []
             var evicted: [Subscription] = []
@@ -231,6 +234,21 @@ public final class NotificationHub: Sendable {
                     "the access token of this stream expired: refresh it and subscribe again with after_notification_id"))
         }
         return expired.count
+    }
+
+    /// The distinct sessions of the live streams (for the revocation check).
+    public var liveSessionIDs: [String] {
+        registry.withLock { r in Array(Set(r.byUser.values.flatMap { $0.map(\.sessionID) }.filter { !$0.isEmpty })) }
+    }
+
+    /// Ends the streams of sessions that ended (logged out, revoked, password changed): the
+    /// contract's UNAUTHENTICATED "session revoked". Returns how many.
+    @discardableResult
+    public func closeSessions(_ ended: Set<String>) -> Int {
+        guard !ended.isEmpty else { return 0 }
+        let subs = registry.withLock { r in r.byUser.values.flatMap { $0.filter { ended.contains($0.sessionID) } } }
+        for sub in subs { sub.close(RPCError(.unauthenticated, "the session of this stream was revoked: log in again")) }
+        return subs.count
     }
 
     /// Ends every stream with UNAVAILABLE and refuses new ones (the server is shutting down;

@@ -4,6 +4,10 @@ import ServiceKit
 /// limits, lifetimes, throttles, deadlines. The executable fills it from flags and environment
 /// variables (`from(_:dataDirectory:)`, names in Sources/Social/README.md); tests shorten it.
 public struct SocialConfiguration: Sendable {
+    /// Notifications kept per inbox: past it, the oldest are deleted as new ones arrive, so no
+    /// sender can make an inbox grow without bound.
+    public static let notificationsKept = 1000
+
     /// The data directory: the database.
     public var dataDirectory: String
 
@@ -16,6 +20,12 @@ public struct SocialConfiguration: Sendable {
     public var guessWindow: Duration = .seconds(15 * 60)
     /// Pending (unused, unexpired) invites per household: mail bombing through one household.
     public var maxPendingInvitesPerHousehold = 50
+    /// Invite mails one user may cause within `inviteMailWindow` (all households together): a
+    /// re-invite revokes the earlier code, so the pending limit alone never stops a mail loop.
+    public var maxInviteMailsPerUser = 50
+    /// Invite mails one address may receive within `inviteMailWindow`, whoever sends them.
+    public var maxInviteMailsPerAddress = 5
+    public var inviteMailWindow: Duration = .seconds(24 * 3600)
     /// Households one user may belong to at once.
     public var maxHouseholdsPerUser = 20
     /// Members of one household (the contract: 1..30).
@@ -31,14 +41,19 @@ public struct SocialConfiguration: Sendable {
     /// Notifications replayed at most on one (re)subscription; older missed ones stay in the inbox.
     public var maxReplay = 1000
 
+    /// How often the sessions of live streams are checked with accounts: a revoked session's
+    /// stream ends within about this long (else only when its access token expires).
+    public var sessionCheckInterval: Duration = .seconds(30)
+
     /// Deadline of a synchronous read of a peer (accounts' lookups, tasks' chores).
     public var peerDeadline: Duration = .milliseconds(1500)
 
     public init(dataDirectory: String) { self.dataDirectory = dataDirectory }
 
     /// Reads the optional settings: `SOCIAL_INVITE_LIFETIME_HOURS`, `SOCIAL_GUESSES_PER_USER`,
-    /// `SOCIAL_GUESSES_PER_ADDRESS`, `SOCIAL_SUBSCRIPTIONS_PER_USER`, `SOCIAL_PEER_DEADLINE_MS`,
-    /// `SOCIAL_QUEUED_PER_SUBSCRIPTION`. A malformed value refuses the start.
+    /// `SOCIAL_GUESSES_PER_ADDRESS`, `SOCIAL_INVITE_MAILS_PER_USER`, `SOCIAL_INVITE_MAILS_PER_ADDRESS`,
+    /// `SOCIAL_SUBSCRIPTIONS_PER_USER`, `SOCIAL_PEER_DEADLINE_MS`,
+    /// `SOCIAL_QUEUED_PER_SUBSCRIPTION`, `SOCIAL_SESSION_CHECK_MS`. A malformed value refuses the start.
     public static func from(_ settings: Settings, dataDirectory: String) throws -> SocialConfiguration {
         var c = SocialConfiguration(dataDirectory: dataDirectory)
         if let hours = try settings.int("social.invite.lifetime.hours", range: 1...24 * 365) {
@@ -46,10 +61,15 @@ public struct SocialConfiguration: Sendable {
         }
         c.maxGuessesPerUser = try settings.int("social.guesses.per.user", default: c.maxGuessesPerUser, range: 1...1_000_000)
         c.maxGuessesPerAddress = try settings.int("social.guesses.per.address", default: c.maxGuessesPerAddress, range: 1...1_000_000)
+        c.maxInviteMailsPerUser = try settings.int("social.invite.mails.per.user", default: c.maxInviteMailsPerUser, range: 1...1_000_000)
+        c.maxInviteMailsPerAddress = try settings.int(
+            "social.invite.mails.per.address", default: c.maxInviteMailsPerAddress, range: 1...1_000_000)
         c.maxSubscriptionsPerUser = try settings.int("social.subscriptions.per.user", default: c.maxSubscriptionsPerUser, range: 1...1000)
         c.maxQueuedPerSubscription = try settings.int(
             "social.queued.per.subscription", default: c.maxQueuedPerSubscription,
             range: 1...100_000)
+        c.sessionCheckInterval = try settings.milliseconds(
+            "social.session.check.ms", default: c.sessionCheckInterval, range: 100...3_600_000)
         c.peerDeadline = try settings.milliseconds("social.peer.deadline.ms", default: c.peerDeadline, range: 50...60_000)
         return c
     }

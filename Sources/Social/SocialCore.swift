@@ -68,7 +68,7 @@ public final class SocialCore: Sendable {
     /// Loops the process runs next to the server: stream upkeep (expired tokens) and table upkeep.
     /// (The outbox is delivered by the host: `ServiceHost.run(outbox:)`.)
     public var backgroundJobs: [@Sendable () async -> Void] {
-        [{ await self.streamUpkeep() }, { await self.maintenance() }]
+        [{ await self.streamUpkeep() }, { await self.sessionChecks() }, { await self.maintenance() }]
     }
 
     /// Ends every live stream (UNAVAILABLE) before the server drains: clients reconnect with
@@ -113,6 +113,39 @@ public final class SocialCore: Sendable {
         while !Task.isCancelled {
             hub.closeExpired()
             try? await Task.sleep(for: .seconds(1))
+        }
+    }
+
+    /// Every `sessionCheckInterval`: asks accounts which sessions of the live streams ended
+    /// (`AccountsInternal.CheckSessions`, 500 per call, the peer deadline) and ends their streams
+    /// with UNAUTHENTICATED. While accounts cannot answer, streams stay open (they still end when
+    /// their access token expires) and the next round asks again.
+    func sessionChecks() async {
+        while !Task.isCancelled {
+            try? await Task.sleep(for: configuration.sessionCheckInterval)
+            if Task.isCancelled { return }
+            await checkSessionsOnce()
+        }
+    }
+
+    /// One round of `sessionChecks` (tests call it directly).
+    public func checkSessionsOnce() async {
+        let sessions = hub.liveSessionIDs
+        guard !sessions.isEmpty else { return }
+        let accounts = Accounts_V1_AccountsInternalClient(peers.client("accounts"))
+        var start = 0
+        while start < sessions.count {
+            var r = Accounts_V1_CheckSessionsRequest()
+            r.sessionIds = Array(sessions[start..<min(start + 500, sessions.count)])
+            start += 500
+            do {
+                let ended = try await accounts.checkSessions(r, options: CallOptions(timeout: configuration.peerDeadline))
+                let closed = hub.closeSessions(Set(ended.endedSessionIds))
+                if closed > 0 { logger.info("closed streams of ended sessions", metadata: ["streams": "\(closed)"]) }
+            } catch {
+                logger.warning("accounts did not answer CheckSessions; streams stay open", metadata: ["error": "\(error)"])
+                return
+            }
         }
     }
 

@@ -151,6 +151,13 @@ enum SocialSchema {
                         help_muted INTEGER NOT NULL DEFAULT 0,
                         snoozed_until INTEGER              -- NULL or past: not snoozed
                     );
-                    """)
+                    """),
+            Migration(
+                name: "social.002-invite-mail-quotas",
+                sql: """
+                    -- Invite mails per sender and per address within a day (Households.checkMailQuota).
+                    CREATE INDEX household_invites_inviter ON household_invites(invited_by, created_at);
+                    CREATE INDEX household_invites_address ON household_invites(email_key, created_at);
+                    """),
         ]
 }

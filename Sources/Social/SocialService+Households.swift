@@ -34,6 +34,7 @@ extension SocialService {
             try tx.execute(
                 "INSERT INTO household_members (household_id, user_id, join_seq, joined_at) VALUES (?, ?, 1, ?)",
                 householdID, me.userId, now)
+            try Households.checkMailQuota(tx, inviter: me.userId, emails: invited, now: now, limits: limits)
             var invites: [Social_V1_HouseholdInvite] = []
             for email in invited {
                 invites.append(
@@ -171,6 +172,7 @@ extension SocialService {
             if pending >= limits.maxPendingInvitesPerHousehold {
                 throw RPCError(.failedPrecondition, "this household has \(pending) pending invites: wait until some are used or expire")
             }
+            try Households.checkMailQuota(tx, inviter: me.userId, emails: [email], now: now, limits: limits)
             let name: String = try tx.queryOne("SELECT name FROM households WHERE id = ?", householdID)!.get(0)
             return try Households.invite(
                 tx, householdID: householdID, householdName: name, email: email, by: me, invitee: invitee,
@@ -302,14 +304,18 @@ extension SocialService {
         let tasks = Tasks_V1_TasksInternalClient(core.peers.client("tasks"))
         var chores: [Tasks_V1_Chore] = []
         var token = ""
+        // One deadline for all pages together, so a slow tasks delays the profile by at most that.
+        let deadline = ContinuousClock.now + core.configuration.peerDeadline
         do {
             for _ in 0..<10 {
+                let left = deadline - ContinuousClock.now
+                guard left > .milliseconds(1) else { throw RPCError(.deadlineExceeded, "tasks did not answer in time") }
                 var r = Tasks_V1_ListTasksAssignedToUserRequest()
                 r.userId = userID
                 r.householdId = householdID
                 r.pageSize = 100
                 r.pageToken = token
-                let page = try await tasks.listTasksAssignedToUser(r, options: CallOptions(timeout: core.configuration.peerDeadline))
+                let page = try await tasks.listTasksAssignedToUser(r, options: CallOptions(timeout: left))
                 chores += page.chores
                 token = page.nextPageToken
                 if token.isEmpty { break }
@@ -393,6 +399,38 @@ enum Households {
     /// A new single-use invite for `email`, mailed through accounts' outbox (SendMail, queued in
     /// this transaction), and an in-app notification when the email is a user's login email. An
     /// earlier pending invite of the same household to the same address is revoked.
+    /// Refuses (RESOURCE_EXHAUSTED with RetryInfo) a batch of `count` invite mails from `inviter`
+    /// past the sender's quota, or one to an `email` past the address's quota, both counted over
+    /// the invites made in the last `window` (revoked ones included: each was a mail). Checked in
+    /// the write transaction, so concurrent invites cannot overshoot.
+    static func checkMailQuota(
+        _ tx: Transaction, inviter: String, emails: [String], now: Int64, limits: SocialConfiguration
+    ) throws {
+        guard !emails.isEmpty else { return }
+        let since = now - limits.inviteMailWindow.milliseconds
+        let window = "\(limits.inviteMailWindow.milliseconds / 3_600_000) hours"
+        let sent = try tx.queryOne(
+            "SELECT count(*), min(created_at) FROM household_invites WHERE invited_by = ? AND created_at > ?", inviter, since)!
+        let sentCount: Int64 = try sent.get(0)
+        if sentCount + Int64(emails.count) > Int64(limits.maxInviteMailsPerUser) {
+            let oldest: Int64 = (try? sent.get(1)) ?? now
+            throw RPCError.retryLater(
+                "invite_emails: you sent \(sentCount) invites in the last \(window) (at most \(limits.maxInviteMailsPerUser))",
+                after: .milliseconds(max(1000, oldest + limits.inviteMailWindow.milliseconds - now)))
+        }
+        for email in emails {
+            let row = try tx.queryOne(
+                "SELECT count(*), min(created_at) FROM household_invites WHERE email_key = ? AND created_at > ?", FieldRules.key(email), since)!
+            let count: Int64 = try row.get(0)
+            if count >= Int64(limits.maxInviteMailsPerAddress) {
+                let oldest: Int64 = (try? row.get(1)) ?? now
+                throw RPCError.retryLater(
+                    "\(email) was sent \(count) invites in the last \(window) (at most \(limits.maxInviteMailsPerAddress))",
+                    after: .milliseconds(max(1000, oldest + limits.inviteMailWindow.milliseconds - now)))
+            }
+        }
+    }
+
     static func invite(
         _ tx: Transaction, householdID: String, householdName: String, email: String, by inviter: Common_V1_UserRef,
         invitee: Common_V1_UserRef?, now: Int64, lifetime: Duration, out: inout Outbound

@@ -101,7 +101,7 @@ extension SocialService {
         if !after.isEmpty && !ULID.isValid(after.uppercased()) {
             throw FieldErrors.single(.invalidArgument, field: "after_notification_id", "is not a notification id")
         }
-        let subscription = try core.hub.register(userID: caller.userID, expiresAt: caller.expiresAt * 1000)
+        let subscription = try core.hub.register(userID: caller.userID, sessionID: caller.sessionID, expiresAt: caller.expiresAt * 1000)
         defer { core.hub.remove(subscription) }
         // Two calls, so that the replay's locals are gone while the stream idles: an idle stream
         // keeps only `live`'s small frame (memory per subscription, see the README).

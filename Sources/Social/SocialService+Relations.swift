@@ -23,12 +23,20 @@ extension SocialService {
 
     static let blockedMessage = "not possible between you and this user"
 
+    /// NOT_FOUND when `user` was erased after the caller's lookup and before this write.
+    static func requireNotErased(_ tx: Transaction, _ user: String) throws {
+        if try tx.queryOne("SELECT 1 FROM erased_users WHERE id = ?", user) != nil {
+            throw FieldErrors.single(.notFound, field: "user", "no such user")
+        }
+    }
+
     public func addFriend(request: Social_V1_AddFriendRequest, context: ServerContext) async throws -> Social_V1_AddFriendResponse {
         let caller = try core.caller(context)
         let other = try await other(request.user, hasSelector: request.hasUser, caller: caller)
         let me = try await me(caller)
         let now = core.now()
         let since = try await core.writePublishing { tx, out -> Int64 in
+            try Self.requireNotErased(tx, other.userId)
             if try Self.blockedEitherWay(tx, me.userId, other.userId) { throw RPCError(.permissionDenied, Self.blockedMessage) }
             if try tx.queryOne("SELECT 1 FROM friendships WHERE user_id = ? AND friend_id = ?", me.userId, other.userId) != nil {
                 throw FieldErrors.single(.alreadyExists, field: "user", "already friends")
@@ -40,7 +48,7 @@ extension SocialService {
             target.userId = me.userId
             _ = try Inbox.store(
                 tx, recipient: other.userId,
-                .init(kind: .friendAdded, title: "\(Self.name(me)) added you as a friend", actor: me, target: target),
+                .init(kind: .friendAdded, title: "\(Self.name(me)) added you as a friend", actor: me, target: target, collapsesUnread: true),
                 now: now, out: &out)
             return now
         }
@@ -181,6 +189,7 @@ extension SocialService {
         let me = try await me(caller)
         let now = core.now()
         try await core.writePublishing { tx, out in
+            try Self.requireNotErased(tx, other.userId)
             if try Self.blockedEitherWay(tx, me.userId, other.userId) { throw RPCError(.permissionDenied, Self.blockedMessage) }
             if try tx.queryOne("SELECT 1 FROM follows WHERE follower_id = ? AND followed_id = ?", me.userId, other.userId) != nil {
                 throw FieldErrors.single(.alreadyExists, field: "user", "already following")
@@ -193,7 +202,7 @@ extension SocialService {
             target.userId = me.userId
             _ = try Inbox.store(
                 tx, recipient: other.userId,
-                .init(kind: .followRequest, title: "\(Self.name(me)) asks to follow you", actor: me, target: target),
+                .init(kind: .followRequest, title: "\(Self.name(me)) asks to follow you", actor: me, target: target, collapsesUnread: true),
                 now: now, out: &out)
         }
         var response = Social_V1_RequestFollowResponse()

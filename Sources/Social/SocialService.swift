@@ -61,10 +61,17 @@ public struct SocialService: Social_V1_SocialService {
                 throw RPCError(.failedPrecondition, "you are already in a team: leave it first")
             }
             var taken = FieldErrors()
-            for m in others where try tx.queryOne("SELECT 1 FROM team_members WHERE user_id = ?", m.user.userId) != nil {
-                taken.add("member_usernames[\(m.index)]", "\(m.user.username) is already in a team")
+            for m in others {
+                if try tx.queryOne("SELECT 1 FROM team_members WHERE user_id = ?", m.user.userId) != nil {
+                    taken.add("member_usernames[\(m.index)]", "\(m.user.username) is already in a team")
+                } else if try Self.blockedEitherWay(tx, me.userId, m.user.userId)
+                    || tx.queryOne("SELECT 1 FROM erased_users WHERE id = ?", m.user.userId) != nil
+                {
+                    // A block (either way) keeps users apart; which side blocked is not told.
+                    taken.add("member_usernames[\(m.index)]", "\(m.user.username) cannot be added to your team")
+                }
             }
-            try taken.throwIfAny(.failedPrecondition, summary: "members already in a team")
+            try taken.throwIfAny(.failedPrecondition, summary: "members who cannot join this team")
             try tx.execute(
                 "INSERT INTO teams (id, name, score, score_reached_at, created_by, created_at) VALUES (?, ?, 0, ?, ?, ?)",
                 teamID, name, now, me.userId, now)

@@ -23,6 +23,8 @@ public struct TasksConfiguration: Sendable {
     public var maxAttachmentsPerTask = 20
     /// Upload tokens last this long (the contract's 24 h).
     public var uploadTokenLifetime: Duration = .seconds(24 * 3600)
+    /// Unexpired upload tokens one user may hold (all tasks together): each is a stored row.
+    public var maxLiveUploadTokensPerUser = 50
     /// Expired upload tokens are kept this long so the page can say "expired" instead of "unknown".
     public var expiredUploadTokensKeptFor: Duration = .seconds(7 * 24 * 3600)
     /// Wrong upload tokens per client address per 15 minutes before RESOURCE_EXHAUSTED.
@@ -33,6 +35,12 @@ public struct TasksConfiguration: Sendable {
     /// A finish without `expected_revision` that arrives this soon after another member finished
     /// the same chore is taken for the same turn (two members at once) and changes nothing.
     public var duplicateFinishWindow: Duration = .seconds(60)
+
+    /// Whether SearchMarketTasks uses its indexes (FTS5 for words, R*Tree for places). Off, it
+    /// scans every open task: the reference the tests and the bench compare the indexes with.
+    public var searchUsesIndexes = true
+    /// How many followed users a habit feed asks social for (pages of 500).
+    public var maxFollowedUsers = 5000
 
     /// The largest request message the process accepts: an attachment upload (the contract's
     /// 5 MiB + 16 KiB for UploadTeamTaskAttachment) with room for its framing; each method's own
@@ -48,7 +56,9 @@ public struct TasksConfiguration: Sendable {
         c.peerDeadline = try s.milliseconds("tasks.peer.deadline.ms", default: c.peerDeadline, range: 50...60_000)
         c.membershipCacheFor = try s.milliseconds("tasks.membership.cache.ms", default: c.membershipCacheFor, range: 0...600_000)
         c.uploadTokenLifetime = try s.seconds("tasks.upload.token.lifetime.seconds", range: 1...(30 * 24 * 3600)) ?? c.uploadTokenLifetime
+        c.maxLiveUploadTokensPerUser = try s.int("tasks.upload.tokens.per.user", default: c.maxLiveUploadTokensPerUser, range: 1...100_000)
         c.maxBadUploadTokensPerAddress = try s.int("tasks.bad.upload.tokens.per.address", default: c.maxBadUploadTokensPerAddress, range: 1...100_000)
+        c.searchUsesIndexes = try s.bool("tasks.search.indexes", default: true)
         return c
     }
 }

@@ -55,9 +55,12 @@ public struct TasksInternalService: Tasks_V1_TasksInternalService {
     }
 
     public func eraseUser(request: Tasks_V1_EraseUserRequest, context: ServerContext) async throws -> Tasks_V1_EraseUserResponse {
-        let now = core.now
+        let now = core.now, core = self.core
         let replayed = try await EraseUser.receive(eventID: request.eventId, userID: request.userId, store: core.store) { tx, user in
             try Self.erase(tx, user: user, now: now)
+            try TasksService.eraseMarketplace(core, tx, user: user, now: now)
+            // Habits: deleted with their events.
+            try tx.execute("DELETE FROM habits WHERE owner_id = ?", user)
         }
         var response = Tasks_V1_EraseUserResponse()
         response.replayed = replayed

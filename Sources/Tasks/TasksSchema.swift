@@ -2,8 +2,8 @@ import ServiceKit
 import Storage
 
 /// The tasks database (`<data-dir>/tasks.sqlite`): one file for every area of the service, each
-/// area's tables in migrations named after it (`team-tasks.…`, `chores.…`; the marketplace and
-/// habits add theirs). Times are Unix milliseconds, dates `yyyymmdd` integers in the chore's zone.
+/// area's tables in migrations named after it (`team-tasks.…`, `chores.…`, `marketplace.…`,
+/// `habits.…`, each area's own in its store). Times are Unix milliseconds, dates `yyyymmdd` integers in the chore's zone.
 /// Migrations are never edited once shipped: changes are new entries at the end.
 enum TasksSchema {
     static let fileName = "tasks.sqlite"
@@ -118,6 +118,15 @@ enum TasksSchema {
                         PRIMARY KEY (chore_id, position)
                     ) WITHOUT ROWID;
                     CREATE INDEX chore_assignees_user ON chore_assignees(user_id);
+                    """),
+            MarketStore.migration,
+            HabitStore.migration,
+            Migration(
+                name: "chores.002-finish-revision",
+                sql: """
+                    -- The revision a finish produced: a finish without expected_revision within a
+                    -- minute of the last one is the same turn only if nothing happened since.
+                    ALTER TABLE chores ADD COLUMN last_finished_revision INTEGER;
                     """),
         ]
 }

@@ -18,7 +18,7 @@ import Tasks
 struct TasksServiceCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "tasks-service",
-        abstract: "The tasks service: team tasks, attachments and public links, household chores (gRPC).")
+        abstract: "The tasks service: team tasks, attachments and public links, household chores, the marketplace, habits (gRPC).")
 
     @OptionGroup var options: ServiceOptions
     @Flag(name: .customLong("verify-journal"), help: "Verify the running service's team-task journal and exit (0 intact, 1 broken).")

@@ -62,6 +62,11 @@ struct ContractFixtureTests {
             }
             _ = try await runner.run("ResolveUsernames", Accounts_V1_ResolveUsernamesRequest.self) { try await i.resolveUsernames($0) }
             _ = try await runner.run("ResolveEmails", Accounts_V1_ResolveEmailsRequest.self) { try await i.resolveEmails($0) }
+            // The first id is carol's live session; the second never existed (ended).
+            _ = try await runner.run(
+                "CheckSessions", Accounts_V1_CheckSessionsRequest.self,
+                rewrite: { $0.sessionIds = $0.sessionIds.map { $0 == "01JD3KS1QW7E8R9T0Y1U2I3O4P" ? carol.sessionId : $0 } }
+            ) { try await i.checkSessions($0) }
             _ = try await runner.run("UpdateProfile", Accounts_V1_UpdateProfileRequest.self) { try await a.updateProfile($0, options: bearer(s1)) }
 
             // Guest → full account.

@@ -121,3 +121,16 @@ def system(tmp_path):
     finally:
         for p in reversed(procs):
             p.stop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """E2E_STRICT=1 (scripts/test sets it): a test that skips itself because something it needs is
+    missing (a service binary, chromium, selenium) fails instead, so CI cannot pass by skipping."""
+    outcome = yield
+    report = outcome.get_result()
+    if os.environ.get("E2E_STRICT") == "1" and report.skipped and not hasattr(report, "wasxfail"):
+        report.outcome = "failed"
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.longrepr = f"skipped under E2E_STRICT=1: {reason}"
+

@@ -15,10 +15,11 @@ from conftest import BIN, Proc, free_port
 PASSWORD = "correct horse battery staple"
 
 
-def start_cluster(tmp_path, tasks_env=None):
+def start_cluster(tmp_path, tasks_env=None, with_finance=False):
     if not (BIN / "social-service").exists():
         pytest.skip(f"{BIN / 'social-service'} is not built (social lands from its own branch)")
-    ports = {n: free_port() for n in ("accounts", "social", "tasks", "gateway")}
+    services = ("accounts", "social", "finance", "tasks") if with_finance else ("accounts", "social", "tasks")
+    ports = {n: free_port() for n in services + ("gateway",)}
     env = dict(os.environ)
     env.update({
         "DATA_DIR": str(tmp_path),
@@ -27,13 +28,15 @@ def start_cluster(tmp_path, tasks_env=None):
         "ACCOUNTS_ADDR": f"127.0.0.1:{ports['accounts']}",
         "SOCIAL_ADDR": f"127.0.0.1:{ports['social']}",
         "TASKS_ADDR": f"127.0.0.1:{ports['tasks']}",
-        "GATEWAY_UPSTREAMS": "accounts,social,tasks",
+        "GATEWAY_UPSTREAMS": ",".join(services),
         "ACCOUNTS_SCRYPT_N": "1024",
         "LOG_LEVEL": "info",
     })
     procs = []
     try:
-        for name in ("accounts", "social", "tasks"):
+        if with_finance:
+            env["FINANCE_ADDR"] = f"127.0.0.1:{ports['finance']}"
+        for name in services:
             penv = dict(env)
             if name == "tasks":
                 penv.update(tasks_env or {})

@@ -15,7 +15,7 @@ struct BalancesAndHistoryTests {
             let carol = try await env.user("carol.w", displayName: "Carol Wong")
             let dave = try await env.user("dave", displayName: "Dave Okafor")
             let erin = try await env.user("erin", displayName: "Erin Zed")
-            let h = env.household([alice, carol, bob, dave, erin])
+            let h = try await env.household([alice, carol, bob, dave, erin])
             var r = Finance_V1_GetBalancesRequest()
             r.householdId = h
             // No transaction yet: every housemate, zero, empty currency, ordered by display name.
@@ -28,7 +28,8 @@ struct BalancesAndHistoryTests {
             _ = try await env.finance.createCharge(chargeRequest(h, 600, among: [erin]), options: alice.options)
             // dave and erin leave; erin is settled with alice (after a repayment), dave is not.
             _ = try await env.finance.recordRepayment(repaymentRequest(h, to: alice.id, 600), options: erin.options)
-            env.household([alice, carol, bob], formers: [dave, erin], id: h)
+            try await env.leave(h, dave)
+            try await env.leave(h, erin)
             let after = try await env.finance.getBalances(r, options: alice.options).balances
             #expect(after.map(\.counterpart.displayName) == ["Bob Kowalski", "Carol Wong", "Dave Okafor"])
             #expect(after.map(\.amount.amountCents) == [-3334, -3333, -3333])
@@ -41,7 +42,7 @@ struct BalancesAndHistoryTests {
             r.householdId = "nope"
             await expectFailure(.notFound) { try await env.finance.getBalances(r, options: alice.options) }
             // Deleted household: still readable.
-            env.social.set(h, .init(state: .deleted, members: [alice.id, bob.id, carol.id], formers: [dave.id, erin.id]))
+            try await env.deleteHousehold(h, by: alice)
             #expect(try await env.balances(bob, h)[alice.id] == 3334)
         }
     }
@@ -50,12 +51,12 @@ struct BalancesAndHistoryTests {
         try await withFinance(configure: { $0.namesCacheFor = .zero }) { env in
             let a = try await env.user(displayName: "Ann")
             let b = try await env.user(displayName: "Ben")
-            let h = env.household([a, b])
+            let h = try await env.household([a, b])
             _ = try await env.finance.createCharge(chargeRequest(h, 250, among: [b]), options: a.options)
             var r = Finance_V1_GetBalancesRequest()
             r.householdId = h
             #expect(try await env.finance.getBalances(r, options: a.options).balances.map(\.counterpart.displayName) == ["Ben"])
-            await env.stopAccounts()  // tokens still verify (keys already known); names cannot be read
+            env.stopAccounts()  // tokens still verify (keys already known); names cannot be read
             let degraded = try await env.finance.getBalances(r, options: a.options).balances
             #expect(degraded.count == 1 && degraded[0].counterpart.userId == b.id && degraded[0].counterpart.displayName.isEmpty)
             #expect(degraded[0].amount.amountCents == 250)
@@ -65,7 +66,7 @@ struct BalancesAndHistoryTests {
     @Test func historyIsNewestFirstPaginatedWithTheBalanceAfterEachEntry() async throws {
         try await withFinance { env in
             let (a, b, c) = (try await env.user(), try await env.user(), try await env.user())
-            let h = env.household([a, b, c])
+            let h = try await env.household([a, b, c])
             var expected: [Int64] = []
             for i in 1...45 {
                 if i % 3 == 0 {
@@ -121,7 +122,7 @@ struct BalancesAndHistoryTests {
     @Test func settleUpPlanAndRepaymentsBringEveryBalanceToZero() async throws {
         try await withFinance { env in
             let users = try await (0..<5).asyncMap { _ in try await env.user() }
-            let h = env.household(users)
+            let h = try await env.household(users)
             // Debts in every direction, including a circle.
             _ = try await env.finance.createCharge(chargeRequest(h, 1000, among: [users[1], users[2], users[3]]), options: users[0].options)
             _ = try await env.finance.createCharge(chargeRequest(h, 700, among: [users[2]]), options: users[1].options)
@@ -156,7 +157,7 @@ struct BalancesAndHistoryTests {
     @Test func repaymentRules() async throws {
         try await withFinance { env in
             let (a, b, c, stranger) = (try await env.user(), try await env.user(), try await env.user(), try await env.user())
-            let h = env.household([a, b, c])
+            let h = try await env.household([a, b, c])
             await expectFailure(.failedPrecondition, fields: ["amount"]) {
                 try await env.finance.recordRepayment(repaymentRequest(h, to: b.id, 100), options: a.options)
             }
@@ -186,13 +187,14 @@ struct BalancesAndHistoryTests {
             #expect(try await env.finance.recordRepayment(repaymentRequest(h, to: a.id, 400, key: key), options: b.options).replayed)
             #expect(try await env.balances(a, h)[b.id] == 600)
             // a former member can still settle up.
-            env.household([a, c], formers: [b], id: h)
+            try await env.leave(h, b)
             _ = try await env.finance.recordRepayment(repaymentRequest(h, to: a.id, 600), options: b.options)
             #expect(try await env.balances(b, h)[a.id] == 0)
-            let notified = await eventually {
-                env.social.received.contains { $0.eventId == "finance:\(first.transaction.transactionId)" && $0.recipientUserIds == [a.id] }
-            }
-            #expect(notified)
+            // The repayment reached the payee's inbox in social, and only hers.
+            let repaid = first.transaction.transactionId
+            #expect(try await env.moneyNotification(to: a, about: repaid) != nil)
+            #expect(try await env.moneyNotifications(of: b, about: repaid).isEmpty)
+            #expect(try await env.moneyNotifications(of: c, about: repaid).isEmpty)
         }
     }
 
@@ -238,7 +240,10 @@ struct BalancesAndHistoryTests {
             let bal = try await env.finance.getBalances(Finance_V1_GetBalancesRequest(), options: prov.options).balances
             #expect(bal.count == 1 && bal[0].amount == money(5000, "CAD") && bal[0].counterpart.userId == req.id && !bal[0].formerHousemate)
             #expect(try await env.history(req, with: prov.id, "").map(\.amount.amountCents) == [-2500, -2500])
-            #expect(await eventually { env.social.received.contains { Set($0.recipientUserIds) == [req.id, prov.id] && $0.actorUserId.isEmpty } })
+            for user in [req, prov] {
+                let n = try await env.moneyNotification(to: user, about: first.transaction.transactionId)
+                #expect(n != nil && n?.hasActor == false, "\(String(describing: n))")
+            }
             #expect(try await env.verify("").verified)
         }
     }
@@ -247,7 +252,7 @@ struct BalancesAndHistoryTests {
         try await withFinance { env in
             let a = try await env.user(displayName: "Alice")
             let b = try await env.user(displayName: "Bob")
-            let h = env.household([a, b])
+            let h = try await env.household([a, b])
             _ = try await env.finance.createCharge(
                 chargeRequest(h, 1200, among: [a], description: "Bob's secret thing", key: "bk"), options: b.options)
             _ = try await env.finance.createCharge(chargeRequest(h, 200, among: [b], description: "Alice's line"), options: a.options)
@@ -256,7 +261,7 @@ struct BalancesAndHistoryTests {
             erase.userId = b.id
             #expect(try await !env.internalAPI.eraseUser(erase).replayed)
             #expect(try await env.internalAPI.eraseUser(erase).replayed)
-            env.household([a], formers: [b], id: h)
+            try await env.leave(h, b)
             var r = Finance_V1_GetBalancesRequest()
             r.householdId = h
             let bal = try await env.finance.getBalances(r, options: a.options).balances
@@ -279,7 +284,7 @@ struct BalancesAndHistoryTests {
     @Test func verificationNamesTheFirstTamperedEntry() async throws {
         try await withFinance { env in
             let (a, b) = (try await env.user(), try await env.user())
-            let h = env.household([a, b])
+            let h = try await env.household([a, b])
             var ids: [String] = []
             for i in 1...6 {
                 ids.append(

@@ -25,9 +25,10 @@ struct ContractFixtureTests {
                 "01JD3K9S5P1Y7Z2A6B8C3D4E5F": carol.id, "01JD3KAT6Q2Z8A3B7C9D4E5F6G": dave.id,
             ]
             let map = { (id: String) in live[id] ?? id }
-            let household = "01JD4H2M3N4P5Q6R7S8T9V0W1X"
-            env.household([alice, bob, carol, dave], id: household)
-            let runner = FixtureRunner(env: env)
+            // The fixtures' household is a real one made in social; requests get its live id (the
+            // responses' household_id is generated: not compared).
+            let household = try await env.household([alice, bob, carol, dave])
+            let runner = FixtureRunner(env: env, households: ["01JD4H2M3N4P5Q6R7S8T9V0W1X": household])
             let f = env.finance, i = env.internalAPI
 
             _ = try await runner.run(
@@ -35,7 +36,7 @@ struct ContractFixtureTests {
             ) {
                 try await f.createPayment($0, options: alice.options)
             }
-            env.household([alice, bob, carol], formers: [dave], id: household)  // dave moves out
+            try await env.leave(household, dave)  // dave moves out
             _ = try await runner.run(
                 "CreateCharge", Finance_V1_CreateChargeRequest.self,
                 rewrite: { r in
@@ -70,9 +71,14 @@ struct ContractFixtureTests {
 
 final class FixtureRunner: @unchecked Sendable {
     let harness: ContractHarness
+    /// Fixture household id → live household id (requests with a `household_id` are rewritten).
+    let households: [String: String]
     private(set) var ran = Set<String>()
 
-    init(env: FinanceEnv) { harness = ContractHarness(transport: env.server.channel) }
+    init(env: FinanceEnv, households: [String: String] = [:]) {
+        harness = ContractHarness(transport: env.server.channel)
+        self.households = households
+    }
 
     /// Sends the fixture request (after `rewrite` maps fixture ids to live ones) with `call`, and
     /// checks the response against the fixture.
@@ -86,6 +92,10 @@ final class FixtureRunner: @unchecked Sendable {
         #expect(requestFixture.messageName == Req.protoMessageName, sourceLocation: sourceLocation)
         let files = try harness.paths.protoFiles(service: "finance")
         var request = try Req(serializedBytes: try await harness.protoc.encode(requestFixture.messageName, text: requestFixture.text, files: files))
+        if var withHousehold = request as? any HouseholdScoped, let live = households[withHousehold.householdId] {
+            withHousehold.householdId = live
+            request = withHousehold as! Req
+        }
         rewrite(&request)
         let response: Res
         do { response = try await call(request) } catch {
@@ -97,3 +107,15 @@ final class FixtureRunner: @unchecked Sendable {
         return response
     }
 }
+
+/// Requests that name a household (their fixture's id is rewritten to the live one).
+protocol HouseholdScoped {
+    var householdId: String { get set }
+}
+extension Finance_V1_CreatePaymentRequest: HouseholdScoped {}
+extension Finance_V1_CreateChargeRequest: HouseholdScoped {}
+extension Finance_V1_GetBalancesRequest: HouseholdScoped {}
+extension Finance_V1_ListTransactionsRequest: HouseholdScoped {}
+extension Finance_V1_GetSettleUpPlanRequest: HouseholdScoped {}
+extension Finance_V1_RecordRepaymentRequest: HouseholdScoped {}
+extension Finance_V1_VerifyLedgerRequest: HouseholdScoped {}

@@ -11,7 +11,7 @@ struct PaymentsAndChargesTests {
     @Test func chargeSplitEquallyAmongThreeAndBalancesFromEachSide() async throws {
         try await withFinance { env in
             let (a, b, c, d) = (try await env.user(), try await env.user(), try await env.user(), try await env.user())
-            let h = env.household([a, b, c, d])
+            let h = try await env.household([a, b, c, d])
             let charged = try await env.finance.createCharge(chargeRequest(h, 1000, among: [b, c, d]), options: a.options)
             #expect(!charged.replayed)
             let t = charged.transaction
@@ -34,7 +34,7 @@ struct PaymentsAndChargesTests {
     @Test func customSplit() async throws {
         try await withFinance { env in
             let (a, b, c) = (try await env.user(), try await env.user(), try await env.user())
-            let h = env.household([a, b, c])
+            let h = try await env.household([a, b, c])
             var r = chargeRequest(h, 4500, among: [], mode: .custom)
             r.customShares = [share(b, 2000), share(c, 2500)]
             let t = try await env.finance.createCharge(r, options: a.options).transaction
@@ -54,7 +54,7 @@ struct PaymentsAndChargesTests {
     @Test func missingAndBadFieldsAreNamedTogether() async throws {
         try await withFinance { env in
             let (a, b) = (try await env.user(), try await env.user())
-            let h = env.household([a, b])
+            let h = try await env.household([a, b])
             var r = Finance_V1_CreatePaymentRequest()
             r.splitMode = .equal
             await expectFailure(.invalidArgument, fields: ["household_id", "description", "amount", "housemate_user_ids", "idempotency_key"]) {
@@ -84,7 +84,7 @@ struct PaymentsAndChargesTests {
             }
             // 2 cents among 3: someone would owe nothing.
             let c = try await env.user()
-            env.household([a, b, c], id: h)
+            try await env.join(h, c, invitedBy: a)
             await expectFailure(.invalidArgument, fields: ["amount"]) {
                 try await env.finance.createCharge(chargeRequest(h, 1, among: [b, c]), options: a.options)
             }
@@ -99,7 +99,7 @@ struct PaymentsAndChargesTests {
             let (a, b, c, stranger, former) = (
                 try await env.user(), try await env.user(), try await env.user(), try await env.user(), try await env.user()
             )
-            let h = env.household([a, b, c], formers: [former])
+            let h = try await env.household([a, b, c], formers: [former])
             // Listed users who are not current members: each entry named.
             await expectFailure(.invalidArgument, fields: ["housemate_user_ids[1]", "housemate_user_ids[2]"]) {
                 try await env.finance.createCharge(chargeRequest(h, 900, among: [b, stranger, former]), options: a.options)
@@ -119,7 +119,7 @@ struct PaymentsAndChargesTests {
             }
             // A deleted household keeps its history but takes no new money.
             _ = try await env.finance.createCharge(chargeRequest(h, 900, among: [b]), options: a.options)
-            env.social.set(h, .init(state: .deleted, members: [a.id, b.id, c.id]))
+            try await env.deleteHousehold(h, by: c)
             await expectFailure(.failedPrecondition) { try await env.finance.createCharge(chargeRequest(h, 900, among: [b]), options: a.options) }
             #expect(try await env.balances(a, h)[b.id] == 900)
         }
@@ -128,7 +128,7 @@ struct PaymentsAndChargesTests {
     @Test func oneCurrencyPerHousehold() async throws {
         try await withFinance { env in
             let (a, b) = (try await env.user(), try await env.user())
-            let h = env.household([a, b])
+            let h = try await env.household([a, b])
             _ = try await env.finance.createCharge(chargeRequest(h, 100, among: [b], currency: "CAD"), options: a.options)
             let f = await expectFailure(.invalidArgument, fields: ["amount.currency"]) {
                 try await env.finance.createPayment(paymentRequest(h, 100, among: [a], currency: "EUR"), options: b.options)
@@ -143,7 +143,7 @@ struct PaymentsAndChargesTests {
     @Test func retriesWithOneKeyCreateOneTransactionAlsoConcurrently() async throws {
         try await withFinance { env in
             let (a, b, c) = (try await env.user(), try await env.user(), try await env.user())
-            let h = env.household([a, b, c])
+            let h = try await env.household([a, b, c])
             let request = chargeRequest(h, 1000, among: [b, c], key: "retry-key-1")
             let first = try await env.finance.createCharge(request, options: a.options)
             let again = try await env.finance.createCharge(request, options: a.options)
@@ -179,9 +179,9 @@ struct PaymentsAndChargesTests {
     @Test func nothingIsRecordedWhileSocialIsDownAndRetriesWorkOnceItIsBack() async throws {
         try await withFinance { env in
             let (a, b) = (try await env.user(), try await env.user())
-            let h = env.household([a, b])
+            let h = try await env.household([a, b])
             let first = try await env.finance.createCharge(chargeRequest(h, 300, among: [b], key: "before-outage"), options: a.options)
-            await env.stopSocial()
+            env.stopSocial()
             let started = ContinuousClock.now
             let f = await expectFailure(.unavailable) {
                 try await env.finance.createCharge(chargeRequest(h, 400, among: [b], key: "k-down"), options: a.options)
@@ -194,7 +194,7 @@ struct PaymentsAndChargesTests {
                 try await env.finance.createCharge(chargeRequest(h, 300, among: [b], key: "before-outage"), options: a.options).transaction
                     == first.transaction)
             await expectFailure(.unavailable) { try await env.balances(a, h) }
-            try await env.restartSocial()
+            env.restartSocial()
             let ok = await eventually(timeout: .seconds(10)) {
                 (try? await env.finance.createCharge(chargeRequest(h, 400, among: [b], key: "k-down"), options: a.options)) != nil
             }
@@ -204,14 +204,14 @@ struct PaymentsAndChargesTests {
     }
 
     @Test func aSlowSocialIsCutOffAtTheDeadline() async throws {
-        try await withFinance(configure: { $0.membershipTimeout = .milliseconds(300) }) { env in
+        try await withFinance(slowSocial: true, configure: { $0.membershipTimeout = .milliseconds(300) }) { env in
             let (a, b) = (try await env.user(), try await env.user())
-            let h = env.household([a, b])
-            env.social.delay.withLock { $0 = .seconds(2) }
+            let h = try await env.household([a, b])
+            env.setSocialDelay(.seconds(2))
             let started = ContinuousClock.now
             await expectFailure(.unavailable) { try await env.finance.createCharge(chargeRequest(h, 400, among: [b]), options: a.options) }
             #expect(ContinuousClock.now - started < .milliseconds(1500))
-            env.social.delay.withLock { $0 = .zero }
+            env.setSocialDelay(.zero)
             #expect(try await env.verify(h).entriesChecked == 0)
         }
     }
@@ -219,14 +219,15 @@ struct PaymentsAndChargesTests {
     @Test func everyHousemateIsNotifiedOnceThroughTheOutbox() async throws {
         try await withFinance { env in
             let (a, b, c) = (try await env.user(), try await env.user(), try await env.user())
-            let h = env.household([a, b, c])
+            let h = try await env.household([a, b, c])
             let t = try await env.finance.createCharge(chargeRequest(h, 1000, among: [b, c], description: "Pizza night"), options: a.options)
                 .transaction
-            let delivered = await eventually { env.social.received.contains { $0.eventId == "finance:\(t.transactionId)" } }
-            #expect(delivered)
-            let n = try #require(env.social.received.first { $0.eventId == "finance:\(t.transactionId)" })
-            #expect(n.kind == .moneyRecorded && Set(n.recipientUserIds) == [b.id, c.id] && n.actorUserId == a.id)
+            // Each housemate's inbox in social holds it once; the actor's does not.
+            let n = try #require(try await env.moneyNotification(to: b, about: t.transactionId))
+            #expect(try await env.moneyNotification(to: c, about: t.transactionId) != nil)
+            #expect(n.kind == .moneyRecorded && n.actor.userId == a.id)
             #expect(n.title.contains("Pizza night") && n.target.transactionId == t.transactionId && n.data["household_id"] == h)
+            #expect(try await env.moneyNotifications(of: a, about: t.transactionId).isEmpty)
             // The outbox row is marked delivered; a replayed request queues nothing new.
             _ = try await env.finance.createCharge(chargeRequest(h, 1000, among: [b, c], description: "Pizza night", key: "n1"), options: a.options)
             _ = try await env.finance.createCharge(chargeRequest(h, 1000, among: [b, c], description: "Pizza night", key: "n1"), options: a.options)
@@ -239,7 +240,7 @@ struct PaymentsAndChargesTests {
     @Test func callersNeedTokensAndInternalRPCsTheServiceCredential() async throws {
         try await withFinance { env in
             let (a, b) = (try await env.user(), try await env.user())
-            let h = env.household([a, b])
+            let h = try await env.household([a, b])
             await expectFailure(.unauthenticated) { try await env.finance.createCharge(chargeRequest(h, 100, among: [b])) }
             var settle = Finance_V1_RecordTaskSettlementRequest()
             settle.taskId = "t"

@@ -3,82 +3,24 @@ import Finance
 import Foundation
 import RPCCore
 import RPCTransport
+import ServiceCluster
 import ServiceKit
 import ServiceKitTesting
 import Storage
 import Synchronization
 import Testing
 
-/// Lines of output collected from a child process.
-final class Lines: Sendable {
-    private let lines = Mutex<[String]>([])
-    func append(_ s: String) { lines.withLock { $0.append(s) } }
-    var all: [String] { lines.withLock { $0 } }
-}
+/// The real `finance-service` executable as a child process (ServiceCluster's `ServiceProcess`:
+/// posix_spawn under `timeout -s KILL`, never Foundation.Process, which can crash the test binary
+/// when two start at once); its peers are the test cluster's real accounts and social.
+typealias FinanceProcess = ServiceProcess
 
-/// The real `finance-service` executable as a child process under `timeout -s KILL`, so it stops
-/// by itself even if the test runner dies; its peers are the test's accounts and social double.
-final class FinanceProcess: @unchecked Sendable {
-    let process = Process()
-    let dataDir: String
-    private let output = Lines()
-    private(set) var pid: Int32?
-
-    init(dataDir: String, env: FinanceEnv, arguments: [String]? = nil, environment: [String: String] = [:]) throws {
-        self.dataDir = dataDir
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/timeout")
-        process.arguments =
-            ["-s", "KILL", "300", builtProduct("finance-service")]
-            + (arguments ?? ["--host", "127.0.0.1", "--port", "0", "--data-dir", dataDir])
-        var e = ProcessInfo.processInfo.environment
-        e["SERVICE_TOKEN"] = TestCredentials.serviceToken
-        e["GATEWAY_TOKEN"] = TestCredentials.gatewayToken
-        e["ALLOW_DEV_CREDENTIALS"] = "1"
+extension ServiceProcess {
+    convenience init(dataDir: String, env: FinanceEnv, arguments: [String]? = nil, environment: [String: String] = [:]) throws {
+        var e = ServiceProcess.peerEnvironment(env.cluster)
         e["DATA_DIR"] = dataDir
-        e["ACCOUNTS_ADDR"] = "127.0.0.1:\(env.accounts.port)"
-        e["SOCIAL_ADDR"] = "127.0.0.1:\(env.socialPort)"
-        e["LOG_LEVEL"] = "info"
         for (k, v) in environment { e[k] = v }
-        process.environment = e
-        let pipe = Pipe()
-        process.standardError = pipe
-        process.standardOutput = pipe
-        let output = self.output
-        pipe.fileHandleForReading.readabilityHandler = { h in
-            let data = h.availableData
-            if !data.isEmpty { output.append(String(decoding: data, as: UTF8.self)) }
-        }
-        try process.run()
-    }
-
-    var log: String { output.all.joined() }
-
-    func waitUntilListening(timeout: Duration = .seconds(30)) async throws -> Int {
-        let deadline = ContinuousClock.now + timeout
-        while ContinuousClock.now < deadline {
-            if let range = log.range(of: #"listening on 127\.0\.0\.1:(\d+)"#, options: .regularExpression) {
-                let text = log[range]
-                pid = (try? String(contentsOfFile: "\(dataDir)/finance.sqlite.lock", encoding: .utf8))
-                    .flatMap { Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
-                return Int(text[text.index(after: text.lastIndex(of: ":")!)...])!
-            }
-            if !process.isRunning { break }
-            try await Task.sleep(for: .milliseconds(20))
-        }
-        throw RPCError(.unavailable, "finance-service did not start:\n\(log)")
-    }
-
-    func signal(_ sig: Int32) { if let pid, process.isRunning, pid != getpid() { kill(pid, sig) } }
-
-    func waitForExit(timeout: Duration = .seconds(30)) async -> Int32? {
-        let deadline = ContinuousClock.now + timeout
-        while process.isRunning && ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(20)) }
-        return process.isRunning ? nil : process.terminationStatus
-    }
-
-    func forceStop() {
-        signal(SIGKILL)
-        if process.isRunning { kill(process.processIdentifier, SIGTERM) }
+        try self.init("finance-service", name: "finance", dataDir: dataDir, environment: e, arguments: arguments)
     }
 }
 
@@ -122,14 +64,14 @@ struct ProcessTests {
 
             // Money through the real process: tokens checked with accounts' keys, membership with social.
             let (a, b) = (try await env.user(), try await env.user())
-            let h = env.household([a, b])
+            let h = try await env.household([a, b])
             let finance = Finance_V1_FinanceClient(channel.client)
             let t = try await finance.createCharge(chargeRequest(h, 1000, among: [b]), options: a.options).transaction
             var r = Finance_V1_GetBalancesRequest()
             r.householdId = h
             #expect(try await finance.getBalances(r, options: b.options).balances.map(\.amount.amountCents) == [-1000])
             // Its outbox reaches social.
-            #expect(await eventually { env.social.received.contains { $0.eventId == "finance:\(t.transactionId)" } })
+            #expect(try await env.moneyNotification(to: b, about: t.transactionId) != nil)
             // Internal RPCs need the service credential.
             await expectFailure(.permissionDenied) {
                 try await Finance_V1_FinanceInternalClient(
@@ -150,7 +92,7 @@ struct ProcessTests {
     }
 
     @Test func settingsComeFromTheEnvironmentAndBadOnesRefuseTheStart() async throws {
-        try await withFinance { env in
+        try await withFinance(slowSocial: true) { env in
             let dir = TemporaryDirectory("finance-proc")
             defer { dir.remove() }
             let bad = try FinanceProcess(dataDir: dir.path, env: env, environment: ["FINANCE_MEMBERSHIP_TIMEOUT_MS": "soon"])
@@ -165,14 +107,14 @@ struct ProcessTests {
             let port = try await service.waitUntilListening()
             let channel = RPCChannel(host: "127.0.0.1", port: port)
             let (a, b) = (try await env.user(), try await env.user())
-            let h = env.household([a, b])
-            env.social.delay.withLock { $0 = .seconds(2) }
+            let h = try await env.household([a, b])
+            env.setSocialDelay(.seconds(2))
             let started = ContinuousClock.now
             await expectFailure(.unavailable) {
                 try await Finance_V1_FinanceClient(channel.client).createCharge(chargeRequest(h, 100, among: [b]), options: a.options)
             }
             #expect(ContinuousClock.now - started < .milliseconds(1500))
-            env.social.delay.withLock { $0 = .zero }
+            env.setSocialDelay(.zero)
             await channel.close()
             service.signal(SIGTERM)
             #expect(await service.waitForExit() == 0)
@@ -187,7 +129,7 @@ struct ProcessTests {
             let dir = TemporaryDirectory("finance-crash")
             defer { dir.remove() }
             let users = try await (0..<5).asyncMap { _ in try await env.user() }
-            let h = env.household(users)
+            let h = try await env.household(users)
             let service = try FinanceProcess(dataDir: dir.path, env: env)
             defer { service.forceStop() }
             let port = try await service.waitUntilListening()
@@ -256,7 +198,8 @@ struct ProcessTests {
             #expect(await restarted.waitForExit() == 0)
 
             // The files: sound, one transaction per key, balances = history, chains verify.
-            let core = try FinanceCore(configuration: FinanceConfiguration(dataDirectory: dir.path), peers: env.peers, logger: quietLogger)
+            let core = try FinanceCore(
+                configuration: FinanceConfiguration(dataDirectory: dir.path), peers: env.cluster.makePeers(), logger: quietLogger)
             defer { core.close() }
             let (check, transactions, keys, mismatched) = try core.database.readSync { c in
                 (

@@ -30,15 +30,17 @@ struct PropertyTests {
         try await withFinance { env in
             var rng = SystemRandomNumberGenerator()
             let users = try await (0..<6).asyncMap { _ in try await env.user() }
-            let h1 = env.household(Array(users[0..<5]))
-            let h2 = env.household(Array(users[2..<6]))
+            let h1 = try await env.household(Array(users[0..<5]))
+            let h2 = try await env.household(Array(users[2..<6]))
             let currencyOf = [h1: "EUR", h2: "USD"]
+            // The members as social answers (they do not change during the run).
+            let membersOf = [h1: try await env.members(h1), h2: try await env.members(h2)]
             let model = Model()
             let operations = 2000
             var counts: [String: Int] = [:]
             for i in 0..<operations {
                 let household = Bool.random(using: &rng) ? h1 : h2
-                let members = users.filter { env.social.households.withLock { $0[household]!.members }.contains($0.id) }
+                let members = users.filter { membersOf[household]!.contains($0.id) }
                 let caller = members.randomElement(using: &rng)!
                 let others = members.filter { $0.id != caller.id }.shuffled(using: &rng)
                 let chosen = Array(others.prefix(Int.random(in: 1...others.count, using: &rng)))

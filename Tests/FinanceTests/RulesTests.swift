@@ -70,7 +70,7 @@ struct MoneyAndSplitTests {
         s2.amount = money(10, "USD")
         r.customShares = [s0, s1, s2]
         r.housemateUserIds = ["x"]
-        r.idempotencyKey = "has space"
+        r.idempotencyKey = "has\ttab"
         do {
             _ = try MoneyForm(r).validate(caller: "me")
             Issue.record("accepted")

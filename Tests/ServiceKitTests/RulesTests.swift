@@ -25,9 +25,10 @@ import Testing
         var e = FieldErrors()
         FieldRules.idempotencyKey("retry-7f3a", into: &e)
         FieldRules.idempotencyKey(String(repeating: "k", count: 64), into: &e)
+        FieldRules.idempotencyKey("has space", into: &e)  // printable ASCII includes the space
         #expect(e.isEmpty)
         FieldRules.idempotencyKey("", into: &e)
-        FieldRules.idempotencyKey("has space", into: &e)
+        FieldRules.idempotencyKey("tab\there", into: &e)
         FieldRules.idempotencyKey("é", into: &e)
         FieldRules.idempotencyKey(String(repeating: "k", count: 65), into: &e)
         FieldRules.idempotencyKey("", required: false, into: &e)

@@ -111,6 +111,25 @@ import Testing
         #expect(replays == [false, true, true])
         try await store.purgeKitTables()
     }
+
+    @Test func idempotencyKeysArePurgedAfterAWeekUnlessKeptForEver() async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try Self.open(dir)
+        defer { store.database.close() }
+        let created = SystemClock.nowMilliseconds()
+        try await store.write { tx in
+            _ = try tx.idempotent(scope: "s", key: "k", fingerprint: [1], now: created) { Google_Protobuf_Empty() }
+        }
+        func keys() async throws -> Int {
+            try await store.read { c in try c.queryOne("SELECT count(*) FROM idempotency_keys")!.get(0, as: Int.self) }
+        }
+        let eightDaysLater = created + 8 * 24 * 3600 * 1000
+        try await store.purgeKitTables(now: eightDaysLater, keepIdempotencyKeys: nil)
+        #expect(try await keys() == 1, "kept for ever")
+        try await store.purgeKitTables(now: eightDaysLater)
+        #expect(try await keys() == 0, "the default keeps a week")
+    }
 }
 
 @Suite struct EraseUserTests {

@@ -128,22 +128,13 @@ struct ContractFixtureTests {
             _ = try await runner.run("CheckHouseholdMembership", Social_V1_CheckHouseholdMembershipRequest.self) {
                 try await i.checkHouseholdMembership($0)
             }
-            func chore(_ name: String, _ due: (Int32, Int32, Int32)?) -> Tasks_V1_Chore {
-                var c = Tasks_V1_Chore()
-                c.choreId = ULID.make()
-                c.householdId = hid
-                c.name = name
-                if let due {
-                    var d = Common_V1_Date()
-                    (d.year, d.month, d.day) = due
-                    c.dueDate = d
-                }
-                return c
-            }
-            env.tasks.chores.withLock {
-                $0[bob.id] = [
-                    chore("Buy toilet paper", nil), chore("Take out the recycling", (2026, 11, 24)), chore("Clean the bathroom", (2026, 11, 20)),
-                ]
+            // bob's chores, made in the real tasks (its clock on the 19th, so that one may be due on the 20th).
+            env.tasksClock.set(milliseconds: 1_795_356_000_000 - 3 * 86_400_000)
+            for (name, due) in [
+                ("Buy toilet paper", (Int32(2026), Int32(11), Int32(28))), ("Take out the recycling", (2026, 11, 24)),
+                ("Clean the bathroom", (2026, 11, 20)),
+            ] {
+                _ = try await env.chore(name, in: hid, for: bob, due: due, by: alice)
             }
             _ = try await runner.run("GetHousemateProfile", Social_V1_GetHousemateProfileRequest.self) {
                 try await s.getHousemateProfile($0, options: alice.options)

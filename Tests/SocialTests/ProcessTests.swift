@@ -6,6 +6,7 @@ import Logging
 import RPCCore
 import RPCTransport
 import Security
+import ServiceCluster
 import ServiceKit
 import ServiceKitTesting
 import Social
@@ -13,111 +14,37 @@ import Storage
 import Synchronization
 import Testing
 
-/// The real `social-service` executable as a child process under `timeout -s KILL` (it stops by
-/// itself even if the test runner dies), with a real accounts (in this process) as its peer and
-/// token issuer. Started through `posix_spawn` (ContractTesting's `Subprocess`), not
-/// `Foundation.Process`, which can crash the test process when several suites start processes at
-/// once; its environment is set by `env(1)`, its output goes to a file scanned for "listening on".
-final class SocialProcess: @unchecked Sendable {
-    let dataDir: String
-    let logPath: String
-    let spawned: pid_t
-    private let exit = Shared<Int32?>(nil)
-    private(set) var pid: Int32?
+/// The real `social-service` executable as a child process (ServiceCluster's `ServiceProcess`:
+/// posix_spawn under `timeout -s KILL`, never Foundation.Process, which can crash the test process
+/// when several suites start processes at once), with a real accounts (in this process) as its
+/// peer and token issuer; tasks is down (a port where nothing listens).
+typealias SocialProcess = ServiceProcess
 
-    init(dataDir: String, accountsPort: Int, environment: [String: String] = [:], arguments: [String] = []) throws {
-        self.dataDir = dataDir
-        try? FileManager.default.createDirectory(atPath: dataDir, withIntermediateDirectories: true)
-        logPath = dataDir + "-\(UUID().uuidString.prefix(8)).log"
-        var env = [
-            "SERVICE_TOKEN": TestCredentials.serviceToken, "GATEWAY_TOKEN": TestCredentials.gatewayToken,
-            "ACCOUNTS_ADDR": "127.0.0.1:\(accountsPort)", "TASKS_ADDR": "127.0.0.1:\(closedPort())", "LOG_LEVEL": "info",
-        ]
+extension ServiceProcess {
+    convenience init(dataDir: String, accountsPort: Int, environment: [String: String] = [:], arguments: [String] = []) throws {
+        var env = ["ACCOUNTS_ADDR": "127.0.0.1:\(accountsPort)", "TASKS_ADDR": "127.0.0.1:\(closedPort())"]
         for (k, v) in environment { env[k] = v }
-        let assignments = env.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
-        spawned = try Subprocess.spawn(
-            "/usr/bin/env",
-            assignments + [
-                "/usr/bin/timeout", "-s", "KILL", "300", builtProduct("social-service"), "--host", "127.0.0.1", "--port", "0",
-                "--data-dir", dataDir,
-            ] + arguments,
-            stdinPath: "/dev/null", stdoutPath: logPath, stderrPath: logPath)
-    }
-
-    var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
-
-    /// Whether the child (timeout) still runs; records its exit status once it ended.
-    var isRunning: Bool {
-        if exit.withLock({ $0 }) != nil { return false }
-        var status: Int32 = 0
-        let r = waitpid(spawned, &status, WNOHANG)
-        guard r == spawned else { return r == 0 }
-        let signal = status & 0x7f
-        exit.withLock { $0 = signal == 0 ? (status >> 8) & 0xff : 128 + signal }
-        return false
-    }
-
-    func waitUntilListening(timeout: Duration = .seconds(30)) async throws -> Int {
-        let deadline = ContinuousClock.now + timeout
-        while ContinuousClock.now < deadline {
-            let text = log
-            if let range = text.range(of: #"listening on 127\.0\.0\.1:(\d+)"#, options: .regularExpression) {
-                let match = text[range]
-                pid = (try? String(contentsOfFile: "\(dataDir)/social.sqlite.lock", encoding: .utf8)).flatMap {
-                    Int32($0.trimmingCharacters(in: .whitespacesAndNewlines))
-                }
-                return Int(match[match.index(after: match.lastIndex(of: ":")!)...])!
-            }
-            if !isRunning { break }
-            try await Task.sleep(for: .milliseconds(20))
-        }
-        throw RPCError(.unavailable, "social-service did not start:\n\(log)")
-    }
-
-    func signal(_ sig: Int32) { if let pid, isRunning, pid != getpid() { kill(pid, sig) } }
-
-    func waitForExit(timeout: Duration = .seconds(30)) async -> Int32? {
-        let deadline = ContinuousClock.now + timeout
-        while isRunning && ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(20)) }
-        return exit.withLock { $0 }
-    }
-
-    func forceStop() {
-        signal(SIGKILL)
-        if isRunning { kill(spawned, SIGTERM) }  // no pid yet: timeout passes SIGTERM on
-        _ = isRunning
-        try? FileManager.default.removeItem(atPath: logPath)
+        try self.init(
+            "social-service", name: "social", dataDir: dataDir, environment: env,
+            arguments: ["--host", "127.0.0.1", "--port", "0", "--data-dir", dataDir] + arguments)
     }
 }
 
-/// The real accounts in this process (a peer of the process under test).
+/// The real accounts in this process (a peer of the process under test): a cluster of accounts
+/// alone.
 final class AccountsPeer: Sendable {
-    let directory = TemporaryDirectory("social-proc-accounts")
-    let core: AccountsCore
-    let server: TestServer
+    let cluster: ServiceCluster
     init() async throws {
-        var c = AccountsConfiguration(dataDirectory: directory.path)
-        c.passwordParameters = PasswordHasher.Parameters(n: 1024, r: 8, p: 1)
-        c.maxSignUpsPerAddress = 100_000
-        core = try AccountsCore(configuration: c, logger: Logger(label: "accounts") { _ in SwiftLogNoOpLogHandler() })
-        server = try await TestServer(
-            services: core.services, keys: core.signingKeySource,
-            logger: Logger(label: "accounts") { _ in SwiftLogNoOpLogHandler() })
+        var options = ClusterOptions([.accounts])
+        options.logger = Logger(label: "accounts") { _ in SwiftLogNoOpLogHandler() }
+        cluster = try await ServiceCluster.start(options)
     }
+    var server: TestServer { cluster.server(.accounts) }
     func user(_ prefix: String) async throws -> User {
         let name = uniqueName(prefix)
-        var r = Accounts_V1_SignUpRequest()
-        r.username = name
-        r.email = "\(name)@example.com"
-        r.password = "correct horse battery staple"
-        let s = try await Accounts_V1_AccountsClient(server.anonymous).signUp(r)
-        return User(id: s.user.userId, username: name, email: r.email, displayName: "", token: s.session.accessToken)
+        return try await cluster.signUp(name, displayName: "", email: "\(name)@example.com")
     }
-    func stop() async {
-        await server.stop()
-        core.close()
-        directory.remove()
-    }
+    func stop() async { await cluster.stop() }
 }
 
 @Suite("social-service: the executable", .serialized)

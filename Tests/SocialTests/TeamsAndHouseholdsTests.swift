@@ -254,6 +254,14 @@ struct HouseholdsTests {
             remove.userId = bob.id  // bob leaves
             #expect(!(try await env.social.removeHousemate(remove, options: bob.options).householdDeleted))
 
+            // A chore of alice's in tasks (ended by the deletion below).
+            env.tasksClock.set(milliseconds: env.clock.nowMilliseconds())
+            let today = Date(timeIntervalSince1970: Double(env.clock.nowMilliseconds()) / 1000 + 86_400)
+            let parts = Calendar(identifier: .gregorian).dateComponents(in: TimeZone(identifier: "UTC")!, from: today)
+            let chore = try await env.chore(
+                "Water the plants", in: household.householdId, for: alice, due: (Int32(parts.year!), Int32(parts.month!), Int32(parts.day!)),
+                by: alice)
+
             // Memberships as other services see them.
             var check = Social_V1_CheckHouseholdMembershipRequest()
             check.householdId = household.householdId
@@ -269,7 +277,16 @@ struct HouseholdsTests {
             // Still answers for finance (memberships as at deletion); tasks ends its chores once.
             let after = try await env.internalAPI.checkHouseholdMembership(check)
             #expect(after.state == .deleted && after.memberUserIds == [alice.id] && after.memberships[alice.id] == .member)
-            #expect(await eventually { env.tasks.ended.withLock { $0.map(\.householdId) } == [household.householdId] })
+            var getChore = Tasks_V1_GetChoreRequest()
+            getChore.choreId = chore
+            #expect(await eventually { (try? await env.tasks.getChore(getChore, options: alice.options).chore.status) == .ended })
+            // One EndHouseholdChores for it, delivered.
+            let endPath = Tasks_V1_TasksInternalMethods.endHouseholdChores.path
+            #expect(try await env.core.database.pendingOutbox(limit: 10).isEmpty)
+            let ends = try env.core.database.readSync { c in
+                try c.queryOne("SELECT count(*) FROM outbox WHERE kind = ? AND delivered_at IS NOT NULL", endPath)!.get(0, as: Int64.self)
+            }
+            #expect(ends == 1)
             check.householdId = "01JD4H2M3N4P5Q6R7S8T9V0W1X"
             await expectFailure(.notFound, fields: ["household_id"]) { try await env.internalAPI.checkHouseholdMembership(check) }
             await expectFailure(.notFound) { try await env.social.getHousehold(get, options: alice.options) }
@@ -297,30 +314,18 @@ struct HouseholdsTests {
             let code = try #require(try await env.waitForMail(to: bob.email).first?.data["invite_code"])
             _ = try await Self.join(env, bob, code)
             let hid = created.household.householdId
-            func chore(_ id: String, _ name: String, due: (Int32, Int32, Int32)?) -> Tasks_V1_Chore {
-                var c = Tasks_V1_Chore()
-                c.choreId = id
-                c.householdId = hid
-                c.name = name
-                if let due {
-                    var d = Common_V1_Date()
-                    (d.year, d.month, d.day) = due
-                    c.dueDate = d
-                }
-                return c
-            }
-            env.tasks.chores.withLock {
-                $0[bob.id] = [
-                    chore("c3", "Buy toilet paper", due: nil), chore("c2", "Take out the recycling", due: (2999, 1, 2)),
-                    chore("c1", "Clean the bathroom", due: (2020, 11, 20)),
-                ]
-            }
+            // bob's chores in tasks (tasks' clock in 2020, so that one can be due then: overdue now).
+            env.tasksClock.set(milliseconds: 1_604_188_800_000)  // 2020-11-01
+            let c3 = try await env.chore("Buy toilet paper", in: hid, for: bob, due: (2099, 1, 3), by: alice)
+            let c2 = try await env.chore("Take out the recycling", in: hid, for: bob, due: (2099, 1, 2), by: bob)
+            let c1 = try await env.chore("Clean the bathroom", in: hid, for: bob, due: (2020, 11, 20), by: alice)
+            _ = try await env.chore("Alice's own", in: hid, for: alice, due: (2020, 11, 21), by: alice)
             var r = Social_V1_GetHousemateProfileRequest()
             r.householdId = hid
             r.userId = bob.id
             let profile = try await env.social.getHousemateProfile(r, options: alice.options)
             #expect(profile.housemate.user.username == bob.username)
-            #expect(profile.assignedChores.map(\.taskId) == ["c1", "c2", "c3"])
+            #expect(profile.assignedChores.map(\.taskId) == [c1, c2, c3])
             #expect(profile.assignedChores.map(\.overdue) == [true, false, false])
             #expect(!profile.assignedChoresUnavailable)
             await expectFailure(.notFound) { try await env.social.getHousemateProfile(r, options: mallory.options) }
@@ -330,7 +335,7 @@ struct HouseholdsTests {
                 try await env.social.getHousemateProfile(Social_V1_GetHousemateProfileRequest(), options: alice.options)
             }
             // tasks goes down: the profile still answers and says the chore list is unavailable.
-            await env.tasksServer?.stop()
+            env.cluster.setDown(.tasks, true)
             r.userId = bob.id
             let degraded = try await env.social.getHousemateProfile(r, options: alice.options)
             #expect(degraded.assignedChoresUnavailable && degraded.assignedChores.isEmpty && degraded.housemate.user.userId == bob.id)

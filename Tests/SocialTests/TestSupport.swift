@@ -6,6 +6,7 @@ import Logging
 import RPCCore
 import RPCTransport
 import Security
+import ServiceCluster
 import ServiceKit
 import ServiceKitTesting
 import Social
@@ -13,41 +14,10 @@ import Storage
 import Synchronization
 import Testing
 
-// Real components over real gRPC on loopback: the real accounts (AccountsCore, in this process,
-// cheap scrypt) as social's peer and token issuer, social on the kit's TestServer, social's outbox
-// delivered to its peers as the host does it. tasks does not exist yet: `TasksPeer` is a minimal
-// TasksInternal on loopback that answers ListTasksAssignedToUser from a table and records
-// EndHouseholdChores, so the calls social makes can be checked.
-
-/// A tasks stand-in on loopback (TasksInternal only).
-final class TasksPeer: Tasks_V1_TasksInternalService, Sendable {
-    let chores = Mutex<[String: [Tasks_V1_Chore]]>([:])  // user id → chores
-    let ended = Mutex<[Tasks_V1_EndHouseholdChoresRequest]>([])
-
-    func listTasksAssignedToUser(
-        request: Tasks_V1_ListTasksAssignedToUserRequest, context: ServerContext
-    ) async throws -> Tasks_V1_ListTasksAssignedToUserResponse {
-        var r = Tasks_V1_ListTasksAssignedToUserResponse()
-        r.chores = chores.withLock { $0[request.userId] ?? [] }.filter { $0.householdId == request.householdId }
-        return r
-    }
-    func endHouseholdChores(request: Tasks_V1_EndHouseholdChoresRequest, context: ServerContext) async throws -> Tasks_V1_EndHouseholdChoresResponse {
-        let replay = ended.withLock { list in
-            if list.contains(where: { $0.eventId == request.eventId }) { return true }
-            list.append(request)
-            return false
-        }
-        var r = Tasks_V1_EndHouseholdChoresResponse()
-        r.replayed = replay
-        return r
-    }
-    func eraseUser(request: Tasks_V1_EraseUserRequest, context: ServerContext) async throws -> Tasks_V1_EraseUserResponse {
-        Tasks_V1_EraseUserResponse()
-    }
-    func verifyJournal(request: Tasks_V1_VerifyJournalRequest, context: ServerContext) async throws -> Tasks_V1_VerifyJournalResponse {
-        throw RPCError(.unimplemented, "social never calls VerifyJournal")
-    }
-}
+// Real components over real gRPC on loopback (ServiceCluster): the real accounts (cheap scrypt)
+// as social's peer, token issuer and mail sink; the real tasks as social's chores peer (unless a
+// test runs without it); social under test on a manual clock; every outbox delivered to its
+// peers as the host does it.
 
 /// A port nothing listens on (a peer that is down).
 func closedPort() -> Int {
@@ -64,13 +34,9 @@ func closedPort() -> Int {
 }
 
 /// A signed-up user: id, username, email, access token.
-struct User: Sendable {
-    var id: String
-    var username: String
-    var email: String
-    var displayName: String
-    var token: String
-    var options: CallOptions { bearer(token) }
+typealias User = ClusterUser
+
+extension ClusterUser {
     var ref: Common_V1_UserRef {
         var r = Common_V1_UserRef()
         r.userId = id
@@ -90,102 +56,54 @@ func uniqueName(_ prefix: String = "u") -> String {
     "\(prefix)\(nameCounter.withLock { $0 += 1; return $0 })x\(SecureRandom.token(bytes: 3).lowercased().filter { $0.isLetter || $0.isNumber })"
 }
 
-/// accounts + social (+ the tasks stand-in) on loopback, fresh data directories, a manual clock
-/// for social (tests move time: invite expiry, snoozes, token expiry).
+/// accounts + social (+ tasks) on loopback, fresh data directories, a manual clock for social
+/// (tests move time: invite expiry, snoozes, token expiry) and one for tasks.
 final class SocialEnv: Sendable {
-    let directory: TemporaryDirectory
-    let accountsCore: AccountsCore
-    let accountsServer: TestServer
-    let tasks: TasksPeer
-    let tasksServer: TestServer?
-    let core: SocialCore
-    let server: TestServer
+    let cluster: ServiceCluster
     let clock: ManualClock
-    let jobs: Task<Void, Never>
+    let tasksClock: ManualClock
 
-    var social: Social_V1_SocialClient { Social_V1_SocialClient(server.gateway) }
-    var internalAPI: Social_V1_SocialInternalClient { Social_V1_SocialInternalClient(server.service) }
-    var accounts: Accounts_V1_AccountsClient { Accounts_V1_AccountsClient(accountsServer.anonymous) }
-    var accountsInternal: Accounts_V1_AccountsInternalClient { Accounts_V1_AccountsInternalClient(accountsServer.service) }
+    var core: SocialCore { cluster.socialCore! }
+    var server: TestServer { cluster.server(.social) }
+    var social: Social_V1_SocialClient { cluster.social }
+    var internalAPI: Social_V1_SocialInternalClient { cluster.socialInternal }
+    var accounts: Accounts_V1_AccountsClient { cluster.accounts }
+    var accountsInternal: Accounts_V1_AccountsInternalClient { cluster.accountsInternal }
+    /// tasks' public API (chores), when it runs.
+    var tasks: Tasks_V1_TasksClient { cluster.tasks }
 
-    private init(
-        directory: TemporaryDirectory, accountsCore: AccountsCore, accountsServer: TestServer, tasks: TasksPeer,
-        tasksServer: TestServer?, core: SocialCore, server: TestServer, clock: ManualClock, jobs: Task<Void, Never>
-    ) {
-        self.directory = directory
-        self.accountsCore = accountsCore
-        self.accountsServer = accountsServer
-        self.tasks = tasks
-        self.tasksServer = tasksServer
-        self.core = core
-        self.server = server
+    private init(cluster: ServiceCluster, clock: ManualClock, tasksClock: ManualClock) {
+        self.cluster = cluster
         self.clock = clock
-        self.jobs = jobs
+        self.tasksClock = tasksClock
     }
 
-    /// - Parameters: tasksUp: whether the tasks stand-in listens (else tasks is down);
+    /// - Parameters: tasksUp: whether the real tasks runs (else social's tasks peer is down);
     ///   accountsDown: social's accounts peer points at a closed port (accounts still issues tokens).
     static func start(
         tasksUp: Bool = true, accountsDown: Bool = false,
-        _ configure: (inout SocialConfiguration) -> Void = { _ in }
+        _ configure: @escaping @Sendable (inout SocialConfiguration) -> Void = { _ in }
     ) async throws -> SocialEnv {
-        let directory = TemporaryDirectory("social-tests")
-        var accountsConfiguration = AccountsConfiguration(dataDirectory: directory.path + "/accounts")
-        accountsConfiguration.passwordParameters = PasswordHasher.Parameters(n: 1024, r: 8, p: 1)
-        accountsConfiguration.maxSignUpsPerAddress = 100_000
         // SOCIAL_TEST_LOG=1 shows the services' logs (stderr) when a test needs explaining.
-        let quiet =
+        let logger =
             ProcessInfo.processInfo.environment["SOCIAL_TEST_LOG"] == "1"
             ? Logger(label: "social-test") { StreamLogHandler.standardError(label: $0) }
             : Logger(label: "social-test") { _ in SwiftLogNoOpLogHandler() }
-        let accountsCore = try AccountsCore(configuration: accountsConfiguration, logger: quiet)
-        let accountsServer = try await TestServer(services: accountsCore.services, keys: accountsCore.signingKeySource, logger: quiet)
-        let tasks = TasksPeer()
-        let tasksServer = tasksUp ? try await TestServer(services: [tasks], keys: accountsCore.signingKeySource, logger: quiet) : nil
-        let ports = ["accounts": accountsDown ? closedPort() : accountsServer.port, "tasks": tasksServer?.port ?? closedPort()]
-        let peers = PeerClients { peer in TestServer.peerClient(port: ports[peer] ?? closedPort()) }
-        var configuration = SocialConfiguration(dataDirectory: directory.path + "/social")
-        configuration.peerDeadline = .seconds(2)
-        configure(&configuration)
-        let clock = ManualClock()
-        let core = try SocialCore(configuration: configuration, peers: peers, clock: clock, logger: quiet)
-        let server = try await TestServer(services: core.services, keys: accountsCore.signingKeySource, logger: quiet)
-        let delivery = OutboxDelivery(
-            database: core.database, retry: OutboxRetryPolicy(initialDelay: .milliseconds(50), maximumDelay: .milliseconds(200)),
-            pollInterval: .milliseconds(200), logger: quiet, deliver: OutboxSenders.rpc(peers: peers).deliver)
-        let jobs = Task {
-            await withTaskGroup(of: Void.self) { group in
-                group.addTask { await delivery.run() }
-                group.addTask { await accountsCore.runResetMails() }
-            }
-        }
-        return SocialEnv(
-            directory: directory, accountsCore: accountsCore, accountsServer: accountsServer, tasks: tasks,
-            tasksServer: tasksServer, core: core, server: server, clock: clock, jobs: jobs)
+        let clock = ManualClock(), tasksClock = ManualClock()
+        var options = ClusterOptions(tasksUp ? [.accounts, .social, .tasks] : [.accounts, .social])
+        options.clocks = [.social: clock, .tasks: tasksClock]
+        if accountsDown { options.unreachable = [.accounts] }
+        options.social = configure
+        options.logger = logger
+        return SocialEnv(cluster: try await ServiceCluster.start(options), clock: clock, tasksClock: tasksClock)
     }
 
-    func stop() async {
-        core.shutDownStreams()
-        jobs.cancel()
-        await server.stop()
-        await tasksServer?.stop()
-        await accountsServer.stop()
-        _ = await jobs.value
-        core.close()
-        accountsCore.close()
-        directory.remove()
-    }
+    func stop() async { await cluster.stop() }
 
     /// Signs a user up in accounts.
     func user(_ prefix: String = "u", displayName: String? = nil) async throws -> User {
         let name = uniqueName(prefix)
-        var r = Accounts_V1_SignUpRequest()
-        r.username = name
-        r.email = "\(name)@example.com"
-        r.password = "correct horse battery staple"
-        r.displayName = displayName ?? name.capitalized
-        let s = try await accounts.signUp(r)
-        return User(id: s.user.userId, username: name, email: r.email, displayName: r.displayName, token: s.session.accessToken)
+        return try await cluster.signUp(name, displayName: displayName ?? name.capitalized, email: "\(name)@example.com")
     }
 
     /// The mails accounts' sink holds for `email` (household invites).
@@ -219,11 +137,29 @@ final class SocialEnv: Sendable {
         r.actorUserId = actor
         return try await internalAPI.sendNotification(r)
     }
+
+    /// A chore `by` creates in tasks for `household`, assigned to `assignee` alone, due `due`
+    /// (tasks' clock must not be past it). Returns its id.
+    func chore(_ name: String, in household: String, for assignee: User, due: (Int32, Int32, Int32), by: User) async throws -> String {
+        var d = Common_V1_Date()
+        (d.year, d.month, d.day) = due
+        var r = Tasks_V1_CreateChoreRequest()
+        r.idempotencyKey = UUID().uuidString
+        r.householdId = household
+        r.name = name
+        r.dueDate = d
+        r.assigneeUserIds = [assignee.id]
+        var weekly = Tasks_V1_ChoreRecurrence()
+        weekly.kind = .weekly(Tasks_V1_ChoreWeekly())
+        r.recurrence = weekly
+        r.timeZone = "UTC"
+        return try await tasks.createChore(r, options: by.options).chore.choreId
+    }
 }
 
 /// Runs `body` against a fresh environment and always stops it.
 func withSocial(
-    tasksUp: Bool = true, accountsDown: Bool = false, _ configure: (inout SocialConfiguration) -> Void = { _ in },
+    tasksUp: Bool = true, accountsDown: Bool = false, _ configure: @escaping @Sendable (inout SocialConfiguration) -> Void = { _ in },
     _ body: (SocialEnv) async throws -> Void
 ) async throws {
     let env = try await SocialEnv.start(tasksUp: tasksUp, accountsDown: accountsDown, configure)

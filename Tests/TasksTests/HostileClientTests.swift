@@ -47,7 +47,7 @@ struct HostileClientTests {
     @Test func manyIdenticalWritesAtOnceCreateOne() async throws {
         try await withWorld { w in
             let (alice, bob) = (try await w.user("alice"), try await w.user("bob"))
-            let hh = w.social.addHousehold(members: [alice.id, bob.id])
+            let hh = try await w.household([alice, bob])
             let chore = createChore(household: hh, due: date(2030, 1, 1), assignees: [alice.id, bob.id], key: "same-chore")
             let comment = createTask(with: [bob.username], key: "same-task")
             let ids = try await withThrowingTaskGroup(of: (String, String).self) { group in
@@ -70,7 +70,7 @@ struct HostileClientTests {
             #expect(try await w.tasks.listMyTeamTasks(Tasks_V1_ListMyTeamTasksRequest(), options: bob.options).tasks.count == 1)
             #expect(try await w.outboxDrained())
             // One TASK_ASSIGNED for the task, none twice.
-            #expect(w.social.notifications(to: bob.id, kind: .taskAssigned).filter { $0.target.taskId == ids[0].1 }.count == 1)
+            #expect(try await w.notifications(to: bob, kind: .taskAssigned).filter { $0.target.taskId == ids[0].1 }.count == 1)
         }
     }
 

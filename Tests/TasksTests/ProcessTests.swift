@@ -3,81 +3,35 @@ import Foundation
 import RPCCore
 import RPCTransport
 import Security
+import ServiceCluster
 import ServiceKit
 import ServiceKitTesting
 import Synchronization
 import Testing
 
-/// The real `tasks-service` executable as a child process (under `timeout -s KILL`, so it stops by
-/// itself even if the test runner dies), with the real accounts and the social double of the
-/// test world as its peers at their addresses (`ACCOUNTS_ADDR`, `SOCIAL_ADDR`).
-final class TasksProcess: @unchecked Sendable {
-    let process = Process()
-    let dataDir: String
-    private let output = Output()
-    private(set) var port = 0
-    private(set) var pid: Int32?
+/// The real `tasks-service` executable as a child process (ServiceCluster's `ServiceProcess`:
+/// posix_spawn under `timeout -s KILL`, never Foundation.Process, which can crash the test binary
+/// when two start at once), its peers given in `environment` (the test world's real accounts,
+/// social and finance: `ServiceProcess.peerEnvironment`). The kill -9 test also starts real
+/// `finance-service` processes (`financeProcess`).
+typealias TasksProcess = ServiceProcess
 
-    init(dataDir: String, arguments: [String] = [], environment: [String: String] = [:], port: Int = 0) throws {
-        self.dataDir = dataDir
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/timeout")
-        process.arguments = ["-s", "KILL", "300", Self.binary, "--host", "127.0.0.1", "--port", "\(port)", "--data-dir", dataDir] + arguments
-        var env = ProcessInfo.processInfo.environment
-        env["SERVICE_TOKEN"] = TestCredentials.serviceToken
-        env["GATEWAY_TOKEN"] = TestCredentials.gatewayToken
-        env["ALLOW_DEV_CREDENTIALS"] = "1"
-        env["LOG_LEVEL"] = "info"
-        for (k, v) in environment { env[k] = v }
-        process.environment = env
-        let pipe = Pipe()
-        process.standardError = pipe
-        process.standardOutput = pipe
-        let output = self.output
-        pipe.fileHandleForReading.readabilityHandler = { handle in
-            let data = handle.availableData
-            if !data.isEmpty { output.text.withLock { $0 += String(decoding: data, as: UTF8.self) } }
-        }
-        try process.run()
+extension ServiceProcess {
+    convenience init(dataDir: String, arguments: [String] = [], environment: [String: String] = [:], port: Int = 0) throws {
+        try self.init(
+            "tasks-service", name: "tasks", dataDir: dataDir, environment: environment,
+            arguments: ["--host", "127.0.0.1", "--port", "\(port)", "--data-dir", dataDir] + arguments)
     }
 
-    static var binary: String {
-        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
-        var dir = URL(fileURLWithPath: exe).deletingLastPathComponent()
-        while dir.path.contains(".xctest") { dir = dir.deletingLastPathComponent() }
-        return dir.appendingPathComponent("tasks-service").path
+    /// A `finance-service` process on `dataDir` (a port of its own each start).
+    static func financeProcess(dataDir: String, environment: [String: String]) throws -> ServiceProcess {
+        try ServiceProcess("finance-service", name: "finance", dataDir: dataDir, environment: environment)
     }
 
-    var log: String { output.text.withLock { $0 } }
-
-    final class Output: Sendable { let text = Mutex("") }
-
-    func waitUntilListening(timeout: Duration = .seconds(30)) async throws -> Int {
-        let deadline = ContinuousClock.now + timeout
-        while ContinuousClock.now < deadline {
-            if let range = log.range(of: #"listening on 127\.0\.0\.1:(\d+)"#, options: .regularExpression) {
-                let text = log[range]
-                port = Int(text[text.index(after: text.lastIndex(of: ":")!)...])!
-                pid = (try? String(contentsOfFile: "\(dataDir)/tasks.sqlite.lock", encoding: .utf8))
-                    .flatMap { Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
-                return port
-            }
-            if !process.isRunning { break }
-            try await Task.sleep(for: .milliseconds(20))
-        }
-        throw RPCError(.unavailable, "tasks-service did not start:\n\(log)")
-    }
-
-    func signal(_ sig: Int32) { if let pid, process.isRunning, pid != getpid() { kill(pid, sig) } }
-
-    func waitForExit(timeout: Duration = .seconds(30)) async -> Int32? {
-        let deadline = ContinuousClock.now + timeout
-        while process.isRunning && ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(20)) }
-        return process.isRunning ? nil : process.terminationStatus
-    }
-
-    func forceStop() {
+    /// SIGKILL (no shutdown at all), then waits for the child to be gone.
+    func killHard() async {
         signal(SIGKILL)
-        if process.isRunning { kill(process.processIdentifier, SIGTERM) }
+        _ = await waitForExit()
     }
 }
 
@@ -87,7 +41,7 @@ struct ProcessTests {
         try await withWorld { w in
             let dir = TemporaryDirectory("tasks-proc")
             defer { dir.remove() }
-            let peers = ["ACCOUNTS_ADDR": "127.0.0.1:\(w.accountsServer.port)", "SOCIAL_ADDR": "127.0.0.1:\(w.socialServer.port)"]
+            let peers = ServiceProcess.peerEnvironment(w.cluster)
             let service = try TasksProcess(dataDir: dir.path, environment: peers)
             defer { service.forceStop() }
             let port = try await service.waitUntilListening()
@@ -126,9 +80,13 @@ struct ProcessTests {
             get.taskId = t.taskId
             get.attachmentId = a.attachmentId
             #expect(try await tasks.getTeamTaskAttachment(get, options: bob.options).data == up.data)
-            #expect(await eventually { w.social.notifications(to: bob.id, kind: .taskAssigned).count == 1 })
-            // Marketplace and habits are the next part: a clear UNIMPLEMENTED until then.
-            await expectFailure(.unimplemented) { try await tasks.listMyHabits(Tasks_V1_ListMyHabitsRequest(), options: alice.options) }
+            #expect(await eventually { (try? await w.notifications(to: bob, kind: .taskAssigned).count) == 1 })
+            // Marketplace and habits are served by the same process (their migrations applied).
+            var r = Tasks_V1_CreateMarketTaskRequest()
+            r.idempotencyKey = "p1"
+            r.title = "Process task"
+            #expect(try await tasks.createMarketTask(r, options: alice.options).task.status == .requested)
+            #expect(try await tasks.listMyHabits(Tasks_V1_ListMyHabitsRequest(), options: alice.options).habits.isEmpty)
 
             // The operator's journal check against the running process.
             let verify = try TasksProcess(dataDir: dir.path + "-verify", arguments: ["--verify-journal"], environment: peers, port: port)
@@ -141,6 +99,91 @@ struct ProcessTests {
             #expect(service.log.contains("shutting down gracefully"))
             // The database stays (reopened by the next start with its migrations applied once).
             #expect(FileManager.default.fileExists(atPath: dir.path + "/tasks.sqlite"))
+        }
+    }
+
+    /// D 7.a, exactly once through crashes: tasks-service is killed (SIGKILL) after a task was
+    /// marked done and before finance could be told (finance is not running yet); after the
+    /// restart the settlement is delivered. Then finance itself is killed (SIGKILL) at moments
+    /// while settlements are on their way, and restarted. Each task is settled exactly once, as
+    /// the real finance-service's history shows. tasks reaches finance at one address (a
+    /// `DelayProxy` without delay, moved to each new finance process: never a freed port bound
+    /// again); both processes' other peers are the world's accounts and social.
+    @Test func aSettlementExistsExactlyOnceAfterKill9OfTasksAndOfFinance() async throws {
+        try await withWorld { w in
+            let dir = TemporaryDirectory("tasks-kill")
+            defer { dir.remove() }
+            let financeAddress = try await DelayProxy(upstreamPort: nil)
+            let peers = ServiceProcess.peerEnvironment(w.cluster)
+            var tasksEnv = peers
+            tasksEnv["FINANCE_ADDR"] = "127.0.0.1:\(financeAddress.port)"
+            let (alice, bob) = (try await w.user("alice"), try await w.user("bob"))
+
+            var tasks = try TasksProcess(dataDir: dir.path + "/tasks", environment: tasksEnv)
+            defer { tasks.forceStop() }
+            var channel = RPCChannel(host: "127.0.0.1", port: try await tasks.waitUntilListening())
+            func settle(_ title: String) async throws -> String {
+                let t = Tasks_V1_TasksClient(channel.client)
+                var c = Tasks_V1_CreateMarketTaskRequest()
+                c.idempotencyKey = UUID().uuidString
+                c.title = title
+                let task = try await t.createMarketTask(c, options: alice.options).task.taskId
+                var a = Tasks_V1_AcceptBidRequest()
+                a.bidId = try await t.placeBid(bidRequest(task, 2500), options: bob.options).bid.bidId
+                _ = try await t.acceptBid(a, options: alice.options)
+                var d = Tasks_V1_MarkMarketTaskDoneRequest()
+                d.taskId = task
+                #expect(try await t.markMarketTaskDone(d, options: alice.options).task.status == .done)
+                return task
+            }
+            // 1. Done while finance is down; the settlement waits in the outbox; tasks dies.
+            let first = try await settle("Before the crash")
+            await tasks.killHard()
+            await channel.close()
+
+            var finance = try ServiceProcess.financeProcess(dataDir: dir.path + "/finance", environment: peers)
+            defer { finance.forceStop() }
+            financeAddress.setUpstream(try await finance.waitUntilListening())
+            // The test reads finance at the same address as tasks.
+            let financeChannel = RPCChannel(host: "127.0.0.1", port: financeAddress.port)
+            /// The settlements finance recorded between alice and bob, by task.
+            func settlements() async -> [String: Int] {
+                var r = Finance_V1_ListTransactionsRequest()
+                r.counterpartUserId = bob.id
+                r.pageSize = 100
+                guard let page = try? await Finance_V1_FinanceClient(financeChannel.client).listTransactions(r, options: alice.options) else {
+                    return [:]
+                }
+                return page.entries.reduce(into: [:]) { $0[$1.taskId, default: 0] += 1 }
+            }
+            tasks = try TasksProcess(dataDir: dir.path + "/tasks", environment: tasksEnv)
+            channel = RPCChannel(host: "127.0.0.1", port: try await tasks.waitUntilListening())
+            #expect(await eventually(timeout: .seconds(30)) { await settlements() == [first: 1] })
+
+            // 2. Finance dies at different moments while settlements are being delivered.
+            var tasksDone = [first]
+            for (i, pause) in [0, 5, 20, 60].enumerated() {
+                tasksDone.append(try await settle("Task \(i)"))
+                try await Task.sleep(for: .milliseconds(pause))
+                await finance.killHard()
+                financeAddress.setUpstream(nil)
+                finance = try ServiceProcess.financeProcess(dataDir: dir.path + "/finance", environment: peers)
+                financeAddress.setUpstream(try await finance.waitUntilListening())
+            }
+            let expected = Dictionary(uniqueKeysWithValues: tasksDone.map { ($0, 1) })
+            let delivered = await eventually(timeout: .seconds(60)) { await settlements() == expected }
+            let seen = await settlements()
+            #expect(delivered, "\(seen)")
+            // And it stays so: nothing is delivered twice later.
+            try await Task.sleep(for: .seconds(2))
+            #expect(await settlements() == expected)
+            var balances = Finance_V1_GetBalancesRequest()
+            balances.householdId = ""
+            let owed = try await Finance_V1_FinanceClient(financeChannel.client).getBalances(balances, options: alice.options).balances
+            #expect(owed.map(\.amount.amountCents) == [-2500 * Int64(expected.count)], "\(owed)")
+            await financeChannel.close()
+            await channel.close()
+            await financeAddress.close()
         }
     }
 

@@ -5,6 +5,7 @@ import Logging
 import RPCCore
 import RPCTransport
 import Security
+import ServiceCluster
 import ServiceKit
 import ServiceKitTesting
 import Storage
@@ -13,212 +14,64 @@ import Testing
 
 @testable import Tasks
 
-// The world a tasks test runs in, all over real gRPC on loopback with real SQLite files: the REAL
-// accounts service (in process: usernames, names, access tokens), a tasks server, the tasks
-// outbox delivered to the peers as in production, and — until social lands on main — a minimal
-// social double (below, clearly marked) that answers memberships and teams and records the
-// notifications and scores tasks sends it.
+// The world a tasks test runs in, all over real gRPC on loopback with real SQLite files
+// (ServiceCluster): the REAL accounts (usernames, names, access tokens), the REAL social
+// (households, teams, follows and blocks, notifications, scores) and the REAL finance (marketplace
+// settlements) in this process, the tasks server under test on a manual clock, and each service's
+// outbox delivered to its peers as in production. Households, teams, follows and blocks are made
+// through social's API; what tasks told social is read back from social (recipients' inboxes,
+// team scores), and what it told finance from finance (the two users' marketplace history).
 
-/// TEST DOUBLE of `social.v1.SocialInternal` (only what tasks calls): households and their
-/// members, users' teams, and a record of every SendNotification and RecordTeamTaskCompleted it
-/// received, deduplicated by event id as social does. `down` makes every call fail UNAVAILABLE
-/// (a peer that cannot answer). Replaced by the real social-service once it is on main.
-final class SocialDouble: Social_V1_SocialInternalService {
-    struct Household {
-        var members: [String]
-        var deleted = false
-    }
-    struct State {
-        var households: [String: Household] = [:]
-        var teams: [String: String] = [:]
-        var notifications: [Social_V1_SendNotificationRequest] = []
-        var seenEvents = Set<String>()
-        var scores: [String: Int64] = [:]
-        var scoredTasks = Set<String>()
-        var scoreCalls = 0
-        var down = false
-    }
-    let state = Mutex(State())
+/// A user of a test: id, username, email and access token from the real accounts.
+typealias User = ClusterUser
 
-    func check() throws { if state.withLock({ $0.down }) { throw RPCError(.unavailable, "social double is down") } }
-
-    func addHousehold(_ id: String = "hh_" + ULID.make(), members: [String]) -> String {
-        state.withLock { $0.households[id] = Household(members: members) }
-        return id
-    }
-    func setTeam(_ team: String, for users: [String]) { state.withLock { s in for u in users { s.teams[u] = team } } }
-    var notifications: [Social_V1_SendNotificationRequest] { state.withLock { $0.notifications } }
-    func notifications(to user: String, kind: Social_V1_NotificationKind? = nil) -> [Social_V1_SendNotificationRequest] {
-        notifications.filter { $0.recipientUserIds.contains(user) && (kind == nil || $0.kind == kind!) }
-    }
-    func score(_ team: String) -> Int64 { state.withLock { $0.scores[team] ?? 0 } }
-    var down: Bool {
-        get { state.withLock { $0.down } }
-        set { state.withLock { $0.down = newValue } }
-    }
-
-    func sendNotification(request: Social_V1_SendNotificationRequest, context: ServerContext) async throws -> Social_V1_SendNotificationResponse {
-        try check()
-        var r = Social_V1_SendNotificationResponse()
-        r.replayed = state.withLock { s in
-            guard s.seenEvents.insert(request.eventId).inserted else { return true }
-            s.notifications.append(request)
-            return false
-        }
-        return r
-    }
-    func checkRelationship(request: Social_V1_CheckRelationshipRequest, context: ServerContext) async throws -> Social_V1_CheckRelationshipResponse {
-        throw RPCError(.unimplemented, "not in the double")
-    }
-    func listFollowedUserIds(
-        request: Social_V1_ListFollowedUserIdsRequest, context: ServerContext
-    ) async throws -> Social_V1_ListFollowedUserIdsResponse {
-        throw RPCError(.unimplemented, "not in the double")
-    }
-    func checkHouseholdMembership(
-        request: Social_V1_CheckHouseholdMembershipRequest, context: ServerContext
-    ) async throws -> Social_V1_CheckHouseholdMembershipResponse {
-        try check()
-        guard let h = state.withLock({ $0.households[request.householdId] }) else { throw RPCError(.notFound, "no such household") }
-        var r = Social_V1_CheckHouseholdMembershipResponse()
-        r.state = h.deleted ? .deleted : .active
-        r.memberUserIds = h.members
-        for u in request.userIds { r.memberships[u] = h.members.contains(u) ? .member : .notMember }
-        return r
-    }
-    func getTeamOfUser(request: Social_V1_GetTeamOfUserRequest, context: ServerContext) async throws -> Social_V1_GetTeamOfUserResponse {
-        try check()
-        var r = Social_V1_GetTeamOfUserResponse()
-        if let t = state.withLock({ $0.teams[request.userId] }) { r.team.teamId = t }
-        return r
-    }
-    func recordTeamTaskCompleted(
-        request: Social_V1_RecordTeamTaskCompletedRequest, context: ServerContext
-    ) async throws -> Social_V1_RecordTeamTaskCompletedResponse {
-        try check()
-        var r = Social_V1_RecordTeamTaskCompletedResponse()
-        state.withLock { s in
-            s.scoreCalls += 1
-            if s.seenEvents.insert(request.eventId).inserted, s.scoredTasks.insert(request.teamId + "/" + request.taskId).inserted {
-                s.scores[request.teamId, default: 0] += Int64(request.points)
-            } else {
-                r.replayed = true
-            }
-            r.teamScore = s.scores[request.teamId] ?? 0
-        }
-        return r
-    }
-    func eraseUser(request: Social_V1_EraseUserRequest, context: ServerContext) async throws -> Social_V1_EraseUserResponse {
-        Social_V1_EraseUserResponse()
-    }
+/// What a notification said, as the recipient's inbox in social shows it.
+extension Social_V1_Notification {
+    var actorUserId: String { actor.userId }
 }
 
-/// A user of a test: id, username and access token from the real accounts.
-struct User: Sendable {
-    var id: String
-    var username: String
-    var displayName: String
-    var token: String
-    var options: CallOptions { bearer(token) }
-}
-
-let nameCounter = Mutex(0)
-func uniqueName(_ prefix: String = "user") -> String {
-    "\(prefix)\(nameCounter.withLock { $0 += 1; return $0 })_\(SecureRandom.token(bytes: 3).lowercased().filter { $0.isLetter || $0.isNumber })"
-}
-
-/// accounts + social double + tasks, in process over real gRPC; `stop()` ends everything.
+/// accounts + social + finance + tasks, in process over real gRPC; `stop()` ends everything.
 final class World: Sendable {
-    let directory: TemporaryDirectory
-    let accountsCore: AccountsCore
-    let accountsServer: TestServer
-    let social: SocialDouble
-    let socialServer: TestServer
-    let core: TasksCore
-    let server: TestServer
+    let cluster: ServiceCluster
     let clock: ManualClock
-    let delivery: Task<Void, Never>
 
     /// A client channel that takes 5 MiB attachments back (the default cap is 4 MiB).
     let channel: RPCChannel
     var tasks: Tasks_V1_TasksClient { Tasks_V1_TasksClient(channel.client) }
-    var internalAPI: Tasks_V1_TasksInternalClient { Tasks_V1_TasksInternalClient(server.service) }
-    var accounts: Accounts_V1_AccountsClient { Accounts_V1_AccountsClient(accountsServer.anonymous) }
+    var internalAPI: Tasks_V1_TasksInternalClient { cluster.tasksInternal }
+    var accounts: Accounts_V1_AccountsClient { cluster.accounts }
+    var core: TasksCore { cluster.tasksCore! }
+    var server: TestServer { cluster.server(.tasks) }
+    var finance: Finance_V1_FinanceClient { cluster.finance }
+    var financeInternal: Finance_V1_FinanceInternalClient { cluster.financeInternal }
 
-    private init(
-        directory: TemporaryDirectory, accountsCore: AccountsCore, accountsServer: TestServer, social: SocialDouble, socialServer: TestServer,
-        core: TasksCore, server: TestServer, clock: ManualClock, delivery: Task<Void, Never>
-    ) {
-        self.directory = directory
-        self.accountsCore = accountsCore
-        self.accountsServer = accountsServer
-        self.social = social
-        self.socialServer = socialServer
-        self.core = core
-        self.server = server
+    private init(cluster: ServiceCluster, clock: ManualClock) {
+        self.cluster = cluster
         self.clock = clock
-        self.delivery = delivery
-        var c = ChannelConfiguration(host: "127.0.0.1", port: server.port)
+        var c = ChannelConfiguration(host: "127.0.0.1", port: cluster.port(.tasks))
         c.maxReceiveMessageSize = 8 << 20
         channel = RPCChannel(configuration: c)
     }
 
     static func start(
-        now: Int64 = SystemClock.nowMilliseconds(), socialPort: Int? = nil, _ configure: (inout TasksConfiguration) -> Void = { _ in }
+        now: Int64 = SystemClock.nowMilliseconds(), _ configure: @escaping @Sendable (inout TasksConfiguration) -> Void = { _ in }
     ) async throws -> World {
-        let dir = TemporaryDirectory("tasks-tests")
-        var ac = AccountsConfiguration(dataDirectory: dir.path + "/accounts")
-        ac.passwordParameters = PasswordHasher.Parameters(n: 1024, r: 8, p: 1)
-        let logger = Logger(label: "tasks-test")
-        let accountsCore = try AccountsCore(configuration: ac, logger: logger)
-        let accountsServer = try await TestServer(services: accountsCore.services, keys: accountsCore.signingKeySource)
-        let social = SocialDouble()
-        let socialServer = try await TestServer(services: [social], keys: accountsCore.signingKeySource)
-        let accountsPort = accountsServer.port, realSocialPort = socialPort ?? socialServer.port
-        let peers = PeerClients { peer in
-            TestServer.peerClient(port: peer == "accounts" ? accountsPort : peer == "social" ? realSocialPort : 1)
-        }
-        var config = TasksConfiguration(dataDirectory: dir.path + "/tasks")
-        config.membershipCacheFor = .zero
-        config.peerDeadline = .milliseconds(1500)
-        configure(&config)
         let clock = ManualClock(milliseconds: now)
-        let core = try TasksCore(configuration: config, peers: peers, clock: clock, logger: logger)
-        let maxRequest = config.maxRequestBytes
-        let server = try await TestServer(services: core.services, keys: accountsCore.signingKeySource) { c in
-            c.maxReceiveMessageSize = maxRequest
-        }
-        let outbox = OutboxDelivery(
-            database: core.database, retry: OutboxRetryPolicy(initialDelay: .milliseconds(50), maximumDelay: .milliseconds(200)),
-            pollInterval: .milliseconds(100), logger: logger, deliver: OutboxSenders.rpc(peers: peers, timeout: .seconds(5)).deliver)
-        let delivery = Task { await outbox.run() }
-        return World(
-            directory: dir, accountsCore: accountsCore, accountsServer: accountsServer, social: social, socialServer: socialServer, core: core,
-            server: server, clock: clock, delivery: delivery)
+        var options = ClusterOptions([.accounts, .social, .finance, .tasks])
+        options.clocks[.tasks] = clock
+        options.tasks = configure
+        options.logger = Logger(label: "tasks-test") { _ in SwiftLogNoOpLogHandler() }
+        return World(cluster: try await ServiceCluster.start(options), clock: clock)
     }
 
     func stop() async {
-        delivery.cancel()
-        _ = await delivery.value
         await channel.close()
-        await server.stop()
-        await socialServer.stop()
-        await accountsServer.stop()
-        core.close()
-        accountsCore.close()
-        directory.remove()
+        await cluster.stop()
     }
 
     /// A new user (real sign-up in accounts).
     func user(_ prefix: String = "user", displayName: String? = nil) async throws -> User {
-        let name = uniqueName(prefix)
-        var r = Accounts_V1_SignUpRequest()
-        r.username = name
-        r.email = "\(name)@example.com"
-        r.password = "correct horse battery staple"
-        r.displayName = displayName ?? name.capitalized
-        let s = try await accounts.signUp(r)
-        return User(id: s.user.userId, username: name, displayName: r.displayName, token: s.session.accessToken)
+        try await cluster.signUp(prefix: prefix, displayName: displayName)
     }
 
     func users(_ n: Int, _ prefix: String = "user") async throws -> [User] {
@@ -227,7 +80,50 @@ final class World: Sendable {
         return out
     }
 
-    /// Waits until every outbox event was delivered.
+    /// A household in social: the first member creates it, the others join with the codes
+    /// accounts mailed them. Returns its id.
+    func household(_ members: [User]) async throws -> String { try await cluster.household(members) }
+
+    /// `member` deletes the household in social (whose outbox then ends its chores in tasks).
+    func deleteHousehold(_ household: String, by member: User) async throws { try await cluster.deleteHousehold(household, by: member) }
+
+    /// A team in social (the first member creates it with the others); returns its id.
+    func team(_ members: [User]) async throws -> String { try await cluster.team(members) }
+
+    /// The score of `member`'s team, as social keeps it.
+    func teamScore(of member: User) async throws -> Int64 { try await cluster.teamScore(of: member) }
+
+    /// `follower` asks to follow `followed` in social, who accepts: `follower` follows them.
+    func follow(_ follower: User, _ followed: User) async throws { try await cluster.follow(follower, followed) }
+
+    /// `blocker` blocks `blocked` in social (which drops the follows between them both ways).
+    func block(_ blocker: User, _ blocked: User) async throws { try await cluster.block(blocker, blocked) }
+
+    /// social refuses every call (UNAVAILABLE) while down: a peer that cannot answer.
+    func setSocialDown(_ down: Bool) { cluster.setDown(.social, down) }
+
+    /// finance refuses every call (UNAVAILABLE) while down, the test's reads included.
+    func setFinanceDown(_ down: Bool) { cluster.setDown(.finance, down) }
+
+    /// `user`'s marketplace history with `other` in finance (settlements of done tasks), newest first.
+    func settlements(of user: User, with other: User) async throws -> [Finance_V1_TransactionEntry] {
+        try await cluster.transactions(of: user, with: other)
+    }
+
+    /// `user`'s marketplace balances in finance (one per counterpart and currency).
+    func marketBalances(of user: User) async throws -> [Finance_V1_Balance] { try await cluster.balances(of: user) }
+
+    /// The settlements tasks asked finance for that wait in tasks' outbox (not acknowledged yet).
+    func pendingSettlements() async throws -> [OutboxEvent] {
+        try await core.database.pendingOutbox(limit: 1000).filter { $0.destination == "finance" }
+    }
+
+    /// The notifications in `user`'s inbox at social (of `kind`), oldest first.
+    func notifications(to user: User, kind: Social_V1_NotificationKind? = nil) async throws -> [Social_V1_Notification] {
+        try await cluster.notifications(of: user, kinds: kind.map { [$0] } ?? []).reversed()
+    }
+
+    /// Waits until every outbox event was delivered (social acknowledged it: it is in the inboxes).
     func outboxDrained(timeout: Duration = .seconds(10)) async throws -> Bool {
         let db = core.database
         return try await eventually(timeout: timeout) { try await db.pendingOutbox(limit: 10).isEmpty }
@@ -236,7 +132,7 @@ final class World: Sendable {
 
 /// Runs `body` in a fresh world and always stops it.
 func withWorld(
-    now: Int64 = SystemClock.nowMilliseconds(), _ configure: (inout TasksConfiguration) -> Void = { _ in },
+    now: Int64 = SystemClock.nowMilliseconds(), _ configure: @escaping @Sendable (inout TasksConfiguration) -> Void = { _ in },
     _ body: (World) async throws -> Void
 ) async throws {
     let world = try await World.start(now: now, configure)

@@ -6,32 +6,25 @@
 #    running per-pair rows, never a sum over history);
 #  - GetBalances req/s (h2load throughput shape) in the big household.
 # Needs accounts.sh's accounts-service (ACC_PORT: users and token keys). The membership peer is
-# social-service when it is built; otherwise a Python PEER TEST DOUBLE of SocialInternal
-# (finance_social_double.py), and the row labels say "social double".
+# the real social-service (households created and joined through its API).
 if [ $BUILD = 1 ]; then
-  echo "bench: swift build -c release --product finance-service" >&2
+  echo "bench: swift build -c release --product finance-service --product social-service" >&2
   swift build -c release --product finance-service >&2
-  if grep -q '"social-service"' Package.swift; then swift build -c release --product social-service >&2; fi
+  swift build -c release --product social-service >&2
 fi
 FIN_BIN=${FINANCE_BINARY:-$ROOT/.build/release/finance-service}
 SOC_BIN=${SOCIAL_BINARY:-$ROOT/.build/release/social-service}
-if [ ! -x "$FIN_BIN" ] || [ -z "${ACC_PORT:-}" ]; then
-  echo "bench: finance rows skipped ($FIN_BIN missing, or no accounts-service from accounts.sh)" >&2
+if [ ! -x "$FIN_BIN" ] || [ ! -x "$SOC_BIN" ] || [ -z "${ACC_PORT:-}" ]; then
+  echo "bench: finance rows skipped ($FIN_BIN or $SOC_BIN missing, or no accounts-service from accounts.sh)" >&2
 else
   FIN_PORT=$(free_port)
   SOC_PORT=$(free_port)
-  mkdir -p "$WORK/finance-data" "$WORK/finance-py" "$WORK/social-data"
+  mkdir -p "$WORK/finance-data" "$WORK/finance-py" "$WORK/finance-social-data"
   "$PY" -m grpc_tools.protoc -IProto -I"$("$PY" -c 'import grpc_tools, os; print(os.path.dirname(grpc_tools.__file__))')/_proto" \
     --python_out="$WORK/finance-py" --grpc_python_out="$WORK/finance-py" \
     accounts/v1/accounts.proto social/v1/social.proto finance/v1/finance.proto common/v1/options.proto common/v1/types.proto
-  if [ -x "$SOC_BIN" ]; then
-    FIN_SOCIAL=real
-    SERVICE_TOKEN=$BENCH_SERVICE_TOKEN GATEWAY_TOKEN=$BENCH_GATEWAY_TOKEN LOG_LEVEL=warning ACCOUNTS_ADDR=127.0.0.1:$ACC_PORT \
-      start_bg social-bench "$SOC_BIN" --host 127.0.0.1 --port "$SOC_PORT" --data-dir "$WORK/social-data"
-  else
-    FIN_SOCIAL=double
-    start_bg social-double "$PY" scripts/bench.d/finance_social_double.py "$SOC_PORT" "$WORK/finance-py" "$WORK/households.json"
-  fi
+  SERVICE_TOKEN=$BENCH_SERVICE_TOKEN GATEWAY_TOKEN=$BENCH_GATEWAY_TOKEN LOG_LEVEL=warning ACCOUNTS_ADDR=127.0.0.1:$ACC_PORT \
+    start_bg social-bench "$SOC_BIN" --host 127.0.0.1 --port "$SOC_PORT" --data-dir "$WORK/finance-social-data"
   wait_port "$SOC_PORT" 60 || { tail -20 "$WORK"/social-*.log >&2; exit 1; }
   SERVICE_TOKEN=$BENCH_SERVICE_TOKEN GATEWAY_TOKEN=$BENCH_GATEWAY_TOKEN LOG_LEVEL=warning \
     ACCOUNTS_ADDR=127.0.0.1:$ACC_PORT SOCIAL_ADDR=127.0.0.1:$SOC_PORT \
@@ -43,14 +36,14 @@ else
   # Users, two households, 10 charges in the small one, FIN_BIG in the big one (8 in flight,
   # distinct keys: the CreateCharge row); checks the balances; prints
   # "charges/s|mean ms|token|small household|big household".
-  FIN_RESULT=$(PYTHONPATH="$WORK/finance-py" "$PY" - "$ACC_PORT" "$SOC_PORT" "$FIN_PORT" "$FIN_BIG" "$FIN_SOCIAL" "$WORK/households.json" <<'PYEOF'
-import asyncio, json, sys, time, uuid
+  FIN_RESULT=$(PYTHONPATH="$WORK/finance-py" "$PY" - "$ACC_PORT" "$SOC_PORT" "$FIN_PORT" "$FIN_BIG" <<'PYEOF'
+import asyncio, sys, time, uuid
 import grpc
 from accounts.v1 import accounts_pb2 as apb, accounts_pb2_grpc as arpc
 from social.v1 import social_pb2 as spb, social_pb2_grpc as srpc
 from finance.v1 import finance_pb2 as fpb, finance_pb2_grpc as frpc
 from common.v1 import types_pb2
-acc_port, soc_port, fin_port, big, social_kind, households_file = sys.argv[1:7]
+acc_port, soc_port, fin_port, big = sys.argv[1:5]
 big = int(big)
 run = uuid.uuid4().hex[:6]
 accounts = arpc.AccountsStub(grpc.insecure_channel(f"127.0.0.1:{acc_port}"))
@@ -62,19 +55,6 @@ for i in range(4):
 md = lambda u: [("authorization", f"Bearer {u[1]}")]
 
 def household(name):
-    if social_kind == "double":
-        hid = f"{name}-{run}"
-        try:
-            known = json.load(open(households_file))
-        except (OSError, ValueError):
-            known = {}
-        known[hid] = [u[0] for u in users]
-        with open(households_file + ".tmp", "w") as f:
-            json.dump(known, f)
-        import os
-        os.replace(households_file + ".tmp", households_file)
-        time.sleep(0.3)
-        return hid
     social = srpc.SocialStub(grpc.insecure_channel(f"127.0.0.1:{soc_port}"))
     created = social.CreateHousehold(spb.CreateHouseholdRequest(name=name, invite_emails=[f"fin{run}{i}@example.com" for i in range(1, 4)]),
                                      metadata=md(users[0]), timeout=10)
@@ -113,20 +93,19 @@ print(f"{rate:.1f}|{mean_ms:.2f}|{users[0][1]}|{small}|{large}")
 PYEOF
   ) || { echo "bench: finance driver failed" >&2; tail -20 "$WORK/finance-bench.log" >&2; exit 1; }
   IFS='|' read -r FIN_RATE FIN_MS FIN_TOKEN FIN_SMALL FIN_LARGE <<<"$FIN_RESULT"
-  FIN_NOTE=""; [ "$FIN_SOCIAL" = double ] && FIN_NOTE=", social double"
-  ROWS+=("finance CreateCharge (durable$FIN_NOTE)|8 in flight|$FIN_RATE|$(awk -v m="$FIN_MS" 'BEGIN{printf "%.0f", m*1000}')")
+  ROWS+=("finance CreateCharge (durable)|8 in flight|$FIN_RATE|$(awk -v m="$FIN_MS" 'BEGIN{printf "%.0f", m*1000}')")
   echo "bench: finance CreateCharge $FIN_RATE/s (mean $FIN_MS ms) at 8 in flight, $FIN_BIG charges in one household" >&2
 
   FIN_URL="http://127.0.0.1:$FIN_PORT/finance.v1.Finance/GetBalances"
   for which in small large; do
-    hid=$FIN_SMALL; label="finance GetBalances 10 tx$FIN_NOTE"
-    [ $which = large ] && { hid=$FIN_LARGE; label="finance GetBalances $FIN_BIG tx$FIN_NOTE"; }
+    hid=$FIN_SMALL; label="finance GetBalances 10 tx"
+    [ $which = large ] && { hid=$FIN_LARGE; label="finance GetBalances $FIN_BIG tx"; }
     body=$WORK/getbalances-$which.bin
     grpc_body "$body" finance.v1.GetBalancesRequest "household_id: \"$hid\"" finance/v1/finance.proto -IProto -I/usr/include
     # Three balances of ~60 bytes each; errors carry no DATA.
     MIN_DATA_PER_REQUEST=100 h2load_row "$label" latency "$FIN_URL" "$body" "${GRPC_HEADERS[@]}" -H "authorization: Bearer $FIN_TOKEN"
   done
-  MIN_DATA_PER_REQUEST=100 h2load_row "finance GetBalances $FIN_BIG tx$FIN_NOTE" throughput "$FIN_URL" "$WORK/getbalances-large.bin" \
+  MIN_DATA_PER_REQUEST=100 h2load_row "finance GetBalances $FIN_BIG tx" throughput "$FIN_URL" "$WORK/getbalances-large.bin" \
     "${GRPC_HEADERS[@]}" -H "authorization: Bearer $FIN_TOKEN"
   FIN_SMALL_US=$(printf '%s\n' "${ROWS[@]}" | awk -F'|' '$1 ~ /GetBalances 10 tx/ && $2 == "latency" {print $4}')
   FIN_LARGE_US=$(printf '%s\n' "${ROWS[@]}" | awk -F'|' -v n="$FIN_BIG" '$1 ~ ("GetBalances " n " tx") && $2 == "latency" {print $4}')

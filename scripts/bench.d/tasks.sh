@@ -7,18 +7,21 @@
 #  - attachment uploads of 1 MiB files through the gateway (grpcio, UploadTeamTaskAttachment, 4 in
 #    flight): MB/s; and the gateway's resident memory (VmRSS) idle and at its peak while 20 uploads
 #    run at once (sampled every 10 ms).
-# social-service is used when built (release); otherwise a labelled Python double of
-# social.v1.SocialInternal answers memberships and teams and takes notifications (the rows say so).
+#  - part 2 (scripts/bench.d/tasks_search.py, its own accounts-service and two tasks-services):
+#    SearchMarketTasks at 100,000 open tasks spread over Canada, keywords within 5 km of a city,
+#    p50/p99, against a full scan of a copy of the same database (TASKS_SEARCH_INDEXES=0) in the
+#    same run, every answer compared; ListHabitHistory within 5 km at 100,000 events; PlaceBid
+#    writes per second (4 in flight).
+# social is the real social-service (memberships, teams, notifications).
 if [ $BUILD = 1 ]; then
-  for p in tasks-service gateway accounts-service; do
+  for p in tasks-service gateway accounts-service social-service; do
     echo "bench: swift build -c release --product $p" >&2
     swift build -c release --product $p >&2
   done
-  [ -d Sources/social-service ] && swift build -c release --product social-service >&2
 fi
 REL=$ROOT/.build/release
-if [ ! -x "$REL/tasks-service" ] || [ ! -x "$REL/gateway" ] || [ ! -x "$REL/accounts-service" ]; then
-  echo "bench: tasks rows skipped (release tasks-service, gateway or accounts-service missing)" >&2
+if [ ! -x "$REL/tasks-service" ] || [ ! -x "$REL/gateway" ] || [ ! -x "$REL/accounts-service" ] || [ ! -x "$REL/social-service" ]; then
+  echo "bench: tasks rows skipped (release tasks-service, gateway, accounts-service or social-service missing)" >&2
 else
   T_ACC=$(free_port) T_SOC=$(free_port) T_TASKS=$(free_port) T_GW=$(free_port)
   mkdir -p "$WORK/tasks-py" "$WORK/t-accounts" "$WORK/t-social" "$WORK/t-tasks"
@@ -28,34 +31,7 @@ else
     ACCOUNTS_SIGNUPS_PER_ADDRESS=1000000 ACCOUNTS_ADDR=127.0.0.1:$T_ACC SOCIAL_ADDR=127.0.0.1:$T_SOC TASKS_ADDR=127.0.0.1:$T_TASKS
     GATEWAY_UPSTREAMS=accounts,social,tasks GATEWAY_ADDRESS_RATE=0 GATEWAY_USER_RATE=0)
   start_bg t-accounts "${T_ENV[@]}" "$REL/accounts-service" --host 127.0.0.1 --port "$T_ACC" --data-dir "$WORK/t-accounts"
-  if [ -x "$REL/social-service" ]; then
-    SOCIAL_LABEL=""
-    start_bg t-social "${T_ENV[@]}" "$REL/social-service" --host 127.0.0.1 --port "$T_SOC" --data-dir "$WORK/t-social"
-  else
-    SOCIAL_LABEL=" (social double)"
-    cat >"$WORK/social_double.py" <<'EOF'
-# A DOUBLE of social.v1.SocialInternal for the bench while social-service is not built: every user
-# is a member of every household and in team "team_bench"; notifications and scores are taken.
-import sys, time
-from concurrent import futures
-import grpc
-sys.path.insert(0, sys.argv[2])
-from social.v1 import social_pb2 as pb, social_pb2_grpc as rpc
-class Social(rpc.SocialInternalServicer):
-    def SendNotification(self, r, ctx): return pb.SendNotificationResponse()
-    def CheckHouseholdMembership(self, r, ctx):
-        return pb.CheckHouseholdMembershipResponse(state=pb.HOUSEHOLD_STATE_ACTIVE,
-            memberships={u: pb.MEMBERSHIP_STATE_MEMBER for u in r.user_ids}, member_user_ids=list(r.user_ids))
-    def GetTeamOfUser(self, r, ctx): return pb.GetTeamOfUserResponse(team=pb.Team(team_id="team_bench"))
-    def RecordTeamTaskCompleted(self, r, ctx): return pb.RecordTeamTaskCompletedResponse(team_score=1)
-server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-rpc.add_SocialInternalServicer_to_server(Social(), server)
-server.add_insecure_port(f"127.0.0.1:{sys.argv[1]}")
-server.start()
-time.sleep(1800)
-EOF
-    start_bg t-social "$PY" "$WORK/social_double.py" "$T_SOC" "$WORK/tasks-py"
-  fi
+  start_bg t-social "${T_ENV[@]}" "$REL/social-service" --host 127.0.0.1 --port "$T_SOC" --data-dir "$WORK/t-social"
   start_bg t-tasks "${T_ENV[@]}" "$REL/tasks-service" --host 127.0.0.1 --port "$T_TASKS" --data-dir "$WORK/t-tasks"
   T_TASKS_PID=$BG_PID
   start_bg t-gateway "${T_ENV[@]}" "$REL/gateway" --host 127.0.0.1 --port "$T_GW"
@@ -63,14 +39,14 @@ EOF
   for p in "$T_ACC" "$T_SOC" "$T_TASKS" "$T_GW"; do wait_port "$p" 60 || { tail -20 "$WORK"/t-*.log >&2; exit 1; }; done
 
   T_N=400; T_UPLOADS=60; [ $QUICK = 1 ] && T_N=100 && T_UPLOADS=20
-  T_RESULT=$(SERVICE_TOKEN=$BENCH_SERVICE_TOKEN PYTHONPATH="$WORK/tasks-py" "$PY" - "$T_ACC" "$T_TASKS" "$T_GW" "$T_N" "$T_UPLOADS" "$T_GW_PID" "$SOCIAL_LABEL" <<'PYEOF'
+  T_RESULT=$(SERVICE_TOKEN=$BENCH_SERVICE_TOKEN PYTHONPATH="$WORK/tasks-py" "$PY" - "$T_ACC" "$T_TASKS" "$T_GW" "$T_N" "$T_UPLOADS" "$T_GW_PID" <<'PYEOF'
 import datetime, os, sys, threading, time, uuid
 import grpc
 from accounts.v1 import accounts_pb2 as apb, accounts_pb2_grpc as arpc
 from social.v1 import social_pb2 as spb, social_pb2_grpc as srpc
 from tasks.v1 import tasks_pb2_grpc as trpc, team_tasks_pb2 as tt, chores_pb2 as cp
 from common.v1 import types_pb2 as types
-acc_port, tasks_port, gw_port, n, uploads, gw_pid, double = sys.argv[1:8]
+acc_port, tasks_port, gw_port, n, uploads, gw_pid = sys.argv[1:7]
 n, uploads, gw_pid = int(n), int(uploads), int(gw_pid)
 opts = [("grpc.max_receive_message_length", 8 << 20), ("grpc.max_send_message_length", 8 << 20)]
 accounts = arpc.AccountsStub(grpc.insecure_channel(f"127.0.0.1:{acc_port}"))
@@ -84,22 +60,18 @@ a_id, a = user("benchalice"); b_id, b = user("benchbob"); c_id, c = user("benchc
 for i in range(40):
     tasks.CreateTeamTask(tt.CreateTeamTaskRequest(idempotency_key=uuid.uuid4().hex, name=f"Bench task {i}",
         description="A team task of the bench", participant_usernames=["benchbob", "benchcarol"]), metadata=a, timeout=30)
-# A household: with real social, created there; with the double, any id is a household.
-if double:
-    hh = "hh_bench"
-else:
-    s = srpc.SocialStub(gw)
-    hh = s.CreateHousehold(spb.CreateHouseholdRequest(name="Bench house"), metadata=a, timeout=30).household.household_id
-    # Everyone joins through mailed codes.
-    mail = arpc.AccountsInternalStub(grpc.insecure_channel(f"127.0.0.1:{acc_port}"))
-    for name, md in (("benchbob", b), ("benchcarol", c)):
-        s.InviteHousemate(spb.InviteHousemateRequest(household_id=hh, email=f"{name}@example.com"), metadata=a, timeout=30)
-        svc = [("x-service-token", os.environ["SERVICE_TOKEN"])]
-        for _ in range(200):
-            m = mail.ListSentMail(apb.ListSentMailRequest(to_email=f"{name}@example.com", kind=apb.MAIL_KIND_HOUSEHOLD_INVITE), metadata=svc, timeout=10).mails
-            if m: break
-            time.sleep(0.05)
-        s.JoinHousehold(spb.JoinHouseholdRequest(invite_code=m[0].data["invite_code"]), metadata=md, timeout=30)
+# A household, created in social; everyone joins through the codes accounts mailed.
+s = srpc.SocialStub(gw)
+hh = s.CreateHousehold(spb.CreateHouseholdRequest(name="Bench house"), metadata=a, timeout=30).household.household_id
+mail = arpc.AccountsInternalStub(grpc.insecure_channel(f"127.0.0.1:{acc_port}"))
+for name, md in (("benchbob", b), ("benchcarol", c)):
+    s.InviteHousemate(spb.InviteHousemateRequest(household_id=hh, email=f"{name}@example.com"), metadata=a, timeout=30)
+    svc = [("x-service-token", os.environ["SERVICE_TOKEN"])]
+    for _ in range(200):
+        m = mail.ListSentMail(apb.ListSentMailRequest(to_email=f"{name}@example.com", kind=apb.MAIL_KIND_HOUSEHOLD_INVITE), metadata=svc, timeout=10).mails
+        if m: break
+        time.sleep(0.05)
+    s.JoinHousehold(spb.JoinHouseholdRequest(invite_code=m[0].data["invite_code"]), metadata=md, timeout=30)
 today = datetime.datetime.now(datetime.timezone.utc).date()
 due = types.Date(year=today.year, month=today.month, day=today.day)
 chores = []
@@ -171,8 +143,8 @@ print(f"{finish_rate:.1f}|{finish_ms:.1f}|{mbps:.1f}|{idle}|{peak[0]}|{hh}|{toke
 PYEOF
   ) || { echo "bench: tasks setup/loops failed" >&2; tail -20 "$WORK"/t-*.log >&2; exit 1; }
   IFS='|' read -r T_FINISH T_FINISH_MS T_MBPS T_GW_IDLE T_GW_PEAK T_HH T_TOKEN_A T_TOKEN_B <<<"$T_RESULT"
-  ROWS+=("tasks FinishChore$SOCIAL_LABEL|4 in flight|$T_FINISH|$(awk -v m="$T_FINISH_MS" 'BEGIN{printf "%.0f", m*1000}')")
-  echo "bench: tasks FinishChore $T_FINISH/s (mean $T_FINISH_MS ms, 4 in flight)$SOCIAL_LABEL" >&2
+  ROWS+=("tasks FinishChore|4 in flight|$T_FINISH|$(awk -v m="$T_FINISH_MS" 'BEGIN{printf "%.0f", m*1000}')")
+  echo "bench: tasks FinishChore $T_FINISH/s (mean $T_FINISH_MS ms, 4 in flight)" >&2
   echo "bench: tasks uploads of 1 MiB through the gateway: $T_MBPS MB/s (4 in flight)" >&2
   RSS_ROWS+=("gateway idle (tasks rows)|$T_GW_IDLE")
   RSS_ROWS+=("gateway peak, 20 uploads of 1 MiB at once|$T_GW_PEAK")
@@ -185,9 +157,25 @@ PYEOF
   for shape in throughput latency; do
     MIN_DATA_PER_REQUEST=2000 h2load_row "tasks ListMyTeamTasks" $shape "http://127.0.0.1:$T_TASKS/tasks.v1.Tasks/ListMyTeamTasks" "$MY_BODY" \
       "${GRPC_HEADERS[@]}" -H "authorization: Bearer $T_TOKEN_B"
-    MIN_DATA_PER_REQUEST=4000 h2load_row "tasks ListChores$SOCIAL_LABEL" $shape "http://127.0.0.1:$T_TASKS/tasks.v1.Tasks/ListChores" "$CH_BODY" \
+    MIN_DATA_PER_REQUEST=4000 h2load_row "tasks ListChores" $shape "http://127.0.0.1:$T_TASKS/tasks.v1.Tasks/ListChores" "$CH_BODY" \
       "${GRPC_HEADERS[@]}" -H "authorization: Bearer $T_TOKEN_B"
   done
   rss_row "tasks-service after load" "$T_TASKS_PID"
   kill -0 "$T_TASKS_PID" || { echo "bench: tasks-service died" >&2; tail -20 "$WORK/t-tasks.log" >&2; exit 1; }
+
+  # Part 2: search with indexes vs a full scan, habit history within 5 km, PlaceBid writes/s.
+  T2_ARGS=(--tasks 100000 --events 100000 --queries 300 --bids 2000)
+  [ $QUICK = 1 ] && T2_ARGS=(--tasks 100000 --events 100000 --queries 100 --bids 500)
+  T2_OUT=$("$PY" scripts/bench.d/tasks_search.py "$REL" "$WORK/tasks2" "$WORK/tasks-py" "${T2_ARGS[@]}") \
+    || { echo "bench: tasks part-2 rows failed" >&2; tail -20 "$WORK"/tasks2/*.log >&2; exit 1; }
+  echo "$T2_OUT" >&2
+  declare -A T2=()
+  for kv in $T2_OUT; do T2[${kv%%=*}]=${kv#*=}; done
+  [ "${T2[mismatches]}" = 0 ] || { echo "bench: indexed search and full scan disagree on ${T2[mismatches]} queries" >&2; exit 1; }
+  EXTRA_LINES+=("$(printf '%-46s %10s %10s %12s' "tasks search, ${T2[search_tasks]} open tasks, 5 km + words" "p50 ms" "p99 ms" "results/query")")
+  EXTRA_LINES+=("$(printf '%-46s %10s %10s %12s' "  FTS5 + R*Tree + exact distance" "${T2[search_index_p50_ms]}" "${T2[search_index_p99_ms]}" "${T2[search_mean_results]}")")
+  EXTRA_LINES+=("$(printf '%-46s %10s %10s %12s' "  full scan (same data, same run)" "${T2[search_scan_p50_ms]}" "${T2[search_scan_p99_ms]}" "${T2[search_mean_results]}")")
+  EXTRA_LINES+=("$(printf '%-46s %10s %10s' "  speed-up (scan / index)" "${T2[search_speedup_p50]}x" "${T2[search_speedup_p99]}x")")
+  EXTRA_LINES+=("$(printf '%-46s %10s %10s %12s' "tasks habit history, ${T2[history_events]} events, 5 km" "${T2[history_p50_ms]}" "${T2[history_p99_ms]}" "${T2[history_mean_results]}")")
+  ROWS+=("tasks PlaceBid|4 in flight|${T2[bids_per_second]}|$(awk -v m="${T2[bid_mean_ms]}" 'BEGIN{printf "%.0f", m*1000}')")
 fi

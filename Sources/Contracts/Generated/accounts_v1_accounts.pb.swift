@@ -1136,6 +1136,22 @@ public struct Accounts_V1_ListSentMailResponse: Sendable, Equatable {
     public init() {}
 }
 
+/// Asks which sessions have ended.
+public struct Accounts_V1_CheckSessionsRequest: Sendable, Equatable {
+    /// Session ids (the `sid` claim of access tokens), 1..500; duplicates ignored.
+    public var sessionIds: [String] = []
+
+    public init() {}
+}
+
+/// The sessions that have ended.
+public struct Accounts_V1_CheckSessionsResponse: Sendable, Equatable {
+    /// The requested ids whose session is no longer live, in request order; live ones are omitted.
+    public var endedSessionIds: [String] = []
+
+    public init() {}
+}
+
 extension Accounts_V1_UserDeleted: RPCProtobuf.ProtobufCConvertible {
     public static let protoMessageName = "accounts.v1.UserDeleted"
     nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
@@ -2719,6 +2735,56 @@ extension Accounts_V1_ListSentMailResponse: RPCProtobuf.ProtobufCConvertible {
     }
 }
 
+extension Accounts_V1_CheckSessionsRequest: RPCProtobuf.ProtobufCConvertible {
+    public static let protoMessageName = "accounts.v1.CheckSessionsRequest"
+    nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
+        var c = Accounts__V1__CheckSessionsRequest()
+        accounts__v1__check_sessions_request__init(&c)
+        return UnsafeRawPointer(c.base.descriptor)
+    }()
+
+    public func _protobufCMake(in arena: inout RPCProtobuf.ProtobufCArena) -> UnsafeMutableRawPointer {
+        let c = arena.allocate(Accounts__V1__CheckSessionsRequest.self)
+        accounts__v1__check_sessions_request__init(c)
+        if !self.sessionIds.isEmpty {
+            c.pointee.n_session_ids = self.sessionIds.count
+            c.pointee.session_ids = arena.strings(self.sessionIds)
+        }
+        return UnsafeMutableRawPointer(c)
+    }
+
+    public init(_protobufC message: UnsafeRawPointer) throws {
+        self.init()
+        let c = message.assumingMemoryBound(to: Accounts__V1__CheckSessionsRequest.self)
+        self.sessionIds = try ProtobufC.strings(c.pointee.session_ids, c.pointee.n_session_ids)
+    }
+}
+
+extension Accounts_V1_CheckSessionsResponse: RPCProtobuf.ProtobufCConvertible {
+    public static let protoMessageName = "accounts.v1.CheckSessionsResponse"
+    nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
+        var c = Accounts__V1__CheckSessionsResponse()
+        accounts__v1__check_sessions_response__init(&c)
+        return UnsafeRawPointer(c.base.descriptor)
+    }()
+
+    public func _protobufCMake(in arena: inout RPCProtobuf.ProtobufCArena) -> UnsafeMutableRawPointer {
+        let c = arena.allocate(Accounts__V1__CheckSessionsResponse.self)
+        accounts__v1__check_sessions_response__init(c)
+        if !self.endedSessionIds.isEmpty {
+            c.pointee.n_ended_session_ids = self.endedSessionIds.count
+            c.pointee.ended_session_ids = arena.strings(self.endedSessionIds)
+        }
+        return UnsafeMutableRawPointer(c)
+    }
+
+    public init(_protobufC message: UnsafeRawPointer) throws {
+        self.init()
+        let c = message.assumingMemoryBound(to: Accounts__V1__CheckSessionsResponse.self)
+        self.endedSessionIds = try ProtobufC.strings(c.pointee.ended_session_ids, c.pointee.n_ended_session_ids)
+    }
+}
+
 /// Method descriptors of `accounts.v1.Accounts`: paths, call kinds (from the `.proto`'s `stream`
 /// markers) and visibility (from the `(common.v1.access)` option).
 public enum Accounts_V1_AccountsMethods {
@@ -3165,8 +3231,17 @@ public enum Accounts_V1_AccountsInternalMethods {
     public static let listSentMail = RPCCore.MethodDescriptor(
         service: serviceName, method: "ListSentMail", kind: .unary, visibility: .internal,
         inputType: "accounts.v1.ListSentMailRequest", outputType: "accounts.v1.ListSentMailResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
+    /// Addition: which of these sessions have ended (logged out, revoked, refresh-token reuse,
+    /// password changed or reset, account deleted, or never existed), so that a service holding a
+    /// long-lived stream for an access token (social's SubscribeNotifications) ends it with
+    /// UNAUTHENTICATED soon after the session is revoked rather than when the token expires.
+    /// 1..500 session ids, each 1..64 characters; more or empty → INVALID_ARGUMENT naming
+    /// "session_ids".
+    public static let checkSessions = RPCCore.MethodDescriptor(
+        service: serviceName, method: "CheckSessions", kind: .unary, visibility: .internal,
+        inputType: "accounts.v1.CheckSessionsRequest", outputType: "accounts.v1.CheckSessionsResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Every method, in `.proto` order.
-    public static let all: [RPCCore.MethodDescriptor] = [getUsersByIds, resolveUsernames, resolveEmails, sendMail, listSentMail]
+    public static let all: [RPCCore.MethodDescriptor] = [getUsersByIds, resolveUsernames, resolveEmails, sendMail, listSentMail, checkSessions]
 }
 
 /// Service-to-service API: callable only with a service credential, never routed by the gateway.
@@ -3188,6 +3263,13 @@ public protocol Accounts_V1_AccountsInternalService: RPCCore.RPCService {
     /// Reads the mail outbox, newest first: what tests and developers use instead of a mailbox (reset
     /// tokens, invite codes are also in each mail's data map).
     func listSentMail(request: Accounts_V1_ListSentMailRequest, context: RPCCore.ServerContext) async throws -> Accounts_V1_ListSentMailResponse
+    /// Addition: which of these sessions have ended (logged out, revoked, refresh-token reuse,
+    /// password changed or reset, account deleted, or never existed), so that a service holding a
+    /// long-lived stream for an access token (social's SubscribeNotifications) ends it with
+    /// UNAUTHENTICATED soon after the session is revoked rather than when the token expires.
+    /// 1..500 session ids, each 1..64 characters; more or empty → INVALID_ARGUMENT naming
+    /// "session_ids".
+    func checkSessions(request: Accounts_V1_CheckSessionsRequest, context: RPCCore.ServerContext) async throws -> Accounts_V1_CheckSessionsResponse
 }
 
 extension Accounts_V1_AccountsInternalService {
@@ -3200,6 +3282,7 @@ extension Accounts_V1_AccountsInternalService {
             RPCCore.ServerMethod(Accounts_V1_AccountsInternalMethods.resolveEmails, .unary(Accounts_V1_ResolveEmailsRequest.self, Accounts_V1_ResolveEmailsResponse.self) { try await self.resolveEmails(request: $0, context: $1) }),
             RPCCore.ServerMethod(Accounts_V1_AccountsInternalMethods.sendMail, .unary(Accounts_V1_SendMailRequest.self, Accounts_V1_SendMailResponse.self) { try await self.sendMail(request: $0, context: $1) }),
             RPCCore.ServerMethod(Accounts_V1_AccountsInternalMethods.listSentMail, .unary(Accounts_V1_ListSentMailRequest.self, Accounts_V1_ListSentMailResponse.self) { try await self.listSentMail(request: $0, context: $1) }),
+            RPCCore.ServerMethod(Accounts_V1_AccountsInternalMethods.checkSessions, .unary(Accounts_V1_CheckSessionsRequest.self, Accounts_V1_CheckSessionsResponse.self) { try await self.checkSessions(request: $0, context: $1) }),
         ]
     }
 }
@@ -3257,5 +3340,19 @@ public struct Accounts_V1_AccountsInternalClient: Sendable {
     /// `listSentMail` with the response metadata.
     public func listSentMailWithMetadata(_ request: Accounts_V1_ListSentMailRequest, options: RPCCore.CallOptions = .defaults) async throws -> RPCCore.ClientResponse<Accounts_V1_ListSentMailResponse> {
         try await client.unary(Accounts_V1_AccountsInternalMethods.listSentMail, request, as: Accounts_V1_ListSentMailResponse.self, options: options)
+    }
+
+    /// Addition: which of these sessions have ended (logged out, revoked, refresh-token reuse,
+    /// password changed or reset, account deleted, or never existed), so that a service holding a
+    /// long-lived stream for an access token (social's SubscribeNotifications) ends it with
+    /// UNAUTHENTICATED soon after the session is revoked rather than when the token expires.
+    /// 1..500 session ids, each 1..64 characters; more or empty → INVALID_ARGUMENT naming
+    /// "session_ids".
+    public func checkSessions(_ request: Accounts_V1_CheckSessionsRequest, options: RPCCore.CallOptions = .defaults) async throws -> Accounts_V1_CheckSessionsResponse {
+        try await client.unary(Accounts_V1_AccountsInternalMethods.checkSessions, request, as: Accounts_V1_CheckSessionsResponse.self, options: options).message
+    }
+    /// `checkSessions` with the response metadata.
+    public func checkSessionsWithMetadata(_ request: Accounts_V1_CheckSessionsRequest, options: RPCCore.CallOptions = .defaults) async throws -> RPCCore.ClientResponse<Accounts_V1_CheckSessionsResponse> {
+        try await client.unary(Accounts_V1_AccountsInternalMethods.checkSessions, request, as: Accounts_V1_CheckSessionsResponse.self, options: options)
     }
 }

@@ -21,6 +21,7 @@ enum ChoreStore {
         var createdAt: Int64
         var lastFinishedBy: String?
         var lastFinishedAt: Int64?
+        var lastFinishedRevision: Int64?
         var lastRemindedAt: Int64?
         var assignees: [String]
 
@@ -31,7 +32,7 @@ enum ChoreStore {
 
     static let columns = """
         id, household_id, name, description, time_zone, recurrence, every_days, weekdays, anchor_day, status, due_day, current_index,
-        revision, created_by, created_at, last_finished_by, last_finished_at, last_reminded_at
+        revision, created_by, created_at, last_finished_by, last_finished_at, last_finished_revision, last_reminded_at
         """
 
     // MARK: Recurrence as stored
@@ -86,6 +87,7 @@ enum ChoreStore {
             status: ChoreStatusValue(rawValue: Int(try r.get("status", as: Int64.self))) ?? .ended, due: due.map(LocalDate.init(key:)),
             currentIndex: try r.get("current_index"), revision: try r.get("revision"), createdBy: try r.get("created_by"),
             createdAt: try r.get("created_at"), lastFinishedBy: try r.get("last_finished_by"), lastFinishedAt: try r.get("last_finished_at"),
+            lastFinishedRevision: try r.get("last_finished_revision"),
             lastRemindedAt: try r.get("last_reminded_at"), assignees: assignees)
     }
 
@@ -153,7 +155,7 @@ enum ChoreStore {
             try tx.execute(
                 """
                 UPDATE chores SET status = ?, due_day = ?, current_index = ?, current_user_id = ?, revision = revision + 1,
-                    last_finished_by = ?, last_finished_at = ? WHERE id = ?
+                    last_finished_by = ?, last_finished_at = ?, last_finished_revision = revision + 1 WHERE id = ?
                 """, Int64(turn.status.rawValue), turn.due?.key, Int64(turn.currentIndex), current, finishedBy, now, c.id)
         } else {
             try tx.execute(

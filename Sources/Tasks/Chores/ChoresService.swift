@@ -248,8 +248,11 @@ extension TasksService {
             try Self.checkRevision(expected, c)
             // Without a revision the server cannot tell "this turn" from "the next one": a finish
             // within a minute of the last one (two members tapping at once, a double tap, a
-            // retry) is taken for the same turn and changes nothing.
-            if expected == 0, c.status == .active, let at = c.lastFinishedAt, now - at < window, now >= at {
+            // retry) is taken for the same turn and changes nothing — but only while nothing else
+            // happened since that finish (no skip, no new request of an on-demand chore, no edit).
+            if expected == 0, c.status == .active, let at = c.lastFinishedAt, now - at < window, now >= at,
+                c.lastFinishedRevision == c.revision
+            {
                 return (c, try UserDirectory.cached(tx, c.userIDs + [me]))
             }
             let next: ChoreTurn

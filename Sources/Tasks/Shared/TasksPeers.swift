@@ -78,6 +78,41 @@ final class TasksPeers: Sendable {
         }
     }
 
+    /// Whether `user` may read `owner`'s habits: `user` follows `owner` and neither blocks the
+    /// other (social's CheckRelationship). UNAVAILABLE while social cannot answer.
+    func follows(_ user: String, _ owner: String) async throws -> Bool {
+        var r = Social_V1_CheckRelationshipRequest()
+        r.userId = user
+        r.otherUserId = owner
+        do {
+            let a = try await social.checkRelationship(r, options: options)
+            return a.userFollowsOther && !a.userBlocksOther && !a.otherBlocksUser
+        } catch {
+            throw Self.unavailable("social", "whom you follow cannot be checked", error)
+        }
+    }
+
+    /// The users `user` follows, oldest follow first, at most `limit` (social's
+    /// ListFollowedUserIds, page by page). Social drops follows in both directions when one user
+    /// blocks the other, so blocked users are never among them. UNAVAILABLE while social cannot
+    /// answer.
+    func followed(by user: String, limit: Int) async throws -> [String] {
+        var out: [String] = []
+        var r = Social_V1_ListFollowedUserIdsRequest()
+        r.userId = user
+        r.pageSize = 500
+        do {
+            repeat {
+                let a = try await social.listFollowedUserIds(r, options: options)
+                out += a.userIds
+                r.pageToken = a.nextPageToken
+            } while !r.pageToken.isEmpty && out.count < limit
+        } catch {
+            throw Self.unavailable("social", "whom you follow cannot be looked up", error)
+        }
+        return Array(out.prefix(limit))
+    }
+
     /// NOT_FOUND unless `user` is (or, for a deleted household, was at deletion) a member; the
     /// answer's state otherwise.
     @discardableResult

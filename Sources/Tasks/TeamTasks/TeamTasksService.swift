@@ -431,8 +431,17 @@ extension TasksService {
         let now = core.now, expires = now + core.configuration.uploadTokenLifetime.milliseconds
         let token = TeamTaskRules.newUploadToken()
         let hash = TeamTaskRules.uploadTokenHash(TeamTaskRules.normalizeUploadToken(token)!)
+        let limit = core.configuration.maxLiveUploadTokensPerUser
         try await core.write { tx in
             _ = try TeamTaskStore.participating(tx, task: id, user: me)
+            // Each token is a row kept until it expires: a bound per user, counted in the write.
+            let live = try tx.queryOne(
+                "SELECT count(*), min(expires_at) FROM team_task_upload_tokens WHERE created_by = ? AND expires_at > ?", me, now)!
+            if try live.get(0, as: Int64.self) >= Int64(limit) {
+                let soonest: Int64 = (try? live.get(1)) ?? now
+                throw RPCError.retryLater(
+                    "you have \(limit) unexpired upload tokens: use them, or wait until one expires", after: .milliseconds(max(1000, soonest - now)))
+            }
             try tx.execute(
                 "INSERT INTO team_task_upload_tokens (token_hash, task_id, created_by, created_at, expires_at) VALUES (?, ?, ?, ?, ?)", hash, id, me,
                 now, expires)

@@ -85,6 +85,8 @@ typedef struct Accounts__V1__SendMailRequest__DataEntry Accounts__V1__SendMailRe
 typedef struct Accounts__V1__SendMailResponse Accounts__V1__SendMailResponse;
 typedef struct Accounts__V1__ListSentMailRequest Accounts__V1__ListSentMailRequest;
 typedef struct Accounts__V1__ListSentMailResponse Accounts__V1__ListSentMailResponse;
+typedef struct Accounts__V1__CheckSessionsRequest Accounts__V1__CheckSessionsRequest;
+typedef struct Accounts__V1__CheckSessionsResponse Accounts__V1__CheckSessionsResponse;
 
 
 /* --- enums --- */
@@ -1539,6 +1541,40 @@ struct  Accounts__V1__ListSentMailResponse
     , 0,NULL, (char *)protobuf_c_empty_string }
 
 
+/*
+ * Asks which sessions have ended.
+ */
+struct  Accounts__V1__CheckSessionsRequest
+{
+  ProtobufCMessage base;
+  /*
+   * Session ids (the `sid` claim of access tokens), 1..500; duplicates ignored.
+   */
+  size_t n_session_ids;
+  char **session_ids;
+};
+#define ACCOUNTS__V1__CHECK_SESSIONS_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&accounts__v1__check_sessions_request__descriptor) \
+    , 0,NULL }
+
+
+/*
+ * The sessions that have ended.
+ */
+struct  Accounts__V1__CheckSessionsResponse
+{
+  ProtobufCMessage base;
+  /*
+   * The requested ids whose session is no longer live, in request order; live ones are omitted.
+   */
+  size_t n_ended_session_ids;
+  char **ended_session_ids;
+};
+#define ACCOUNTS__V1__CHECK_SESSIONS_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&accounts__v1__check_sessions_response__descriptor) \
+    , 0,NULL }
+
+
 /* Accounts__V1__UserDeleted methods */
 void   accounts__v1__user_deleted__init
                      (Accounts__V1__UserDeleted         *message);
@@ -2694,6 +2730,44 @@ Accounts__V1__ListSentMailResponse *
 void   accounts__v1__list_sent_mail_response__free_unpacked
                      (Accounts__V1__ListSentMailResponse *message,
                       ProtobufCAllocator *allocator);
+/* Accounts__V1__CheckSessionsRequest methods */
+void   accounts__v1__check_sessions_request__init
+                     (Accounts__V1__CheckSessionsRequest         *message);
+size_t accounts__v1__check_sessions_request__get_packed_size
+                     (const Accounts__V1__CheckSessionsRequest   *message);
+size_t accounts__v1__check_sessions_request__pack
+                     (const Accounts__V1__CheckSessionsRequest   *message,
+                      uint8_t             *out);
+size_t accounts__v1__check_sessions_request__pack_to_buffer
+                     (const Accounts__V1__CheckSessionsRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Accounts__V1__CheckSessionsRequest *
+       accounts__v1__check_sessions_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   accounts__v1__check_sessions_request__free_unpacked
+                     (Accounts__V1__CheckSessionsRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Accounts__V1__CheckSessionsResponse methods */
+void   accounts__v1__check_sessions_response__init
+                     (Accounts__V1__CheckSessionsResponse         *message);
+size_t accounts__v1__check_sessions_response__get_packed_size
+                     (const Accounts__V1__CheckSessionsResponse   *message);
+size_t accounts__v1__check_sessions_response__pack
+                     (const Accounts__V1__CheckSessionsResponse   *message,
+                      uint8_t             *out);
+size_t accounts__v1__check_sessions_response__pack_to_buffer
+                     (const Accounts__V1__CheckSessionsResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Accounts__V1__CheckSessionsResponse *
+       accounts__v1__check_sessions_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   accounts__v1__check_sessions_response__free_unpacked
+                     (Accounts__V1__CheckSessionsResponse *message,
+                      ProtobufCAllocator *allocator);
 /* --- per-message closures --- */
 
 typedef void (*Accounts__V1__UserDeleted_Closure)
@@ -2890,6 +2964,12 @@ typedef void (*Accounts__V1__ListSentMailRequest_Closure)
                   void *closure_data);
 typedef void (*Accounts__V1__ListSentMailResponse_Closure)
                  (const Accounts__V1__ListSentMailResponse *message,
+                  void *closure_data);
+typedef void (*Accounts__V1__CheckSessionsRequest_Closure)
+                 (const Accounts__V1__CheckSessionsRequest *message,
+                  void *closure_data);
+typedef void (*Accounts__V1__CheckSessionsResponse_Closure)
+                 (const Accounts__V1__CheckSessionsResponse *message,
                   void *closure_data);
 
 /* --- services --- */
@@ -3101,6 +3181,10 @@ struct Accounts__V1__AccountsInternal_Service
                          const Accounts__V1__ListSentMailRequest *input,
                          Accounts__V1__ListSentMailResponse_Closure closure,
                          void *closure_data);
+  void (*check_sessions)(Accounts__V1__AccountsInternal_Service *service,
+                         const Accounts__V1__CheckSessionsRequest *input,
+                         Accounts__V1__CheckSessionsResponse_Closure closure,
+                         void *closure_data);
 };
 typedef void (*Accounts__V1__AccountsInternal_ServiceDestroy)(Accounts__V1__AccountsInternal_Service *);
 void accounts__v1__accounts_internal__init (Accounts__V1__AccountsInternal_Service *service,
@@ -3113,7 +3197,8 @@ void accounts__v1__accounts_internal__init (Accounts__V1__AccountsInternal_Servi
       function_prefix__ ## resolve_usernames,\
       function_prefix__ ## resolve_emails,\
       function_prefix__ ## send_mail,\
-      function_prefix__ ## list_sent_mail  }
+      function_prefix__ ## list_sent_mail,\
+      function_prefix__ ## check_sessions  }
 void accounts__v1__accounts_internal__get_users_by_ids(ProtobufCService *service,
                                                        const Accounts__V1__GetUsersByIdsRequest *input,
                                                        Accounts__V1__GetUsersByIdsResponse_Closure closure,
@@ -3133,6 +3218,10 @@ void accounts__v1__accounts_internal__send_mail(ProtobufCService *service,
 void accounts__v1__accounts_internal__list_sent_mail(ProtobufCService *service,
                                                      const Accounts__V1__ListSentMailRequest *input,
                                                      Accounts__V1__ListSentMailResponse_Closure closure,
+                                                     void *closure_data);
+void accounts__v1__accounts_internal__check_sessions(ProtobufCService *service,
+                                                     const Accounts__V1__CheckSessionsRequest *input,
+                                                     Accounts__V1__CheckSessionsResponse_Closure closure,
                                                      void *closure_data);
 
 /* --- descriptors --- */
@@ -3205,6 +3294,8 @@ extern const ProtobufCMessageDescriptor accounts__v1__send_mail_request__data_en
 extern const ProtobufCMessageDescriptor accounts__v1__send_mail_response__descriptor;
 extern const ProtobufCMessageDescriptor accounts__v1__list_sent_mail_request__descriptor;
 extern const ProtobufCMessageDescriptor accounts__v1__list_sent_mail_response__descriptor;
+extern const ProtobufCMessageDescriptor accounts__v1__check_sessions_request__descriptor;
+extern const ProtobufCMessageDescriptor accounts__v1__check_sessions_response__descriptor;
 extern const ProtobufCServiceDescriptor accounts__v1__accounts__descriptor;
 extern const ProtobufCServiceDescriptor accounts__v1__accounts_internal__descriptor;
 

@@ -2737,6 +2737,96 @@ void   accounts__v1__list_sent_mail_response__free_unpacked
   assert(message->base.descriptor == &accounts__v1__list_sent_mail_response__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   accounts__v1__check_sessions_request__init
+                     (Accounts__V1__CheckSessionsRequest         *message)
+{
+  static const Accounts__V1__CheckSessionsRequest init_value = ACCOUNTS__V1__CHECK_SESSIONS_REQUEST__INIT;
+  *message = init_value;
+}
+size_t accounts__v1__check_sessions_request__get_packed_size
+                     (const Accounts__V1__CheckSessionsRequest *message)
+{
+  assert(message->base.descriptor == &accounts__v1__check_sessions_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t accounts__v1__check_sessions_request__pack
+                     (const Accounts__V1__CheckSessionsRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &accounts__v1__check_sessions_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t accounts__v1__check_sessions_request__pack_to_buffer
+                     (const Accounts__V1__CheckSessionsRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &accounts__v1__check_sessions_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Accounts__V1__CheckSessionsRequest *
+       accounts__v1__check_sessions_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Accounts__V1__CheckSessionsRequest *)
+     protobuf_c_message_unpack (&accounts__v1__check_sessions_request__descriptor,
+                                allocator, len, data);
+}
+void   accounts__v1__check_sessions_request__free_unpacked
+                     (Accounts__V1__CheckSessionsRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &accounts__v1__check_sessions_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   accounts__v1__check_sessions_response__init
+                     (Accounts__V1__CheckSessionsResponse         *message)
+{
+  static const Accounts__V1__CheckSessionsResponse init_value = ACCOUNTS__V1__CHECK_SESSIONS_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t accounts__v1__check_sessions_response__get_packed_size
+                     (const Accounts__V1__CheckSessionsResponse *message)
+{
+  assert(message->base.descriptor == &accounts__v1__check_sessions_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t accounts__v1__check_sessions_response__pack
+                     (const Accounts__V1__CheckSessionsResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &accounts__v1__check_sessions_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t accounts__v1__check_sessions_response__pack_to_buffer
+                     (const Accounts__V1__CheckSessionsResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &accounts__v1__check_sessions_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Accounts__V1__CheckSessionsResponse *
+       accounts__v1__check_sessions_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Accounts__V1__CheckSessionsResponse *)
+     protobuf_c_message_unpack (&accounts__v1__check_sessions_response__descriptor,
+                                allocator, len, data);
+}
+void   accounts__v1__check_sessions_response__free_unpacked
+                     (Accounts__V1__CheckSessionsResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &accounts__v1__check_sessions_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 static const ProtobufCFieldDescriptor accounts__v1__user_deleted__field_descriptors[3] =
 {
   {
@@ -6232,6 +6322,82 @@ const ProtobufCMessageDescriptor accounts__v1__list_sent_mail_response__descript
   (ProtobufCMessageInit) accounts__v1__list_sent_mail_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
+static const ProtobufCFieldDescriptor accounts__v1__check_sessions_request__field_descriptors[1] =
+{
+  {
+    "session_ids",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Accounts__V1__CheckSessionsRequest, n_session_ids),
+    offsetof(Accounts__V1__CheckSessionsRequest, session_ids),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned accounts__v1__check_sessions_request__field_indices_by_name[] = {
+  0,   /* field[0] = session_ids */
+};
+static const ProtobufCIntRange accounts__v1__check_sessions_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor accounts__v1__check_sessions_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "accounts.v1.CheckSessionsRequest",
+  "CheckSessionsRequest",
+  "Accounts__V1__CheckSessionsRequest",
+  "accounts.v1",
+  sizeof(Accounts__V1__CheckSessionsRequest),
+  1,
+  accounts__v1__check_sessions_request__field_descriptors,
+  accounts__v1__check_sessions_request__field_indices_by_name,
+  1,  accounts__v1__check_sessions_request__number_ranges,
+  (ProtobufCMessageInit) accounts__v1__check_sessions_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor accounts__v1__check_sessions_response__field_descriptors[1] =
+{
+  {
+    "ended_session_ids",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Accounts__V1__CheckSessionsResponse, n_ended_session_ids),
+    offsetof(Accounts__V1__CheckSessionsResponse, ended_session_ids),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned accounts__v1__check_sessions_response__field_indices_by_name[] = {
+  0,   /* field[0] = ended_session_ids */
+};
+static const ProtobufCIntRange accounts__v1__check_sessions_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor accounts__v1__check_sessions_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "accounts.v1.CheckSessionsResponse",
+  "CheckSessionsResponse",
+  "Accounts__V1__CheckSessionsResponse",
+  "accounts.v1",
+  sizeof(Accounts__V1__CheckSessionsResponse),
+  1,
+  accounts__v1__check_sessions_response__field_descriptors,
+  accounts__v1__check_sessions_response__field_indices_by_name,
+  1,  accounts__v1__check_sessions_response__number_ranges,
+  (ProtobufCMessageInit) accounts__v1__check_sessions_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
 static const ProtobufCEnumValue accounts__v1__image_format__enum_values_by_number[4] =
 {
   { "IMAGE_FORMAT_UNSPECIFIED", "ACCOUNTS__V1__IMAGE_FORMAT__IMAGE_FORMAT_UNSPECIFIED", 0 },
@@ -6535,15 +6701,17 @@ void accounts__v1__accounts__init (Accounts__V1__Accounts_Service *service,
                                      &accounts__v1__accounts__descriptor,
                                      (ProtobufCServiceDestroy) destroy);
 }
-static const ProtobufCMethodDescriptor accounts__v1__accounts_internal__method_descriptors[5] =
+static const ProtobufCMethodDescriptor accounts__v1__accounts_internal__method_descriptors[6] =
 {
   { "GetUsersByIds", &accounts__v1__get_users_by_ids_request__descriptor, &accounts__v1__get_users_by_ids_response__descriptor },
   { "ResolveUsernames", &accounts__v1__resolve_usernames_request__descriptor, &accounts__v1__resolve_usernames_response__descriptor },
   { "ResolveEmails", &accounts__v1__resolve_emails_request__descriptor, &accounts__v1__resolve_emails_response__descriptor },
   { "SendMail", &accounts__v1__send_mail_request__descriptor, &accounts__v1__send_mail_response__descriptor },
   { "ListSentMail", &accounts__v1__list_sent_mail_request__descriptor, &accounts__v1__list_sent_mail_response__descriptor },
+  { "CheckSessions", &accounts__v1__check_sessions_request__descriptor, &accounts__v1__check_sessions_response__descriptor },
 };
 const unsigned accounts__v1__accounts_internal__method_indices_by_name[] = {
+  5,        /* CheckSessions */
   0,        /* GetUsersByIds */
   4,        /* ListSentMail */
   2,        /* ResolveEmails */
@@ -6557,7 +6725,7 @@ const ProtobufCServiceDescriptor accounts__v1__accounts_internal__descriptor =
   "AccountsInternal",
   "Accounts__V1__AccountsInternal",
   "accounts.v1",
-  5,
+  6,
   accounts__v1__accounts_internal__method_descriptors,
   accounts__v1__accounts_internal__method_indices_by_name
 };
@@ -6600,6 +6768,14 @@ void accounts__v1__accounts_internal__list_sent_mail(ProtobufCService *service,
 {
   assert(service->descriptor == &accounts__v1__accounts_internal__descriptor);
   service->invoke(service, 4, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void accounts__v1__accounts_internal__check_sessions(ProtobufCService *service,
+                                                     const Accounts__V1__CheckSessionsRequest *input,
+                                                     Accounts__V1__CheckSessionsResponse_Closure closure,
+                                                     void *closure_data)
+{
+  assert(service->descriptor == &accounts__v1__accounts_internal__descriptor);
+  service->invoke(service, 5, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void accounts__v1__accounts_internal__init (Accounts__V1__AccountsInternal_Service *service,
                                             Accounts__V1__AccountsInternal_ServiceDestroy destroy)

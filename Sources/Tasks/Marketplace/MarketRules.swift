@@ -1,0 +1,81 @@
+import Contracts
+import Foundation
+import ServiceKit
+
+/// The marketplace's request rules (seed D, `marketplace.proto`) as pure functions: field checks
+/// that name every bad field, keywords, statuses and scopes.
+enum MarketRules {
+    static let maxPhotos = 5
+    static let maxPhotoBytes = 262_144
+    static let maxBidCents: Int64 = 100_000_000
+
+    /// Photos of a request: each 1..262144 bytes, JPEG/PNG/WebP by magic bytes; the content types
+    /// in order (nil entries for rejected photos).
+    static func photos(_ photos: [[UInt8]], field: String, into errors: inout FieldErrors) -> [String?] {
+        photos.enumerated().map { i, p in
+            if p.isEmpty || p.count > maxPhotoBytes {
+                errors.add("\(field)[\(i)]", "must be 1 to \(maxPhotoBytes) bytes")
+                return nil
+            }
+            guard let type = ImageBytes.contentType(p) else {
+                errors.add("\(field)[\(i)]", "is not a JPEG, PNG or WebP image")
+                return nil
+            }
+            return type
+        }
+    }
+
+    /// An amount of a bid: 1..100000000 cents, currency three upper-case letters.
+    static func amount(_ m: Common_V1_Money?, field: String = "amount", into errors: inout FieldErrors) -> (cents: Int64, currency: String)? {
+        guard let m else {
+            errors.add(field, "required (amount_cents and currency)")
+            return nil
+        }
+        var ok = true
+        if !(1...maxBidCents).contains(m.amountCents) {
+            errors.add("\(field).amount_cents", "must be 1 to \(maxBidCents) cents")
+            ok = false
+        }
+        if m.currency.utf8.count != 3 || !m.currency.utf8.allSatisfy({ (0x41...0x5A).contains($0) }) {
+            errors.add("\(field).currency", "must be a 3-letter upper-case ISO 4217 code (e.g. \"EUR\")")
+            ok = false
+        }
+        return ok ? (m.amountCents, m.currency) : nil
+    }
+
+    /// Keywords: 0..10 space-separated words of 1..30 characters.
+    static func keywords(_ raw: String, into errors: inout FieldErrors) -> [String] {
+        let words = raw.split(whereSeparator: { $0.isWhitespace }).map(String.init)
+        if words.count > 10 { errors.add("keywords", "at most 10 words") }
+        if words.contains(where: { FieldRules.length($0) > 30 }) { errors.add("keywords", "each word must be at most 30 characters") }
+        if FieldRules.hasControlCharacters(raw.filter { !$0.isWhitespace }) { errors.add("keywords", "must not contain control characters") }
+        var seen = Set<String>()
+        return words.prefix(10).filter { seen.insert($0.lowercased()).inserted }
+    }
+
+    /// The FTS5 query of the words of three or more characters (each a quoted phrase: a substring
+    /// under the trigram tokenizer), or nil when none is that long.
+    static func ftsQuery(_ words: [String]) -> String? {
+        let long = words.filter { $0.unicodeScalars.count >= 3 }
+        guard !long.isEmpty else { return nil }
+        return long.map { "\"" + $0.replacingOccurrences(of: "\"", with: "\"\"") + "\"" }.joined(separator: " AND ")
+    }
+
+    /// A LIKE pattern matching `word` anywhere (`\` escapes).
+    static func likePattern(_ word: String) -> String {
+        "%" + word.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "%", with: "\\%").replacingOccurrences(of: "_", with: "\\_")
+            + "%"
+    }
+
+    /// Statuses of a filter: `allowed` only, no UNSPECIFIED; empty → `defaults`.
+    static func statuses(
+        _ raw: [Tasks_V1_MarketTaskStatus], allowed: Set<Int64>, defaults: Set<Int64>, what: String, into errors: inout FieldErrors
+    ) -> [Int64] {
+        var out = Set<Int64>()
+        for (i, s) in raw.enumerated() {
+            let v = Int64(s.rawValue)
+            if allowed.contains(v) { out.insert(v) } else { errors.add("statuses[\(i)]", what) }
+        }
+        return (out.isEmpty ? defaults : out).sorted()
+    }
+}
