@@ -16,6 +16,7 @@ let package = Package(
         .executable(name: "interop-client", targets: ["interop-client"]),
         .executable(name: "protoc-gen-swiftpbc", targets: ["protoc-gen-swiftpbc"]),
         .executable(name: "accounts-service", targets: ["accounts-service"]),
+        .executable(name: "matchmaking-service", targets: ["matchmaking-service"]),
         .executable(name: "social-service", targets: ["social-service"]),
         .executable(name: "gateway", targets: ["gateway"]),
         .executable(name: "finance-service", targets: ["finance-service"]),
@@ -221,6 +222,33 @@ let package = Package(
             swiftSettings: strict
         ),
 
+        // matchmaking: the board game, the queue, ratings and the leaderboard. Library + thin executable.
+        .target(
+            name: "Matchmaking",
+            dependencies: [
+                "Storage", "Security", "ServiceKit", "Contracts", "GRPCContracts", "RPCCore", "RPCProtobuf",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            exclude: ["README.md"],
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "matchmaking-service",
+            dependencies: [
+                "Matchmaking", "ServiceKit", "Contracts", "RPCTransport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
+        // The matchmaking rows of scripts/bench (the matchmaker and the rules engine in-process).
+        .executableTarget(
+            name: "matchmaking-bench",
+            dependencies: ["Matchmaking", "ServiceKit", "Contracts", "RPCCore", "RPCTransport"],
+            path: "Sources/matchmaking-bench",
+            swiftSettings: strict
+        ),
+
         // gateway: the public API (gRPC proxy, auth and limits, Connect JSON). Library + thin executable.
         .target(
             name: "Gateway",
@@ -302,6 +330,15 @@ let package = Package(
             dependencies: [
                 "Accounts", "accounts-service", "Storage", "Security", "ServiceKit", "Contracts", "GRPCContracts",
                 "RPCCore", "RPCTransport", "RPCServices", "RPCProtobuf", "ContractTesting",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .testTarget(
+            name: "MatchmakingTests",
+            dependencies: [
+                "Matchmaking", "matchmaking-service", "Social", "social-service", "Accounts", "accounts-service", "ServiceKit",
+                "ServiceKitTesting", "Storage", "Security", "Contracts", "GRPCContracts", "RPCCore", "RPCTransport", "RPCServices",
+                "RPCProtobuf", "ContractTesting",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

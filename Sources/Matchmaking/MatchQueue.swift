@@ -1,0 +1,230 @@
+import Contracts
+import Synchronization
+
+/// The random-opponent queue of this process, in memory (a ticket lives exactly as long as a
+/// JoinQueue stream can carry it; the match it leads to is stored). One ticket per user; each
+/// ticket is carried by one open stream (`QueueStream`). The pairing itself is the pure
+/// `QueuePairing.plan`; the upkeep loop calls `pass` every tick.
+///
+/// **No ghosts.** A ticket leaves the queue the moment its stream ends for any reason: the client
+/// closed or cancelled it, its connection died (the transport's keepalive PING cancels the stream
+/// of a peer that stopped answering), or the server shut down. A ticket that waited out its
+/// lifetime expires.
+final class MatchQueue: Sendable {
+    /// What a stream is told.
+    enum Update: Sendable {
+        /// A periodic or window-change status (SEARCHING).
+        case status
+        case matched(matchID: String, opponent: Common_V1_UserRef, seat: GameSeat)
+        case cancelled
+        case expired
+    }
+
+    /// One JoinQueue call's mailbox.
+    final class Stream: Sendable {
+        private struct State {
+            var queue: [Update] = []
+            var waiter: CheckedContinuation<Update?, Never>?
+            var finished = false
+        }
+        private let state = Mutex(State())
+
+        func deliver(_ u: Update) {
+            let w: CheckedContinuation<Update?, Never>? = state.withLock { s in
+                if s.finished { return nil }
+                if let w = s.waiter {
+                    s.waiter = nil
+                    return w
+                }
+                // A status is only worth one in the queue.
+                if case .status = u, case .status? = s.queue.last { return nil }
+                s.queue.append(u)
+                return nil
+            }
+            w?.resume(returning: u)
+        }
+
+        /// Ends the mailbox: `next` returns nil from now on (after what is queued).
+        func finish() {
+            let w: CheckedContinuation<Update?, Never>? = state.withLock { s in
+                s.finished = true
+                defer { s.waiter = nil }
+                return s.waiter
+            }
+            w?.resume(returning: nil)
+        }
+
+        /// The next update, nil once finished (or the task was cancelled).
+        func next() async -> Update? {
+            await withTaskCancellationHandler {
+                await withCheckedContinuation { (c: CheckedContinuation<Update?, Never>) in
+                    let ready: Update?? = state.withLock { s in
+                        if !s.queue.isEmpty { return .some(s.queue.removeFirst()) }
+                        if s.finished { return .some(nil) }
+                        s.waiter = c
+                        return nil
+                    }
+                    if let ready { c.resume(returning: ready) }
+                }
+            } onCancel: {
+                self.finish()
+            }
+        }
+    }
+
+    struct Ticket: Sendable {
+        var number: UInt64
+        var ticketID: String
+        var userID: String
+        var rating: Double
+        var joinedAt: Int64
+        var stream: Stream
+        /// When the last status went out (Unix ms).
+        var lastStatusAt: Int64
+        /// Half-width of the window in that status.
+        var lastHalfWidth: Double
+    }
+
+    private struct State {
+        var byUser: [String: Ticket] = [:]
+        var nextNumber: UInt64 = 1
+        var closed = false
+    }
+    private let state = Mutex(State())
+    let lifetime: Int64
+    let statusEvery: Int64
+
+    init(lifetime: Duration, statusEvery: Duration) {
+        self.lifetime = lifetime.milliseconds
+        self.statusEvery = statusEvery.milliseconds
+    }
+
+    var count: Int { state.withLock { $0.byUser.count } }
+
+    func ticket(of userID: String) -> Ticket? { state.withLock { $0.byUser[userID] } }
+
+    /// Joins (or reattaches to the user's SEARCHING ticket, keeping its waiting time: the older
+    /// stream is told CANCELLED and ends). Returns the ticket now carried by `stream`.
+    func join(userID: String, rating: Double, ticketID: String, now: Int64, stream: Stream) -> Ticket? {
+        let (ticket, superseded): (Ticket?, Stream?) = state.withLock { s in
+            if s.closed { return (nil, nil) }
+            if var existing = s.byUser[userID] {
+                let old = existing.stream
+                existing.stream = stream
+                existing.lastStatusAt = now
+                s.byUser[userID] = existing
+                return (existing, old)
+            }
+            let t = Ticket(
+                number: s.nextNumber, ticketID: ticketID, userID: userID, rating: rating, joinedAt: now, stream: stream,
+                lastStatusAt: now, lastHalfWidth: QueuePairing.halfWidth(waitedMilliseconds: 0))
+            s.nextNumber += 1
+            s.byUser[userID] = t
+            return (t, nil)
+        }
+        if let superseded {
+            superseded.deliver(.cancelled)
+            superseded.finish()
+        }
+        return ticket
+    }
+
+    /// The stream carrying `userID`'s ticket ended: the ticket leaves the queue at once (unless
+    /// a newer stream carries it now).
+    func streamEnded(userID: String, stream: Stream) {
+        state.withLock { s in
+            if let t = s.byUser[userID], t.stream === stream { s.byUser[userID] = nil }
+        }
+    }
+
+    /// CancelQueue: removes the user's ticket (any, or the one named). True when one was removed.
+    func cancel(userID: String, ticketID: String) -> Bool {
+        let removed: Ticket? = state.withLock { s in
+            guard let t = s.byUser[userID], ticketID.isEmpty || t.ticketID == ticketID else { return nil }
+            s.byUser[userID] = nil
+            return t
+        }
+        guard let removed else { return false }
+        removed.stream.deliver(.cancelled)
+        removed.stream.finish()
+        return true
+    }
+
+    /// Takes tickets out to be paired (the core creates their match, then `matched` or `putBack`).
+    private func take(_ users: [String]) -> [Ticket] {
+        state.withLock { s in users.compactMap { s.byUser.removeValue(forKey: $0) } }
+    }
+
+    /// Returns tickets whose match could not be made (their streams still open).
+    func putBack(_ tickets: [Ticket]) {
+        state.withLock { s in
+            for t in tickets where s.byUser[t.userID] == nil && !s.closed { s.byUser[t.userID] = t }
+        }
+    }
+
+    /// Statuses due (window widened, or `statusEvery` passed) and expiries, at `now`.
+    func upkeep(now: Int64) {
+        var statuses: [Stream] = []
+        var expired: [Stream] = []
+        state.withLock { s in
+            for (user, var t) in s.byUser {
+                let waited = now - t.joinedAt
+                if waited >= lifetime {
+                    s.byUser[user] = nil
+                    expired.append(t.stream)
+                    continue
+                }
+                let half = QueuePairing.halfWidth(waitedMilliseconds: waited)
+                if half != t.lastHalfWidth || now - t.lastStatusAt >= statusEvery {
+                    t.lastHalfWidth = half
+                    t.lastStatusAt = now
+                    s.byUser[user] = t
+                    statuses.append(t.stream)
+                }
+            }
+        }
+        for st in statuses { st.deliver(.status) }
+        for st in expired {
+            st.deliver(.expired)
+            st.finish()
+        }
+    }
+
+    /// One pairing pass: the pairs to make (taken out of the queue) and the pairs whose
+    /// relationship must be asked before they can be paired.
+    func pass(now: Int64, neighbors: Int, blocked: QueuePairing.BlockLookup) -> (pairs: [(Ticket, Ticket)], unknown: [(String, String)]) {
+        let tickets = state.withLock { s in Array(s.byUser.values) }
+        guard tickets.count >= 2 else { return ([], []) }
+        let plan = QueuePairing.plan(
+            tickets.map { QueuePairing.Ticket(id: $0.number, userID: $0.userID, rating: $0.rating, joinedAt: $0.joinedAt) },
+            now: now, neighbors: neighbors, blocked: blocked)
+        var pairs: [(Ticket, Ticket)] = []
+        for p in plan.pairs {
+            let taken = take([tickets[p.first].userID, tickets[p.second].userID])
+            if taken.count == 2 {
+                // Still the same tickets (not cancelled and rejoined meanwhile).
+                if taken[0].number == tickets[p.first].number && taken[1].number == tickets[p.second].number {
+                    pairs.append((taken[0], taken[1]))
+                } else {
+                    putBack(taken)
+                }
+            } else {
+                putBack(taken)
+            }
+        }
+        return (pairs, plan.unknown)
+    }
+
+    /// Ends every stream (server shutting down) and refuses new tickets.
+    func shutDown() {
+        let all: [Ticket] = state.withLock { s in
+            s.closed = true
+            defer { s.byUser = [:] }
+            return Array(s.byUser.values)
+        }
+        for t in all { t.stream.finish() }
+    }
+
+    /// Removes `userID`'s ticket (account erased): its stream is told CANCELLED.
+    func remove(userID: String) { _ = cancel(userID: userID, ticketID: "") }
+}
