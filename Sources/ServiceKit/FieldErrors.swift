@@ -6,9 +6,19 @@ import RPCCore
 /// lists them for people, `google.rpc.BadRequest` in `grpc-status-details-bin` for programs.
 public struct FieldErrors: Sendable {
     public private(set) var violations: [(field: String, description: String)] = []
+    /// Violations past `maxNamed`, counted but not listed.
+    public private(set) var unnamed = 0
     public init() {}
 
-    public mutating func add(_ field: String, _ description: String) { violations.append((field, description)) }
+    /// At most this many fields are named in one error, and its message is cut at `maxMessage`
+    /// characters: a 64 KiB request of repeated bad values must not make a multi-megabyte answer
+    /// (grpc-message and grpc-status-details-bin travel in headers that clients bound, ~8–16 KiB).
+    public static let maxNamed = 64
+    static let maxMessage = 1000
+
+    public mutating func add(_ field: String, _ description: String) {
+        if violations.count < Self.maxNamed { violations.append((field, description)) } else { unnamed += 1 }
+    }
     public var isEmpty: Bool { violations.isEmpty }
 
     /// Throws INVALID_ARGUMENT (or `code`) naming every field, if any was rejected.
@@ -18,7 +28,9 @@ public struct FieldErrors: Sendable {
     }
 
     public func error(_ code: StatusCode = .invalidArgument, summary: String = "invalid request") -> RPCError {
-        let text = violations.map { "\($0.field): \($0.description)" }.joined(separator: "; ")
+        var text = violations.map { "\($0.field): \($0.description)" }.joined(separator: "; ")
+        if unnamed > 0 { text += "; and \(unnamed) more" }
+        if text.count > Self.maxMessage { text = String(text.prefix(Self.maxMessage)) + "…" }
         var bad = Google_Rpc_BadRequest()
         bad.fieldViolations = violations.map { v in
             var f = Google_Rpc_BadRequest.FieldViolation()

@@ -21,6 +21,15 @@ import Testing
         #expect(e.violations[1].description == "must be at most 8 characters")
     }
 
+    @Test func oneErrorNamesAtMost64FieldsAndStaysSmall() {
+        var e = FieldErrors()
+        for i in 0..<10_000 { e.add("statuses[\(i)]", String(repeating: "x", count: 100)) }
+        let error = e.error()
+        #expect(error.failure.fields.count == FieldErrors.maxNamed)
+        #expect(error.message.count <= 1_100 && error.message.hasPrefix("invalid request: statuses[0]"))
+        #expect(e.unnamed == 10_000 - FieldErrors.maxNamed)
+    }
+
     @Test func idempotencyKeysArePrintableASCIIUpTo64() {
         var e = FieldErrors()
         FieldRules.idempotencyKey("retry-7f3a", into: &e)

@@ -60,7 +60,7 @@ struct ContractFixtureTests {
             let t = w.tasks, i = w.internalAPI
             let alice = try await w.named("alice", "Alice Martin"), bob = try await w.named("bob_k", "Bob Kowalski")
             let carol = try await w.named("carol.ng", "Carol Ng"), dora = try await w.named("dora", "Dora")
-            try await w.team([alice])  // the fixtures' team (its id is generated: not compared)
+            _ = try await w.team([alice])  // the fixtures' team (its id is generated: not compared)
 
             let a = try await r.run("CreateTeamTask", Tasks_V1_CreateTeamTaskRequest.self) { try await t.createTeamTask($0, options: alice.options) }
             let task = a.task.taskId

@@ -214,9 +214,11 @@ struct MarketplaceTests {
             let first = try await w.tasks.placeBid(bidRequest(t.taskId, 6000, key: key), options: bob.options)
             #expect(first.taskStatus == .bidded && first.bid.status == .active && first.bid.provider.userId == bob.id && !first.replayed)
             #expect(try await w.tasks.placeBid(bidRequest(t.taskId, 6000, key: key), options: bob.options).replayed)
-            // Bidding again replaces the amount (same bid).
+            // Bidding again replaces the amount under a new id: accepting the id one saw before the
+            // change is NOT_FOUND, never the new amount (no bait-and-switch).
             let replaced = try await w.bid(bob, t.taskId, 4500)
-            #expect(replaced.bidId == first.bid.bidId && replaced.amount.amountCents == 4500)
+            #expect(replaced.bidId != first.bid.bidId && replaced.amount.amountCents == 4500)
+            await expectFailure(.notFound) { try await w.accept(alice, first.bid.bidId) }
             let daveBid = try await w.bid(dave, t.taskId, 6000)
             await expectFailure(.invalidArgument, fields: ["amount.currency"]) {
                 try await w.tasks.placeBid(bidRequest(t.taskId, 100, "EUR"), options: eve.options)
@@ -233,7 +235,7 @@ struct MarketplaceTests {
             let p1 = try await w.tasks.listBids(lb, options: alice.options)
             lb.pageToken = p1.nextPageToken
             let p2 = try await w.tasks.listBids(lb, options: alice.options)
-            #expect((p1.bids + p2.bids).map(\.bidId) == [first.bid.bidId, daveBid.bidId, eveBid.bidId] && p2.nextPageToken.isEmpty)
+            #expect((p1.bids + p2.bids).map(\.bidId) == [replaced.bidId, daveBid.bidId, eveBid.bidId] && p2.nextPageToken.isEmpty)
             lb.pageToken = ""
             #expect(try await w.tasks.listBids(lb, options: dave.options).bids.map(\.bidId) == [daveBid.bidId])
             lb.pageToken = p1.nextPageToken
@@ -255,7 +257,7 @@ struct MarketplaceTests {
 
             // Done before accepting: refused; a non-requester cannot accept.
             await expectFailure(.failedPrecondition) { try await w.done(alice, t.taskId) }
-            await expectFailure(.permissionDenied) { try await w.accept(bob, first.bid.bidId) }
+            await expectFailure(.permissionDenied) { try await w.accept(bob, replaced.bidId) }
 
             // Two accepts racing: exactly one wins, the other hears why.
             let daveCurrent = try await w.tasks.listBids(
@@ -263,7 +265,7 @@ struct MarketplaceTests {
                     var r = Tasks_V1_ListBidsRequest(); r.taskId = t.taskId; return r
                 }(), options: dave.options
             ).bids[0]
-            async let a1 = attempt { try await w.accept(alice, first.bid.bidId) }
+            async let a1 = attempt { try await w.accept(alice, replaced.bidId) }
             async let a2 = attempt { try await w.accept(alice, daveCurrent.bidId) }
             let results = [await a1, await a2]
             let wins = results.compactMap { try? $0.get() }

@@ -343,10 +343,12 @@ extension TasksService {
                 if let existing = try tx.queryOne("SELECT id FROM market_bids WHERE task_id = ? AND provider_id = ?", taskID, me)?.get(
                     0, as: String.self)
                 {
-                    bidID = existing
+                    // A replaced bid gets a new id: a requester accepting what they saw (the old
+                    // id) gets NOT_FOUND instead of the new amount (no bait-and-switch).
+                    bidID = ULID.make(now: now)
                     try tx.execute(
-                        "UPDATE market_bids SET amount_cents = ?, currency = ?, created_at = ? WHERE id = ?", amount.cents, amount.currency, now,
-                        bidID)
+                        "UPDATE market_bids SET id = ?, amount_cents = ?, currency = ?, created_at = ? WHERE id = ?", bidID, amount.cents,
+                        amount.currency, now, existing)
                 } else {
                     bidID = ULID.make(now: now)
                     try tx.execute(
