@@ -371,7 +371,7 @@ for e in rpc.MatchmakingStub(ch).JoinQueue(pb.JoinQueueRequest(), metadata=md, t
 def test_account_deletion_cascades_to_every_service_under_scripts_run(tmp_path, stubs):
     """All five services and the gateway started by scripts/run (the built binaries in BIN_DIR);
     deleting an account reaches every service: accounts' outbox shows the event acknowledged by
-    each destination, and the user is gone or anonymised in social, tasks and matchmaking."""
+    each destination, and the user is gone or anonymised in social, finance, tasks and matchmaking."""
     import signal
     import sqlite3
     import subprocess
@@ -403,7 +403,19 @@ def test_account_deletion_cascades_to_every_service_under_scripts_run(tmp_path, 
         social, tasks, mm = social_pb2_grpc.SocialStub(gw), tasks_pb2_grpc.TasksStub(gw), matchmaking_pb2_grpc.MatchmakingStub(gw)
         ann, bob = sign_up(ctx, "ann"), sign_up(ctx, "bob")
 
-        # Bob's traces: a friendship (social), a team task (tasks), a finished match and a rating (matchmaking).
+        # Bob's traces: a household and a charge (social, finance), a friendship (social), a team
+        # task (tasks), a finished match and a rating (matchmaking).
+        from finance.v1 import finance_pb2 as fpb, finance_pb2_grpc
+        from common.v1 import types_pb2
+        finance = finance_pb2_grpc.FinanceStub(gw)
+        home = social.CreateHousehold(spb.CreateHouseholdRequest(name="Flat", invite_emails=[f"{bob['username']}@example.com"]),
+                                      metadata=auth(ann["token"]), timeout=10)
+        household = home.household.household_id
+        social.JoinHousehold(spb.JoinHouseholdRequest(invite_code=home.invites[0].invite_code), metadata=auth(bob["token"]), timeout=10)
+        finance.CreateCharge(fpb.CreateChargeRequest(household_id=household, description="Rent share",
+                                                     amount=types_pb2.Money(amount_cents=1250, currency="EUR"),
+                                                     split_mode=fpb.SPLIT_MODE_EQUAL, housemate_user_ids=[bob["id"]],
+                                                     idempotency_key=uuid.uuid4().hex), metadata=auth(ann["token"]), timeout=10)
         social.AddFriend(spb.AddFriendRequest(user=spb.UserSelector(username=bob["username"])), metadata=auth(ann["token"]), timeout=10)
         task = tasks.CreateTeamTask(ttpb.CreateTeamTaskRequest(idempotency_key=uuid.uuid4().hex, name="Shared",
                                                                participant_usernames=[bob["username"]]), metadata=auth(ann["token"]), timeout=10).task
@@ -430,6 +442,10 @@ def test_account_deletion_cascades_to_every_service_under_scripts_run(tmp_path, 
         assert all(d is not None for _, d in rows), rows
 
         # Service by service.
+        # finance: ann keeps the entry and the balance, the counterpart shown as a deleted user.
+        balances = finance.GetBalances(fpb.GetBalancesRequest(household_id=household), metadata=auth(ann["token"]), timeout=10).balances
+        owed = [b for b in balances if b.amount.amount_cents == 1250]
+        assert len(owed) == 1 and owed[0].counterpart.display_name == "Deleted user" and owed[0].counterpart.username == "", balances
         friends = social.ListFriends(spb.ListFriendsRequest(), metadata=auth(ann["token"]), timeout=10)
         assert bob["id"] not in str(friends)
         t = tasks.GetTeamTask(ttpb.GetTeamTaskRequest(task_id=task.task_id), metadata=auth(ann["token"]), timeout=10).task
