@@ -32,14 +32,10 @@ public final class FinanceCore: Sendable {
         self.configuration = configuration
         self.clock = clock
         self.logger = logger
-        database = try Database.open(
-            directory: configuration.dataDirectory, fileName: FinanceSchema.fileName,
-            migrations: FinanceSchema.migrations, logger: logger)
-        store = ServiceStore(database: database, uniqueFields: Self.uniqueFields, logger: logger)
-        do { pageTokens = try PageTokens.load(from: database) } catch {
-            database.close()
-            throw error
-        }
+        let opened = try ServiceStore.open(
+            directory: configuration.dataDirectory, fileName: FinanceSchema.fileName, migrations: FinanceSchema.migrations,
+            uniqueFields: Self.uniqueFields, logger: logger)
+        (database, store, pageTokens) = (opened.database, opened.store, opened.pageTokens)
         self.peers = FinancePeers(peers: peers, configuration: configuration, logger: logger)
     }
 

@@ -33,38 +33,24 @@ public final class MatchmakingCore: Sendable {
     ]
 
     /// Opens (and migrates) the database and loads the leaderboard. Blocking: call at startup.
-    /// `relationships` answers for social in tests and benches that run without it.
     public init(
         configuration: MatchmakingConfiguration, peers: PeerClients, clock: any WallClock = SystemClock(),
-        logger: Logger = Logger(label: "matchmaking"),
-        relationships: (@Sendable (String, String) -> (friends: Bool, blocked: Bool)?)? = nil
+        logger: Logger = Logger(label: "matchmaking")
     ) throws {
         self.configuration = configuration
         self.clock = clock
         self.logger = logger
         self.peers = peers
-        database = try Database.open(
-            directory: configuration.dataDirectory, fileName: MatchmakingSchema.fileName,
-            migrations: MatchmakingSchema.migrations, logger: logger)
-        store = ServiceStore(database: database, uniqueFields: Self.uniqueFields, logger: logger)
-        do { pageTokens = try PageTokens.load(from: database) } catch {
-            database.close()
-            throw error
-        }
+        let opened = try ServiceStore.open(
+            directory: configuration.dataDirectory, fileName: MatchmakingSchema.fileName, migrations: MatchmakingSchema.migrations,
+            uniqueFields: Self.uniqueFields, logger: logger)
+        (database, store, pageTokens) = (opened.database, opened.store, opened.pageTokens)
         hub = MatchHub(maxPerUser: configuration.maxWatchStreamsPerUser, maxQueued: configuration.maxQueuedEvents)
         queue = MatchQueue(lifetime: configuration.queueLifetime, statusEvery: configuration.queueStatusEvery)
         ranks = RankIndex()
         directory = UserDirectory(store: store, peers: peers, deadline: configuration.peerDeadline, clock: clock, logger: logger)
-        var override: (@Sendable (String, String) -> Relations.Answer?)?
-        if let relationships {
-            override = { a, b in
-                guard let r = relationships(a, b) else { return nil }
-                return Relations.Answer(friends: r.friends, blocked: r.blocked, at: clock.nowMilliseconds())
-            }
-        }
         relations = Relations(
-            peers: peers, deadline: configuration.peerDeadline, cacheFor: configuration.relationshipCacheFor, clock: clock, logger: logger,
-            override: override)
+            peers: peers, deadline: configuration.peerDeadline, cacheFor: configuration.relationshipCacheFor, clock: clock, logger: logger)
         chatThrottle = SlidingWindowThrottle(limit: configuration.chatLimit, window: configuration.chatWindow, clock: clock)
         do { try loadRanks() } catch {
             database.close()

@@ -112,26 +112,21 @@ final class Relations: Sendable {
     let clock: any WallClock
     let logger: Logger
     private let cache = Mutex<[String: Answer]>([:])
-    /// Answers for tests and benches that run without social (a double, clearly not social).
-    let override: (@Sendable (String, String) -> Answer?)?
 
     init(
-        peers: PeerClients, deadline: Duration, cacheFor: Duration, clock: any WallClock, logger: Logger,
-        override: (@Sendable (String, String) -> Answer?)? = nil
+        peers: PeerClients, deadline: Duration, cacheFor: Duration, clock: any WallClock, logger: Logger
     ) {
         self.peers = peers
         self.deadline = deadline
         self.cacheFor = cacheFor
         self.clock = clock
         self.logger = logger
-        self.override = override
     }
 
     static func key(_ a: String, _ b: String) -> String { a < b ? "\(a)|\(b)" : "\(b)|\(a)" }
 
     /// Asks social now; UNAVAILABLE when it cannot answer.
     func fresh(_ a: String, _ b: String) async throws -> Answer {
-        if let override, let answer = override(a, b) { return answer }
         var request = Social_V1_CheckRelationshipRequest()
         request.userId = a
         request.otherUserId = b
@@ -152,7 +147,6 @@ final class Relations: Sendable {
 
     /// A cached answer younger than `cacheFor`, or nil.
     func cached(_ a: String, _ b: String) -> Answer? {
-        if let override, let answer = override(a, b) { return answer }
         let now = clock.nowMilliseconds()
         return cache.withLock { c in
             guard let hit = c[Self.key(a, b)], now - hit.at < cacheFor.milliseconds else { return nil }

@@ -35,6 +35,28 @@ public final class ServiceStore: Sendable {
         self.logger = logger
     }
 
+    /// What every service opens at startup: its database file (migrated), the store over it and
+    /// its page-token secret. The database is closed again when anything after the open fails.
+    /// Blocking: call at startup.
+    public struct Opened: Sendable {
+        public let database: Database
+        public let store: ServiceStore
+        public let pageTokens: PageTokens
+    }
+
+    public static func open(
+        directory: String, fileName: String, migrations: [Migration], uniqueFields: [String: UniqueField] = [:], logger: Logger
+    ) throws -> Opened {
+        let database = try Database.open(directory: directory, fileName: fileName, migrations: migrations, logger: logger)
+        do {
+            let tokens = try PageTokens.load(from: database)
+            return Opened(database: database, store: ServiceStore(database: database, uniqueFields: uniqueFields, logger: logger), pageTokens: tokens)
+        } catch {
+            database.close()
+            throw error
+        }
+    }
+
     /// One read transaction; storage failures become `RPCError`s (with the failure as cause).
     public func read<T: Sendable>(_ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
         do { return try await database.read(body) } catch let e as StorageError { throw rpcError(e) }

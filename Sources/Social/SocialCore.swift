@@ -42,14 +42,10 @@ public final class SocialCore: Sendable {
         self.clock = clock
         self.logger = logger
         self.peers = peers
-        database = try Database.open(
-            directory: configuration.dataDirectory, fileName: SocialSchema.fileName,
-            migrations: SocialSchema.migrations, logger: logger)
-        store = ServiceStore(database: database, uniqueFields: Self.uniqueFields, logger: logger)
-        do { pageTokens = try PageTokens.load(from: database) } catch {
-            database.close()
-            throw error
-        }
+        let opened = try ServiceStore.open(
+            directory: configuration.dataDirectory, fileName: SocialSchema.fileName, migrations: SocialSchema.migrations,
+            uniqueFields: Self.uniqueFields, logger: logger)
+        (database, store, pageTokens) = (opened.database, opened.store, opened.pageTokens)
         hub = NotificationHub(
             maxPerUser: configuration.maxSubscriptionsPerUser,
             maxQueued: configuration.maxQueuedPerSubscription, clock: clock)

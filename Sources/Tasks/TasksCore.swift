@@ -36,13 +36,10 @@ public final class TasksCore: Sendable {
         self.configuration = configuration
         self.clock = clock
         self.logger = logger
-        database = try Database.open(
-            directory: configuration.dataDirectory, fileName: TasksSchema.fileName, migrations: TasksSchema.migrations, logger: logger)
-        store = ServiceStore(database: database, uniqueFields: Self.uniqueFields, logger: logger)
-        do { pageTokens = try PageTokens.load(from: database) } catch {
-            database.close()
-            throw error
-        }
+        let opened = try ServiceStore.open(
+            directory: configuration.dataDirectory, fileName: TasksSchema.fileName, migrations: TasksSchema.migrations,
+            uniqueFields: Self.uniqueFields, logger: logger)
+        (database, store, pageTokens) = (opened.database, opened.store, opened.pageTokens)
         self.peers = TasksPeers(
             peers: peers, deadline: configuration.peerDeadline, membershipCacheFor: configuration.membershipCacheFor, clock: clock)
         users = UserDirectory(store: store, peers: self.peers, refreshAfter: configuration.userRefreshAfter, clock: clock, logger: logger)
