@@ -376,6 +376,53 @@ struct MarketplaceTests {
         }
     }
 
+    /// A hostile first bidder cannot lock a task's currency: made-up codes are refused, and once the
+    /// requester declines a bid its provider cannot bid on that task again (in any currency).
+    @Test func aHostileFirstBidderCannotLockTheCurrency() async throws {
+        try await withWorld { w in
+            let (alice, mallory, bob) = (try await w.user("alice"), try await w.user("mallory"), try await w.user("bob"))
+            let t = try await w.post(alice, newMarketTask("Paint the fence"))
+            // Three upper-case letters that are no ISO 4217 currency, and the X-codes, are refused.
+            for code in ["ZZZ", "XXX", "XTS", "ABC"] {
+                let f = await expectFailure(.invalidArgument, fields: ["amount.currency"]) {
+                    try await w.tasks.placeBid(bidRequest(t.taskId, 100, code), options: mallory.options)
+                }
+                #expect(f?.message.contains(code) == true)
+            }
+            #expect(try await w.get(alice, t.taskId).status == .requested)
+            // A real but odd currency fixes the task's currency for the others...
+            let hostile = try await w.tasks.placeBid(bidRequest(t.taskId, 100, "KPW"), options: mallory.options).bid
+            await expectFailure(.invalidArgument, fields: ["amount.currency"]) {
+                try await w.tasks.placeBid(bidRequest(t.taskId, 5000, "CAD"), options: bob.options)
+            }
+            // ...until the requester declines it: the decliner's provider cannot come back, in any currency.
+            var decline = Tasks_V1_DeclineBidRequest()
+            decline.bidId = hostile.bidId
+            #expect(try await w.tasks.declineBid(decline, options: alice.options).taskStatus == .requested)
+            for code in ["KPW", "CAD"] {
+                let f = await expectFailure(.failedPrecondition) {
+                    try await w.tasks.placeBid(bidRequest(t.taskId, 90, code), options: mallory.options)
+                }
+                #expect(f?.message == "the requester declined your bid on this task")
+            }
+            let honest = try await w.tasks.placeBid(bidRequest(t.taskId, 5000, "CAD"), options: bob.options)
+            #expect(honest.taskStatus == .bidded && honest.bid.amount.currency == "CAD")
+            // Only this task: mallory may bid on another one; deleting one's own bid is no decline.
+            let other = try await w.post(alice, newMarketTask("Mow the lawn"))
+            let own = try await w.tasks.placeBid(bidRequest(other.taskId, 700, "EUR"), options: mallory.options).bid
+            var del = Tasks_V1_DeleteBidRequest()
+            del.bidId = own.bidId
+            _ = try await w.tasks.deleteBid(del, options: mallory.options)
+            #expect(try await w.tasks.placeBid(bidRequest(other.taskId, 800, "EUR"), options: mallory.options).taskStatus == .bidded)
+            let declines = try await w.core.read { c in
+                try c.query("SELECT task_id, provider_id FROM market_declined_bidders").map {
+                    [try $0.get(0, as: String.self), try $0.get(1, as: String.self)]
+                }
+            }
+            #expect(declines == [[t.taskId, mallory.id]])
+        }
+    }
+
     @Test func listsFilterAndPageInATotalOrder() async throws {
         try await withWorld { w in
             let (alice, bob) = (try await w.user("alice"), try await w.user("bob"))
