@@ -142,5 +142,13 @@ enum TasksSchema {
                     ) WITHOUT ROWID;
                     CREATE INDEX market_declined_bidders_provider ON market_declined_bidders(provider_id);
                     """),
+            Migration(
+                name: "habits.002-event-zone",
+                sql: """
+                    -- The IANA zone an event was added in: the next event reads that zone's clock at its
+                    -- own instant (daylight saving included), so staying in one zone never excuses a
+                    -- day. NULL for events added before: their utc_offset alone is known.
+                    ALTER TABLE habit_events ADD COLUMN time_zone TEXT;
+                    """),
         ]
 }

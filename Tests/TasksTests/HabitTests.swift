@@ -131,6 +131,41 @@ struct HabitTests {
         }
     }
 
+    /// Staying in Berlin across the spring-forward change and skipping Sunday is a missed day; a
+    /// real flight from New York to Tokyo over the same night still excuses the skipped day.
+    @Test func daylightSavingInOneZoneExcusesNothingButATripEastDoes() async throws {
+        try await withWorld(now: utc(2025, 3, 27, 11)) { w in  // Thursday 12:00 in Berlin, 07:00 in New York
+            let alice = try await w.user("alice")
+            let daily: [Common_V1_Weekday] = [.monday, .tuesday, .wednesday, .thursday, .friday, .saturday, .sunday]
+            let home = try await w.habit(alice, newHabit("Stretch", days: daily, zone: "Europe/Berlin"))
+            let trip = try await w.habit(alice, newHabit("Read", days: daily, zone: "America/New_York"))
+            for _ in 0..<3 {  // Thursday, Friday, Saturday
+                _ = try await w.event(alice, newEvent(home.habitId, zone: "Europe/Berlin"))
+                _ = try await w.event(alice, newEvent(trip.habitId, zone: "America/New_York"))
+                w.clock.advance(by: Self.day)
+            }
+            // Monday 31 at 00:30 in Berlin (+2 since Sunday; Saturday's event was at +1) = Sunday
+            // 22:30 UTC = Sunday 18:30 in New York = Monday 07:30 in Tokyo.
+            w.clock.set(milliseconds: utc(2025, 3, 30, 22, 30))
+            let stayed = try await w.event(alice, newEvent(home.habitId, zone: "Europe/Berlin"))
+            let flew = try await w.event(alice, newEvent(trip.habitId, zone: "Asia/Tokyo"))
+            #expect(stayed.date == date(2025, 3, 31) && flew.date == date(2025, 3, 31))
+            var get = Tasks_V1_GetHabitRequest()
+            get.habitId = home.habitId
+            get.timeZone = "Europe/Berlin"
+            let m = try await w.tasks.getHabit(get, options: alice.options).habit.metrics
+            #expect(m.currentStreak == 1 && m.longestStreak == 3 && m.scheduledDays == 5 && m.completedDays == 4, "\(m)")
+            get.habitId = trip.habitId
+            get.timeZone = "Asia/Tokyo"
+            let t = try await w.tasks.getHabit(get, options: alice.options).habit.metrics
+            #expect(t.currentStreak == 4 && t.longestStreak == 4 && t.scheduledDays == 4 && t.completedDays == 4, "\(t)")
+            let zones = try await w.core.read { c in
+                try c.query("SELECT DISTINCT time_zone FROM habit_events ORDER BY 1").map { try $0.get(0, as: String.self) }
+            }
+            #expect(zones == ["America/New_York", "Asia/Tokyo", "Europe/Berlin"])
+        }
+    }
+
     @Test func listsTodayAndFollowedHabitsInTheCallersZone() async throws {
         // 2025-03-03 04:00 UTC: still Sunday 2 in Edmonton, Monday 3 in Berlin.
         try await withWorld(now: utc(2025, 3, 3, 4)) { w in

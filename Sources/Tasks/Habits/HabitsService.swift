@@ -324,17 +324,19 @@ extension TasksService {
                     throw RPCError(.alreadyExists, "today's event of this habit exists already: \(existing) (edit it instead)")
                 }
                 let previous = try tx.queryOne(
-                    "SELECT day, utc_offset FROM habit_events WHERE habit_id = ? AND day < ? ORDER BY day DESC LIMIT 1", habitID, today.key)
+                    "SELECT day, utc_offset, time_zone FROM habit_events WHERE habit_id = ? AND day < ? ORDER BY day DESC LIMIT 1", habitID,
+                    today.key)
                 let excused = HabitRules.excusedFrom(
                     day: today, instantMilliseconds: now, previousOffsetSeconds: try previous.map { Int(try $0.get("utc_offset", as: Int64.self)) },
-                    previousDay: try previous.map { LocalDate(key: try $0.get("day")) })
+                    previousDay: try previous.map { LocalDate(key: try $0.get("day")) },
+                    previousZone: try previous.flatMap { try $0.get("time_zone", as: String?.self) }, offsetSeconds: offset)
                 let id = ULID.make(now: now)
                 try tx.execute(
                     """
                     INSERT INTO habit_events (id, habit_id, owner_id, day, comment, latitude, longitude, utc_offset, excused_from, created_at,
-                        updated_at, photo_size, photo) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        updated_at, photo_size, photo, time_zone) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """, id, habitID, me, today.key, comment, location?.latitude, location?.longitude, Int64(offset), excused?.key, now, now,
-                    Int64(photo.count), photo.isEmpty ? nil : photo)
+                    Int64(photo.count), photo.isEmpty ? nil : photo, zone.identifier)
                 guard let e = try HabitStore.oneEvent(tx, id: id) else { throw RPCError(.internal, "event vanished") }
                 var out = Tasks_V1_CreateHabitEventResponse()
                 out.event = HabitStore.proto(e, users: try UserDirectory.cached(tx, [me]))
