@@ -3,6 +3,7 @@ import Foundation
 import RPCCore
 import ServiceKit
 import ServiceKitTesting
+import Storage
 import Testing
 
 @testable import Tasks
@@ -163,6 +164,58 @@ struct HabitTests {
                 try c.query("SELECT DISTINCT time_zone FROM habit_events ORDER BY 1").map { try $0.get(0, as: String.self) }
             }
             #expect(zones == ["America/New_York", "Asia/Tokyo", "Europe/Berlin"])
+        }
+    }
+
+    /// FOLLOWING (the latest event of each followed habit, filters first) answers, page by page,
+    /// what numbering every event with a window function answers (the former query).
+    @Test func followingHistoryMatchesTheWindowFunctionReference() async throws {
+        try await withWorld(now: Self.monday) { w in
+            let (alice, bob, carol) = (try await w.user("alice"), try await w.user("bob"), try await w.user("carol"))
+            try await w.follow(alice, bob)
+            try await w.follow(alice, carol)
+            let daily: [Common_V1_Weekday] = [.monday, .tuesday, .wednesday, .thursday, .friday, .saturday, .sunday]
+            var habits: [String] = []
+            for (who, n) in [(bob, 4), (carol, 3), (alice, 2)] {
+                for i in 0..<n { habits.append(try await w.habit(who, newHabit("H\(who.id.suffix(3))\(i)", days: daily)).habitId) }
+            }
+            for d in 0..<6 {
+                for (i, h) in habits.enumerated() where (i + d) % 3 != 0 {
+                    let owner = i < 4 ? bob : i < 7 ? carol : alice
+                    _ = try await w.event(owner, newEvent(h, comment: (i * d) % 2 == 0 ? "run 5k" : "rest"))
+                }
+                w.clock.advance(by: Self.day)
+            }
+            let followed = [bob.id, carol.id]
+            for (comment, pageSize) in [("", 2), ("5K", 3), ("rest", 1)] {
+                var h = Tasks_V1_ListHabitHistoryRequest()
+                h.scope = .following
+                h.commentContains = comment
+                h.pageSize = Int32(pageSize)
+                let got = try await w.history(alice, h).map(\.eventId)
+                let expected = try await w.core.read { c in
+                    var sql = """
+                        SELECT id FROM (SELECT e.id, e.day, e.created_at, ROW_NUMBER() OVER (PARTITION BY e.habit_id
+                            ORDER BY e.day DESC, e.created_at DESC, e.id DESC) AS rn FROM habit_events e WHERE e.owner_id IN (?, ?)
+                        """
+                    var args: [DatabaseValue] = followed.map { .text($0) }
+                    if !comment.isEmpty {
+                        sql += " AND e.comment LIKE ?"
+                        args.append(.text("%\(comment)%"))
+                    }
+                    sql += ") WHERE rn = 1 ORDER BY day DESC, created_at DESC, id DESC"
+                    return try c.query(sql, arguments: args).map { try $0.get(0, as: String.self) }
+                }
+                #expect(got == expected && got.count == (comment.isEmpty ? 7 : got.count), "\(comment)")
+                #expect(!got.isEmpty)
+                h.habitIds = [habits[1], habits[5]]
+                let some = try await w.history(alice, h).map(\.eventId)
+                let (h1, h5) = (habits[1], habits[5])
+                let inThose = try await w.core.read { c in
+                    try c.query("SELECT id FROM habit_events WHERE habit_id IN (?, ?)", h1, h5).map { try $0.get(0, as: String.self) }
+                }
+                #expect(some == expected.filter { inThose.contains($0) }, "\(comment) habit_ids")
+            }
         }
     }
 
