@@ -128,5 +128,27 @@ enum TasksSchema {
                     -- minute of the last one is the same turn only if nothing happened since.
                     ALTER TABLE chores ADD COLUMN last_finished_revision INTEGER;
                     """),
+            Migration(
+                name: "marketplace.002-declined-bids",
+                sql: """
+                    -- Providers whose bid on a task the requester declined: they may not bid on that
+                    -- task again (a declined hostile bidder cannot come straight back). Gone with the
+                    -- task (cascade) or with the provider's account (EraseUser).
+                    CREATE TABLE market_declined_bidders (
+                        task_id TEXT NOT NULL REFERENCES market_tasks(id) ON DELETE CASCADE,
+                        provider_id TEXT NOT NULL,
+                        declined_at INTEGER NOT NULL,
+                        PRIMARY KEY (task_id, provider_id)
+                    ) WITHOUT ROWID;
+                    CREATE INDEX market_declined_bidders_provider ON market_declined_bidders(provider_id);
+                    """),
+            Migration(
+                name: "habits.002-event-zone",
+                sql: """
+                    -- The IANA zone an event was added in: the next event reads that zone's clock at its
+                    -- own instant (daylight saving included), so staying in one zone never excuses a
+                    -- day. NULL for events added before: their utc_offset alone is known.
+                    ALTER TABLE habit_events ADD COLUMN time_zone TEXT;
+                    """),
         ]
 }

@@ -166,4 +166,77 @@ struct HabitRulesTests {
         let missed = HabitRules.metrics(weekdays: daily, start: d(3, 10), events: events((10...17).map { d(3, $0) } + [d(3, 19)]), today: d(3, 19))
         #expect(missed.currentStreak == 1 && missed.longestStreak == 8)
     }
+
+    /// Milliseconds of `y-m-d h:min` UTC.
+    func instant(_ m: Int, _ day: Int, _ h: Int, _ min: Int = 0) -> Int64 {
+        Int64(d(m, day).dayNumber) * 86_400_000 + Int64(h * 3600 + min * 60) * 1000
+    }
+
+    @Test func aDaylightSavingChangeInOneZoneExcusesNoDay() throws {
+        let berlin = try #require(TimeZone(identifier: "Europe/Berlin"))
+        // Spring forward (2025-03-30): Saturday 29 at +1, Sunday missed, Monday 31 00:30 at +2
+        // (= Sunday 22:30 UTC; +1 would still show Sunday 23:30). Staying put: Sunday is missed.
+        let monday = instant(3, 30, 22, 30)
+        #expect(LocalDate.at(milliseconds: monday, in: berlin) == d(3, 31))
+        let plusOne = 3600, plusTwo = 7200
+        #expect(
+            HabitRules.excusedFrom(
+                day: d(3, 31), instantMilliseconds: monday, previousOffsetSeconds: plusOne, previousDay: d(3, 29), previousZone: "Europe/Berlin",
+                offsetSeconds: plusTwo) == nil)
+        // An event stored before zones were recorded: a one-hour jump is daylight saving, not a trip.
+        #expect(
+            HabitRules.excusedFrom(
+                day: d(3, 31), instantMilliseconds: monday, previousOffsetSeconds: plusOne, previousDay: d(3, 29), offsetSeconds: plusTwo) == nil)
+        let daily: Set<Int> = Set(1...7)
+        let m = HabitRules.metrics(weekdays: daily, start: d(3, 27), events: events([d(3, 27), d(3, 28), d(3, 29), d(3, 31)]), today: d(3, 31))
+        #expect(m.currentStreak == 1 && m.longestStreak == 3 && m.scheduled == 5 && m.completed == 4)
+        // Fall back (2025-10-26): Saturday 25 at +2, Sunday missed, Monday 27 00:30 at +1 (= Sunday
+        // 23:30 UTC): nothing excused either.
+        let fallMonday = instant(10, 26, 23, 30)
+        #expect(LocalDate.at(milliseconds: fallMonday, in: berlin) == d(10, 27))
+        #expect(
+            HabitRules.excusedFrom(
+                day: d(10, 27), instantMilliseconds: fallMonday, previousOffsetSeconds: plusTwo, previousDay: d(10, 25),
+                previousZone: "Europe/Berlin", offsetSeconds: plusOne) == nil)
+        #expect(
+            HabitRules.excusedFrom(
+                day: d(10, 27), instantMilliseconds: fallMonday, previousOffsetSeconds: plusTwo, previousDay: d(10, 25), offsetSeconds: plusOne)
+                == nil)
+        // Any hour of the day after the change, in one zone: never excused.
+        for h in 0..<24 {
+            let at = instant(3, 30, 22) + Int64(h) * 3_600_000
+            let day = LocalDate.at(milliseconds: at, in: berlin)
+            #expect(
+                HabitRules.excusedFrom(
+                    day: day, instantMilliseconds: at, previousOffsetSeconds: plusOne, previousDay: d(3, 29), previousZone: "Europe/Berlin",
+                    offsetSeconds: berlin.secondsFromGMT(for: Date(timeIntervalSince1970: TimeInterval(at) / 1000))) == nil)
+        }
+    }
+
+    @Test func aRealTripEastIsStillExcusedAcrossDaylightSaving() throws {
+        // Monday 2025-03-10 at 20:00 in New York (EDT, -4, two days after its own change), then
+        // Wednesday 12 at 08:00 in Tokyo (+9) = Tuesday 23:00 UTC = Tuesday 19:00 in New York:
+        // Tuesday was skipped by the calendar and is excused.
+        let tokyo = try #require(TimeZone(identifier: "Asia/Tokyo"))
+        let wednesday = instant(3, 11, 23)
+        #expect(LocalDate.at(milliseconds: wednesday, in: tokyo) == d(3, 12))
+        let excused = HabitRules.excusedFrom(
+            day: d(3, 12), instantMilliseconds: wednesday, previousOffsetSeconds: -4 * 3600, previousDay: d(3, 10),
+            previousZone: "America/New_York", offsetSeconds: 9 * 3600)
+        #expect(excused == d(3, 11))
+        // The same trip recorded before zones were stored (offsets only): a 13-hour jump is a trip.
+        #expect(
+            HabitRules.excusedFrom(
+                day: d(3, 12), instantMilliseconds: wednesday, previousOffsetSeconds: -4 * 3600, previousDay: d(3, 10), offsetSeconds: 9 * 3600)
+                == d(3, 11))
+        let daily: Set<Int> = Set(1...7)
+        let evs = (3...10).map { HabitEventDay(day: d(3, $0)) } + [HabitEventDay(day: d(3, 12), excusedFrom: excused)]
+        let m = HabitRules.metrics(weekdays: daily, start: d(3, 3), events: evs, today: d(3, 12))
+        #expect(m.currentStreak == 9 && m.longestStreak == 9)
+        // Back home in New York, skipping a day is missed again.
+        #expect(
+            HabitRules.excusedFrom(
+                day: d(3, 14), instantMilliseconds: instant(3, 14, 12), previousOffsetSeconds: 9 * 3600, previousDay: d(3, 12),
+                previousZone: "Asia/Tokyo", offsetSeconds: -4 * 3600) == nil)
+    }
 }

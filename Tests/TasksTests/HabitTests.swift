@@ -3,6 +3,7 @@ import Foundation
 import RPCCore
 import ServiceKit
 import ServiceKitTesting
+import Storage
 import Testing
 
 @testable import Tasks
@@ -128,6 +129,93 @@ struct HabitTests {
             #expect(try await w.tasks.deleteHabit(del, options: alice.options).deletedEventCount == 3)
             await expectFailure(.notFound) { try await w.tasks.getHabit(get, options: alice.options) }
             #expect(try await w.core.read { c in try c.queryOne("SELECT COUNT(*) FROM habit_events")!.get(0, as: Int64.self) } == 0)
+        }
+    }
+
+    /// Staying in Berlin across the spring-forward change and skipping Sunday is a missed day; a
+    /// real flight from New York to Tokyo over the same night still excuses the skipped day.
+    @Test func daylightSavingInOneZoneExcusesNothingButATripEastDoes() async throws {
+        try await withWorld(now: utc(2025, 3, 27, 11)) { w in  // Thursday 12:00 in Berlin, 07:00 in New York
+            let alice = try await w.user("alice")
+            let daily: [Common_V1_Weekday] = [.monday, .tuesday, .wednesday, .thursday, .friday, .saturday, .sunday]
+            let home = try await w.habit(alice, newHabit("Stretch", days: daily, zone: "Europe/Berlin"))
+            let trip = try await w.habit(alice, newHabit("Read", days: daily, zone: "America/New_York"))
+            for _ in 0..<3 {  // Thursday, Friday, Saturday
+                _ = try await w.event(alice, newEvent(home.habitId, zone: "Europe/Berlin"))
+                _ = try await w.event(alice, newEvent(trip.habitId, zone: "America/New_York"))
+                w.clock.advance(by: Self.day)
+            }
+            // Monday 31 at 00:30 in Berlin (+2 since Sunday; Saturday's event was at +1) = Sunday
+            // 22:30 UTC = Sunday 18:30 in New York = Monday 07:30 in Tokyo.
+            w.clock.set(milliseconds: utc(2025, 3, 30, 22, 30))
+            let stayed = try await w.event(alice, newEvent(home.habitId, zone: "Europe/Berlin"))
+            let flew = try await w.event(alice, newEvent(trip.habitId, zone: "Asia/Tokyo"))
+            #expect(stayed.date == date(2025, 3, 31) && flew.date == date(2025, 3, 31))
+            var get = Tasks_V1_GetHabitRequest()
+            get.habitId = home.habitId
+            get.timeZone = "Europe/Berlin"
+            let m = try await w.tasks.getHabit(get, options: alice.options).habit.metrics
+            #expect(m.currentStreak == 1 && m.longestStreak == 3 && m.scheduledDays == 5 && m.completedDays == 4, "\(m)")
+            get.habitId = trip.habitId
+            get.timeZone = "Asia/Tokyo"
+            let t = try await w.tasks.getHabit(get, options: alice.options).habit.metrics
+            #expect(t.currentStreak == 4 && t.longestStreak == 4 && t.scheduledDays == 4 && t.completedDays == 4, "\(t)")
+            let zones = try await w.core.read { c in
+                try c.query("SELECT DISTINCT time_zone FROM habit_events ORDER BY 1").map { try $0.get(0, as: String.self) }
+            }
+            #expect(zones == ["America/New_York", "Asia/Tokyo", "Europe/Berlin"])
+        }
+    }
+
+    /// FOLLOWING (the latest event of each followed habit, filters first) answers, page by page,
+    /// what numbering every event with a window function answers (the former query).
+    @Test func followingHistoryMatchesTheWindowFunctionReference() async throws {
+        try await withWorld(now: Self.monday) { w in
+            let (alice, bob, carol) = (try await w.user("alice"), try await w.user("bob"), try await w.user("carol"))
+            try await w.follow(alice, bob)
+            try await w.follow(alice, carol)
+            let daily: [Common_V1_Weekday] = [.monday, .tuesday, .wednesday, .thursday, .friday, .saturday, .sunday]
+            var habits: [String] = []
+            for (who, n) in [(bob, 4), (carol, 3), (alice, 2)] {
+                for i in 0..<n { habits.append(try await w.habit(who, newHabit("H\(who.id.suffix(3))\(i)", days: daily)).habitId) }
+            }
+            for d in 0..<6 {
+                for (i, h) in habits.enumerated() where (i + d) % 3 != 0 {
+                    let owner = i < 4 ? bob : i < 7 ? carol : alice
+                    _ = try await w.event(owner, newEvent(h, comment: (i * d) % 2 == 0 ? "run 5k" : "rest"))
+                }
+                w.clock.advance(by: Self.day)
+            }
+            let followed = [bob.id, carol.id]
+            for (comment, pageSize) in [("", 2), ("5K", 3), ("rest", 1)] {
+                var h = Tasks_V1_ListHabitHistoryRequest()
+                h.scope = .following
+                h.commentContains = comment
+                h.pageSize = Int32(pageSize)
+                let got = try await w.history(alice, h).map(\.eventId)
+                let expected = try await w.core.read { c in
+                    var sql = """
+                        SELECT id FROM (SELECT e.id, e.day, e.created_at, ROW_NUMBER() OVER (PARTITION BY e.habit_id
+                            ORDER BY e.day DESC, e.created_at DESC, e.id DESC) AS rn FROM habit_events e WHERE e.owner_id IN (?, ?)
+                        """
+                    var args: [DatabaseValue] = followed.map { .text($0) }
+                    if !comment.isEmpty {
+                        sql += " AND e.comment LIKE ?"
+                        args.append(.text("%\(comment)%"))
+                    }
+                    sql += ") WHERE rn = 1 ORDER BY day DESC, created_at DESC, id DESC"
+                    return try c.query(sql, arguments: args).map { try $0.get(0, as: String.self) }
+                }
+                #expect(got == expected && got.count == (comment.isEmpty ? 7 : got.count), "\(comment)")
+                #expect(!got.isEmpty)
+                h.habitIds = [habits[1], habits[5]]
+                let some = try await w.history(alice, h).map(\.eventId)
+                let (h1, h5) = (habits[1], habits[5])
+                let inThose = try await w.core.read { c in
+                    try c.query("SELECT id FROM habit_events WHERE habit_id IN (?, ?)", h1, h5).map { try $0.get(0, as: String.self) }
+                }
+                #expect(some == expected.filter { inThose.contains($0) }, "\(comment) habit_ids")
+            }
         }
     }
 

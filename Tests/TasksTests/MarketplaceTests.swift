@@ -376,6 +376,53 @@ struct MarketplaceTests {
         }
     }
 
+    /// A hostile first bidder cannot lock a task's currency: made-up codes are refused, and once the
+    /// requester declines a bid its provider cannot bid on that task again (in any currency).
+    @Test func aHostileFirstBidderCannotLockTheCurrency() async throws {
+        try await withWorld { w in
+            let (alice, mallory, bob) = (try await w.user("alice"), try await w.user("mallory"), try await w.user("bob"))
+            let t = try await w.post(alice, newMarketTask("Paint the fence"))
+            // Three upper-case letters that are no ISO 4217 currency, and the X-codes, are refused.
+            for code in ["ZZZ", "XXX", "XTS", "ABC"] {
+                let f = await expectFailure(.invalidArgument, fields: ["amount.currency"]) {
+                    try await w.tasks.placeBid(bidRequest(t.taskId, 100, code), options: mallory.options)
+                }
+                #expect(f?.message.contains(code) == true)
+            }
+            #expect(try await w.get(alice, t.taskId).status == .requested)
+            // A real but odd currency fixes the task's currency for the others...
+            let hostile = try await w.tasks.placeBid(bidRequest(t.taskId, 100, "KPW"), options: mallory.options).bid
+            await expectFailure(.invalidArgument, fields: ["amount.currency"]) {
+                try await w.tasks.placeBid(bidRequest(t.taskId, 5000, "CAD"), options: bob.options)
+            }
+            // ...until the requester declines it: the decliner's provider cannot come back, in any currency.
+            var decline = Tasks_V1_DeclineBidRequest()
+            decline.bidId = hostile.bidId
+            #expect(try await w.tasks.declineBid(decline, options: alice.options).taskStatus == .requested)
+            for code in ["KPW", "CAD"] {
+                let f = await expectFailure(.failedPrecondition) {
+                    try await w.tasks.placeBid(bidRequest(t.taskId, 90, code), options: mallory.options)
+                }
+                #expect(f?.message == "the requester declined your bid on this task")
+            }
+            let honest = try await w.tasks.placeBid(bidRequest(t.taskId, 5000, "CAD"), options: bob.options)
+            #expect(honest.taskStatus == .bidded && honest.bid.amount.currency == "CAD")
+            // Only this task: mallory may bid on another one; deleting one's own bid is no decline.
+            let other = try await w.post(alice, newMarketTask("Mow the lawn"))
+            let own = try await w.tasks.placeBid(bidRequest(other.taskId, 700, "EUR"), options: mallory.options).bid
+            var del = Tasks_V1_DeleteBidRequest()
+            del.bidId = own.bidId
+            _ = try await w.tasks.deleteBid(del, options: mallory.options)
+            #expect(try await w.tasks.placeBid(bidRequest(other.taskId, 800, "EUR"), options: mallory.options).taskStatus == .bidded)
+            let declines = try await w.core.read { c in
+                try c.query("SELECT task_id, provider_id FROM market_declined_bidders").map {
+                    [try $0.get(0, as: String.self), try $0.get(1, as: String.self)]
+                }
+            }
+            #expect(declines == [[t.taskId, mallory.id]])
+        }
+    }
+
     @Test func listsFilterAndPageInATotalOrder() async throws {
         try await withWorld { w in
             let (alice, bob) = (try await w.user("alice"), try await w.user("bob"))
@@ -495,6 +542,77 @@ struct MarketplaceTests {
                 }
             }
         }
+    }
+
+    /// A circle over the whole Earth (the contract's 20,000 km) holding more places than
+    /// `MarketSearch.boxCandidatesReadHere`: SQLite orders them and returns one page; every page
+    /// equals the full scan's, in the total order (distance, then newest).
+    @Test func aHugeCircleAnswersOnePageOrderedInSQL() async throws {
+        try await withWorld { w in
+            let alice = try await w.user("alice")
+            let words = ["desk", "garden", "dog", "paint", "move"]
+            let count = MarketSearch.boxCandidatesReadHere + 1_000
+            let base = w.clock.nowMilliseconds()
+            try await w.core.write { tx in
+                var rng = SystemRandomNumberGenerator()
+                for i in 0..<count {
+                    // Half on 40 points around Edmonton (many equal distances: ties go newest first),
+                    // half anywhere; one in twenty assigned (out of the search).
+                    let (la, lo) =
+                        i % 2 == 0
+                        ? (53.5 + Double(i % 40) * 0.01, -113.5)
+                        : (Double.random(in: -90...90, using: &rng), Double.random(in: -180...180, using: &rng))
+                    let title = words[i % 5] + " " + words[(i / 5) % 5]
+                    try tx.execute(
+                        """
+                        INSERT INTO market_tasks (id, requester_id, title, description, latitude, longitude, status, created_at, updated_at)
+                        VALUES (?, ?, ?, '', ?, ?, ?, ?, ?)
+                        """, ULID.make(now: base + Int64(i)), alice.id, title, la, lo, Int64(i % 20 == 7 ? 3 : 1), base + Int64(i), base + Int64(i))
+                }
+            }
+            for (lat, lon) in [(53.54, -113.49), (0.0, 0.0), (-89.9, 170.0)] {
+                let centre = GeoPoint(latitude: lat, longitude: lon)
+                for kw in [[], ["desk"], ["de", "paint"], ["og"]] {
+                    let q = MarketSearch.Query(words: kw, statuses: [1, 2], near: centre, radiusKm: 20_000)
+                    let plan = try await w.core.read { c in try MarketSearch.circlePlan(c, q, near: centre, radius: 20_000) }
+                    #expect(plan == .nearestInSQL(narrowedByWords: false))
+                    let indexed = try await firstPages(w.core, q, useIndexes: true, pages: 3, limit: 40)
+                    let scanned = try await firstPages(w.core, q, useIndexes: false, pages: 3, limit: 40)
+                    #expect(indexed.count == 120 && indexed.map(\.id) == scanned.map(\.id), "\(lat),\(lon) \(kw)")
+                    #expect(zip(indexed, scanned).allSatisfy { $0.distance == $1.distance })
+                    #expect(
+                        zip(indexed, indexed.dropFirst()).allSatisfy { a, b in
+                            a.distance! < b.distance! || (a.distance! == b.distance! && a.id > b.id)
+                        })
+                }
+            }
+            // Over gRPC: the contract's largest radius answers a page and its next page.
+            var s = Tasks_V1_SearchMarketTasksRequest()
+            s.near = point(53.54, -113.49)
+            s.maxDistanceKm.value = 20_000
+            s.keywords = "desk"
+            s.pageSize = 25
+            let first = try await w.tasks.searchMarketTasks(s, options: alice.options)
+            s.pageToken = first.nextPageToken
+            let second = try await w.tasks.searchMarketTasks(s, options: alice.options)
+            let q = MarketSearch.Query(words: ["desk"], statuses: [1, 2], near: GeoPoint(latitude: 53.54, longitude: -113.49), radiusKm: 20_000)
+            let reference = try await firstPages(w.core, q, useIndexes: false, pages: 1, limit: 50)
+            #expect((first.results + second.results).map(\.task.taskId) == reference.map(\.id))
+            #expect((first.results + second.results).map(\.distanceKm.value) == reference.map(\.distance!))
+        }
+    }
+
+    func firstPages(_ core: TasksCore, _ q: MarketSearch.Query, useIndexes: Bool, pages: Int, limit: Int) async throws -> [MarketSearch.Hit] {
+        var out: [MarketSearch.Hit] = []
+        var cursor: [String]?
+        for _ in 0..<pages {
+            let after = cursor
+            let (hits, more) = try await core.read { c in try MarketSearch.run(c, q, after: after, limit: limit, useIndexes: useIndexes) }
+            out += hits
+            guard more else { break }
+            cursor = hits.last?.cursor
+        }
+        return out
     }
 
     func pages(_ core: TasksCore, _ q: MarketSearch.Query, useIndexes: Bool) async throws -> [MarketSearch.Hit] {

@@ -122,12 +122,33 @@ public enum HabitRules {
         return out
     }
 
-    /// The first day the calendar skipped when an event is added on `day` at `instant` (Unix ms),
-    /// given the UTC offset (seconds) of the habit's previous event: the date the previous zone's
-    /// clock shows now, if it is before `day` (the owner moved east far enough to lose a date).
-    /// nil when no day was skipped.
-    public static func excusedFrom(day: LocalDate, instantMilliseconds: Int64, previousOffsetSeconds: Int?, previousDay: LocalDate?) -> LocalDate? {
-        guard let offset = previousOffsetSeconds, let previousDay else { return nil }
+    /// The largest change of a zone's UTC offset that daylight saving makes in the tz database
+    /// (one hour nearly everywhere; two at Antarctica/Troll).
+    public static let maxDaylightSavingShiftSeconds = 2 * 3600
+
+    /// The first day the calendar skipped when an event is added on `day` at `instant` (Unix ms):
+    /// the date the previous event's zone's clock shows now, if it is before `day` (the owner
+    /// moved east far enough to lose a date). nil when no day was skipped.
+    ///
+    /// The previous zone's clock is read with that zone's offset *at this instant*
+    /// (`previousZone`, an IANA name), daylight saving included: staying in one zone — across a
+    /// daylight-saving change too — shows the same date as `day`, so it never excuses a day; only
+    /// a change of zone can. Events stored before their zone was recorded (`previousZone` nil) have
+    /// only the offset they were added at: then a jump from it to `offsetSeconds` (the current
+    /// zone's offset now) of at most `maxDaylightSavingShiftSeconds` is taken for a daylight-saving
+    /// change and excuses nothing; a larger jump east is a trip, measured with the stored offset.
+    public static func excusedFrom(
+        day: LocalDate, instantMilliseconds: Int64, previousOffsetSeconds: Int?, previousDay: LocalDate?, previousZone: String? = nil,
+        offsetSeconds: Int? = nil
+    ) -> LocalDate? {
+        guard let stored = previousOffsetSeconds, let previousDay else { return nil }
+        let offset: Int
+        if let previousZone, let zone = TimeZone(identifier: previousZone) {
+            offset = zone.secondsFromGMT(for: Date(timeIntervalSince1970: TimeInterval(instantMilliseconds) / 1000))
+        } else {
+            if let offsetSeconds, offsetSeconds - stored <= maxDaylightSavingShiftSeconds { return nil }
+            offset = stored
+        }
         let seconds = (instantMilliseconds >= 0 ? instantMilliseconds / 1000 : (instantMilliseconds - 999) / 1000) + Int64(offset)
         let clockDay = LocalDate(dayNumber: Int(seconds >= 0 ? seconds / 86400 : (seconds - 86399) / 86400))
         let from = max(clockDay, previousDay.adding(days: 1))

@@ -324,17 +324,19 @@ extension TasksService {
                     throw RPCError(.alreadyExists, "today's event of this habit exists already: \(existing) (edit it instead)")
                 }
                 let previous = try tx.queryOne(
-                    "SELECT day, utc_offset FROM habit_events WHERE habit_id = ? AND day < ? ORDER BY day DESC LIMIT 1", habitID, today.key)
+                    "SELECT day, utc_offset, time_zone FROM habit_events WHERE habit_id = ? AND day < ? ORDER BY day DESC LIMIT 1", habitID,
+                    today.key)
                 let excused = HabitRules.excusedFrom(
                     day: today, instantMilliseconds: now, previousOffsetSeconds: try previous.map { Int(try $0.get("utc_offset", as: Int64.self)) },
-                    previousDay: try previous.map { LocalDate(key: try $0.get("day")) })
+                    previousDay: try previous.map { LocalDate(key: try $0.get("day")) },
+                    previousZone: try previous.flatMap { try $0.get("time_zone", as: String?.self) }, offsetSeconds: offset)
                 let id = ULID.make(now: now)
                 try tx.execute(
                     """
                     INSERT INTO habit_events (id, habit_id, owner_id, day, comment, latitude, longitude, utc_offset, excused_from, created_at,
-                        updated_at, photo_size, photo) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        updated_at, photo_size, photo, time_zone) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """, id, habitID, me, today.key, comment, location?.latitude, location?.longitude, Int64(offset), excused?.key, now, now,
-                    Int64(photo.count), photo.isEmpty ? nil : photo)
+                    Int64(photo.count), photo.isEmpty ? nil : photo, zone.identifier)
                 guard let e = try HabitStore.oneEvent(tx, id: id) else { throw RPCError(.internal, "event vanished") }
                 var out = Tasks_V1_CreateHabitEventResponse()
                 out.event = HabitStore.proto(e, users: try UserDirectory.cached(tx, [me]))
@@ -423,6 +425,39 @@ extension TasksService {
 
     // MARK: History
 
+    /// FOLLOWING without a place: the latest event (matching the comment filter) of each habit of
+    /// `owners`, newest first after the page token — one backward seek per habit on
+    /// `habit_events_day` (one event per habit and day, so the latest day is the latest event)
+    /// instead of numbering every event of every followed user on every page.
+    static func latestPerHabit(
+        _ c: Connection, owners: [String], habitIDs: [String], comment: String?, after cursor: [String]?, limit: Int, photos: Bool
+    ) throws -> ([HabitStore.Event], Bool) {
+        var args: [DatabaseValue] = []
+        var latest = "SELECT l.id FROM habit_events l WHERE l.habit_id = h.id"
+        if let comment {
+            latest += " AND l.comment LIKE ? ESCAPE '\\'"
+            args.append(.text(MarketRules.likePattern(comment)))
+        }
+        latest += " ORDER BY l.day DESC LIMIT 1"
+        var conditions = ["h.owner_id IN (\(owners.map { _ in "?" }.joined(separator: ",")))"]
+        args += owners.map { .text($0) }
+        if !habitIDs.isEmpty {
+            conditions.append("h.id IN (\(habitIDs.map { _ in "?" }.joined(separator: ",")))")
+            args += habitIDs.map { .text($0) }
+        }
+        if let cursor, let day = Int64(cursor[0]), let at = Int64(cursor[1]) {
+            conditions.append("(e.day, e.created_at, e.id) < (?, ?, ?)")
+            args += [.integer(day), .integer(at), .text(cursor[2])]
+        }
+        let sql = """
+            SELECT \(HabitStore.eventColumns(photo: photos)) FROM habits h CROSS JOIN habit_events e ON e.id = (\(latest))
+            WHERE \(conditions.joined(separator: " AND ")) ORDER BY e.day DESC, e.created_at DESC, e.id DESC LIMIT ?
+            """
+        args.append(.integer(Int64(limit + 1)))
+        let rows = try c.query(sql, arguments: args)
+        return (try rows.prefix(limit).map { try HabitStore.event($0, photo: photos) }, rows.count > limit)
+    }
+
     public func listHabitHistory(request: Tasks_V1_ListHabitHistoryRequest, context: ServerContext) async throws -> Tasks_V1_ListHabitHistoryResponse
     {
         let me = try core.caller(context)
@@ -478,6 +513,9 @@ extension TasksService {
         let latestOnly = scope == .following
         let (whose, comment, circle, size) = (owners, commentFilter, near, pageSize)
         let (events, more) = try await core.read { c -> ([HabitStore.Event], Bool) in
+            if latestOnly, circle == nil {
+                return try Self.latestPerHabit(c, owners: whose, habitIDs: habitIDs, comment: comment, after: cursor, limit: size, photos: photos)
+            }
             var conditions = ["e.owner_id IN (\(whose.map { _ in "?" }.joined(separator: ",")))"]
             var args: [DatabaseValue] = whose.map { .text($0) }
             var from = "habit_events e JOIN habits h ON h.id = e.habit_id"

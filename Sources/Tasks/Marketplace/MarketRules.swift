@@ -25,7 +25,23 @@ enum MarketRules {
         }
     }
 
-    /// An amount of a bid: 1..100000000 cents, currency three upper-case letters.
+    /// The active ISO 4217 currency codes (list one, 2024; without the funds codes and the
+    /// precious metals, testing and "no currency" codes — X** — that no one bids in). A bid in
+    /// anything else is refused: the first bid fixes a task's currency, so a made-up one ("ZZZ")
+    /// would lock out every honest bidder.
+    static let currencies: Set<String> = [
+        "AED", "AFN", "ALL", "AMD", "ANG", "AOA", "ARS", "AUD", "AWG", "AZN", "BAM", "BBD", "BDT", "BGN", "BHD", "BIF", "BMD", "BND",
+        "BOB", "BRL", "BSD", "BTN", "BWP", "BYN", "BZD", "CAD", "CDF", "CHF", "CLP", "CNY", "COP", "CRC", "CUP", "CVE", "CZK", "DJF",
+        "DKK", "DOP", "DZD", "EGP", "ERN", "ETB", "EUR", "FJD", "FKP", "GBP", "GEL", "GHS", "GIP", "GMD", "GNF", "GTQ", "GYD", "HKD",
+        "HNL", "HTG", "HUF", "IDR", "ILS", "INR", "IQD", "IRR", "ISK", "JMD", "JOD", "JPY", "KES", "KGS", "KHR", "KMF", "KPW", "KRW",
+        "KWD", "KYD", "KZT", "LAK", "LBP", "LKR", "LRD", "LSL", "LYD", "MAD", "MDL", "MGA", "MKD", "MMK", "MNT", "MOP", "MRU", "MUR",
+        "MVR", "MWK", "MXN", "MYR", "MZN", "NAD", "NGN", "NIO", "NOK", "NPR", "NZD", "OMR", "PAB", "PEN", "PGK", "PHP", "PKR", "PLN",
+        "PYG", "QAR", "RON", "RSD", "RUB", "RWF", "SAR", "SBD", "SCR", "SDG", "SEK", "SGD", "SHP", "SLE", "SOS", "SRD", "SSP", "STN",
+        "SVC", "SYP", "SZL", "THB", "TJS", "TMT", "TND", "TOP", "TRY", "TTD", "TWD", "TZS", "UAH", "UGX", "USD", "UYU", "UZS", "VED",
+        "VES", "VND", "VUV", "WST", "XAF", "XCD", "XOF", "XPF", "YER", "ZAR", "ZMW", "ZWG",
+    ]
+
+    /// An amount of a bid: 1..100000000 cents, currency an active ISO 4217 code (`currencies`).
     static func amount(_ m: Common_V1_Money?, field: String = "amount", into errors: inout FieldErrors) -> (cents: Int64, currency: String)? {
         guard let m else {
             errors.add(field, "required (amount_cents and currency)")
@@ -38,6 +54,9 @@ enum MarketRules {
         }
         if m.currency.utf8.count != 3 || !m.currency.utf8.allSatisfy({ (0x41...0x5A).contains($0) }) {
             errors.add("\(field).currency", "must be a 3-letter upper-case ISO 4217 code (e.g. \"EUR\")")
+            ok = false
+        } else if !currencies.contains(m.currency) {
+            errors.add("\(field).currency", "\(m.currency) is not an ISO 4217 currency code (e.g. \"EUR\")")
             ok = false
         }
         return ok ? (m.amountCents, m.currency) : nil

@@ -39,9 +39,34 @@ enum MarketSearch {
     /// below it, the candidates of the R*Tree are few and checked word by word.
     static let boxCandidatesForWordIndex = 20_000
 
+    /// Up to this many places in the circle's bounding box, their rows are read and their words
+    /// checked here (Unicode case folding for every word); above it, SQLite orders the candidates
+    /// and returns one page only (`LIMIT`), the words checked in SQL — the cost of a page never
+    /// grows with the rows a huge circle (up to the contract's 20,000 km: the whole Earth) holds.
+    static let boxCandidatesReadHere = 5_000
+
+    /// How a search with a circle is answered.
+    enum CirclePlan: Equatable {
+        /// Few candidates: read, checked word by word and sorted here.
+        case candidatesReadHere
+        /// Many: ordered by (distance, newest) in SQL, one page read (`LIMIT`); the words of three
+        /// or more characters narrow them through FTS5 first when the box holds more than
+        /// `boxCandidatesForWordIndex`.
+        case nearestInSQL(narrowedByWords: Bool)
+    }
+
     static func run(_ c: Connection, _ q: Query, after cursor: [String]?, limit: Int, useIndexes: Bool) throws -> ([Hit], Bool) {
         if useIndexes, let near = q.near, let r = q.radiusKm { return try runInCircle(c, q, near: near, radius: r, after: cursor, limit: limit) }
         return try runSQL(c, q, after: cursor, limit: limit, useIndexes: useIndexes)
+    }
+
+    /// The plan of a search within `radius` of `near`: from the number of places in the circle's
+    /// bounding box (an R*Tree count).
+    static func circlePlan(_ c: Connection, _ q: Query, near: GeoPoint, radius: Double) throws -> CirclePlan {
+        let box = Geo.rtreeCondition(Geo.boundingBox(center: near, radiusKm: radius), alias: "g")
+        let inBox = try c.queryOne("SELECT COUNT(*) FROM market_task_geo g WHERE \(box.sql)", arguments: box.args)?.get(0, as: Int64.self) ?? 0
+        guard inBox > Int64(boxCandidatesReadHere) else { return .candidatesReadHere }
+        return .nearestInSQL(narrowedByWords: MarketRules.ftsQuery(q.words) != nil && inBox > Int64(boxCandidatesForWordIndex))
     }
 
     /// Words and a circle: the R*Tree's candidates (the circle's bounding box, a CROSS JOIN so that
@@ -55,22 +80,18 @@ enum MarketSearch {
     ) {
         let box = Geo.rtreeCondition(Geo.boundingBox(center: near, radiusKm: radius), alias: "g")
         let distance = Geo.sqlDistance(lat: "t.latitude", lon: "t.longitude", latParam: literal(near.latitude), lonParam: literal(near.longitude))
-        var sql = """
+        let plan = try circlePlan(c, q, near: near, radius: radius)
+        if case .nearestInSQL(let narrowed) = plan {
+            return try nearestInSQL(c, q, box: box, distance: distance, radius: radius, narrowedByWords: narrowed, after: cursor, limit: limit)
+        }
+        let sql = """
             SELECT id, title, description, dist FROM (
                 SELECT t.id AS id, t.title AS title, t.description AS description, \(distance) AS dist
                 FROM market_task_geo g CROSS JOIN market_tasks t ON t.n = g.id
                 WHERE \(box.sql) AND t.status IN (\(q.statuses.map { _ in "?" }.joined(separator: ",")))
+            ) WHERE dist <= ?
             """
-        var args = box.args + q.statuses.map { DatabaseValue.integer($0) }
-        if let fts = MarketRules.ftsQuery(q.words),
-            try c.queryOne("SELECT COUNT(*) FROM market_task_geo g WHERE \(box.sql)", arguments: box.args)?.get(0, as: Int64.self) ?? 0
-                > Int64(boxCandidatesForWordIndex)
-        {
-            sql += " AND t.n IN (SELECT rowid FROM market_task_text WHERE market_task_text MATCH ?)"
-            args.append(.text(fts))
-        }
-        sql += ") WHERE dist <= ?"
-        args.append(.real(radius))
+        let args = box.args + q.statuses.map { DatabaseValue.integer($0) } + [.real(radius)]
         let words = q.words.map { $0.lowercased() }
         var hits: [Hit] = []
         for row in try c.query(sql, arguments: args) {
@@ -85,6 +106,53 @@ enum MarketSearch {
             hits.removeAll { h in h.distance! < d || (h.distance! == d && h.id >= id) }
         }
         return (Array(hits.prefix(limit)), hits.count > limit)
+    }
+
+    /// A circle holding many places: the candidates of the bounding box, the words checked in SQL
+    /// (FTS5 for those of three or more characters, LIKE for shorter ones, as without a circle),
+    /// ordered by (distance, newest) after the page token, one page (`LIMIT`) read: SQLite keeps
+    /// only the page's rows while it sorts.
+    static func nearestInSQL(
+        _ c: Connection, _ q: Query, box: (sql: String, args: [DatabaseValue]), distance: String, radius: Double, narrowedByWords: Bool,
+        after cursor: [String]?, limit: Int
+    ) throws -> ([Hit], Bool) {
+        var conditions = [box.sql, "t.status IN (\(q.statuses.map { _ in "?" }.joined(separator: ",")))"]
+        var args = box.args + q.statuses.map { DatabaseValue.integer($0) }
+        var likeWords = q.words
+        if let fts = MarketRules.ftsQuery(q.words) {
+            likeWords = q.words.filter { $0.unicodeScalars.count < 3 }
+            if narrowedByWords {
+                conditions.append("t.n IN (SELECT rowid FROM market_task_text WHERE market_task_text MATCH ?)")
+            } else {
+                conditions.append("EXISTS (SELECT 1 FROM market_task_text WHERE market_task_text MATCH ? AND rowid = t.n)")
+            }
+            args.append(.text(fts))
+        }
+        for w in likeWords {
+            conditions.append("(t.title LIKE ? ESCAPE '\\' OR t.description LIKE ? ESCAPE '\\')")
+            let p = MarketRules.likePattern(w)
+            args += [.text(p), .text(p)]
+        }
+        var sql = """
+            SELECT id, dist FROM (
+                SELECT t.id AS id, \(distance) AS dist FROM market_task_geo g CROSS JOIN market_tasks t ON t.n = g.id
+                WHERE \(conditions.joined(separator: " AND "))
+            ) WHERE dist <= ?
+            """
+        args.append(.real(radius))
+        if let cursor, let bits = UInt64(cursor[0]) {
+            let d = Double(bitPattern: bits)
+            sql += " AND (dist > ? OR (dist = ? AND id < ?))"
+            args += [.real(d), .real(d), .text(cursor[1])]
+        }
+        sql += " ORDER BY dist, id DESC LIMIT ?"
+        args.append(.integer(Int64(limit + 1)))
+        let rows = try c.query(sql, arguments: args)
+        let hits = try rows.prefix(limit).map { r -> Hit in
+            let id: String = try r.get("id"), d: Double = try r.get("dist")
+            return Hit(id: id, distance: d, cursor: [String(d.bitPattern), id])
+        }
+        return (hits, rows.count > limit)
     }
 
     static func runSQL(_ c: Connection, _ q: Query, after cursor: [String]?, limit: Int, useIndexes: Bool) throws -> ([Hit], Bool) {

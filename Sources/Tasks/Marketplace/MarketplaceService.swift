@@ -333,6 +333,9 @@ extension TasksService {
                 let t = try Self.visibleTask(tx, id: taskID, me: me)
                 guard t.requesterID != me else { throw RPCError(.permissionDenied, "you cannot bid on your own task") }
                 guard t.status.isOpen else { throw RPCError(.failedPrecondition, "the task is no longer open for bids (it was assigned)") }
+                if try tx.queryOne("SELECT 1 FROM market_declined_bidders WHERE task_id = ? AND provider_id = ?", taskID, me) != nil {
+                    throw RPCError(.failedPrecondition, "the requester declined your bid on this task")
+                }
                 if let other = try tx.queryOne(
                     "SELECT currency FROM market_bids WHERE task_id = ? AND status = 1 AND provider_id IS NOT ? LIMIT 1", taskID, me)?.get(
                         0, as: String.self), other != amount.currency
@@ -481,6 +484,10 @@ extension TasksService {
                 throw RPCError(.failedPrecondition, "the task is assigned: use \"not complete\" to reopen it before declining bids")
             }
             try tx.execute("DELETE FROM market_bids WHERE id = ?", bidID)
+            if let provider = bid.providerID {
+                try tx.execute(
+                    "INSERT OR IGNORE INTO market_declined_bidders (task_id, provider_id, declined_at) VALUES (?, ?, ?)", t.id, provider, now)
+            }
             try core.notify(
                 tx, kind: .bidDeclined, recipients: [bid.providerID].compactMap { $0 }, actor: me, title: "Bid declined: \(t.title)",
                 body: "Your bid of \(Self.format(bid.cents, bid.currency)) on \"\(t.title)\" was declined.", target: .taskId(t.id),
@@ -589,6 +596,7 @@ extension TasksService {
         try tx.execute("DELETE FROM market_bids WHERE provider_id = ? AND status = 1", user)
         for task in bidOn { _ = try MarketStore.settleOpenStatus(tx, task: task, now: now) }
         try tx.execute("UPDATE market_bids SET provider_id = NULL WHERE provider_id = ?", user)
+        try tx.execute("DELETE FROM market_declined_bidders WHERE provider_id = ?", user)
         try tx.execute("UPDATE market_tasks SET assignee_id = NULL WHERE assignee_id = ?", user)
     }
 }
