@@ -496,14 +496,22 @@ extension TasksService {
         // Named habits must be readable (NOT_FOUND naming each one that is not).
         if !habitIDs.isEmpty {
             let found = try await core.read { c in try HabitStore.load(c, ids: habitIDs) }
+            // Owners not already known readable are asked of social once each, all at once (not
+            // one call after another: up to 50 habits could name 50 owners).
+            let known = Set(owners + [me])
+            let toAsk = Set(found.map(\.ownerID)).subtracting(known)
+            let peers = core.peers
+            let followed = try await withThrowingTaskGroup(of: (String, Bool).self) { group in
+                for owner in toAsk { group.addTask { (owner, try await peers.follows(me, owner)) } }
+                var answers: Set<String> = []
+                for try await (owner, follows) in group where follows { answers.insert(owner) }
+                return answers
+            }
             var missing = FieldErrors()
             for (i, id) in habitIDs.enumerated() {
-                guard let h = found.first(where: { $0.id == id }) else {
+                guard let h = found.first(where: { $0.id == id }), known.contains(h.ownerID) || followed.contains(h.ownerID) else {
                     missing.add("habit_ids[\(i)]", Self.habitNotFound)
                     continue
-                }
-                if h.ownerID != me, !owners.contains(h.ownerID), !(try await core.peers.follows(me, h.ownerID)) {
-                    missing.add("habit_ids[\(i)]", Self.habitNotFound)
                 }
             }
             try missing.throwIfAny(.notFound, summary: "not found")
