@@ -188,8 +188,6 @@ final class MatchHub: Sendable {
         for sub in registry.withLock({ $0.byUser[userID] ?? [] }) { sub.close(error) }
     }
 
-    var liveCount: Int { registry.withLock { $0.byMatch.values.reduce(0) { $0 + $1.count } } }
-
     /// Ends every stream (UNAVAILABLE: the server is shutting down; watchers reconnect with
     /// after_sequence) and refuses new ones.
     func shutDown() {

@@ -83,6 +83,15 @@ extension MatchmakingService {
         }
         try errors.throwIfAny()
 
+        // A retry is answered from its key before any peer is asked (it works while they are down).
+        let scope = "CreateChallenge:\(caller.userID)", fingerprint = Idempotency.fingerprint(request), key = request.idempotencyKey
+        if var replay = try await core.store.read({ c in
+            try c.storedAnswer(scope: scope, key: key, fingerprint: fingerprint, as: Matchmaking_V1_CreateChallengeResponse.self)
+        }) {
+            replay.replayed = true
+            return replay
+        }
+
         // Who: accounts; the relationship: social, asked afresh (short deadline; UNAVAILABLE while down).
         let field = byUsername != nil ? "opponent_username" : "opponent_user_id"
         let found: Common_V1_UserRef?
@@ -93,12 +102,11 @@ extension MatchmakingService {
         if relation.blocked { throw RPCError(.permissionDenied, "you cannot challenge this player") }
         if !relation.friends { throw RPCError(.permissionDenied, "you can only challenge your friends") }
         let me = await core.directory.bestEffort(id: caller.userID)
-        try? await core.directory.remember([me])
 
         let now = core.now(), id = ULID.make(now: now), lifetime = core.configuration.challengeLifetime.milliseconds
         let (response, replayed) = try await core.write { tx, _ in
             try tx.idempotent(
-                scope: "CreateChallenge:\(caller.userID)", key: request.idempotencyKey, fingerprint: Idempotency.fingerprint(request), now: now
+                scope: scope, key: key, fingerprint: fingerprint, now: now
             ) {
                 let low = min(caller.userID, opponent.userId), high = max(caller.userID, opponent.userId)
                 try tx.execute(

@@ -20,7 +20,6 @@ extension MatchmakingService {
             throw RPCError(.failedPrecondition, "you are playing a match (\(active)): finish it before joining the queue")
         }
         let me = await core.directory.bestEffort(id: caller.userID)
-        try? await core.directory.remember([me])
         let stream = MatchQueue.Stream()
         let queue = core.queue
         guard let ticket = queue.join(userID: caller.userID, rating: rating, ticketID: ULID.make(), now: core.now(), stream: stream) else {

@@ -35,7 +35,6 @@ public struct MatchmakingService: Matchmaking_V1_MatchmakingService {
         let rows = Self.boardSize(request.rows, field: "rows", into: &errors)
         try errors.throwIfAny()
         let me = await core.directory.bestEffort(id: caller.userID)
-        try? await core.directory.remember([me])
         let now = core.now(), id = ULID.make(now: now), configuration = core.configuration, hub = core.hub
         let (response, replayed) = try await core.write { tx, effects in
             try tx.idempotent(

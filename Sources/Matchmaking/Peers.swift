@@ -163,12 +163,6 @@ final class Relations: Sendable {
         }
     }
 
-    /// A recent answer, else a fresh one.
-    func recent(_ a: String, _ b: String) async throws -> Answer {
-        if let hit = cached(a, b) { return hit }
-        return try await fresh(a, b)
-    }
-
     /// Forgets everything about `userID` (erased).
     func forget(userID: String) {
         cache.withLock { c in c = c.filter { !$0.key.split(separator: "|").contains(Substring(userID)) } }

@@ -132,11 +132,11 @@ public final class ServiceCluster: Sendable {
         func clock(_ s: ClusterService) -> any WallClock { options.clocks[s] ?? SystemClock() }
         /// The peers of one service, as its process would have them (one connection per peer).
         func peers() -> PeerClients {
-            let p = PeerClients { name in
+            let p = PeerClients(serviceToken: TestCredentials.serviceToken) { name in
                 var c = ChannelConfiguration(host: "127.0.0.1", port: ports.port(name))
                 c.connectTimeout = .seconds(1)
                 c.maxBackoff = .milliseconds(200)
-                return RPCClient(transport: CredentialedTransport(base: RPCChannel(configuration: c), serviceToken: TestCredentials.serviceToken))
+                return c
             }
             peerClients.append(p)
             return p
@@ -271,12 +271,12 @@ public final class ServiceCluster: Sendable {
     /// New peer clients over the cluster (as a service started by the test would have them);
     /// closed by `stop()`.
     public func makePeers() -> PeerClients {
-        let p = PeerClients { [self] name in
+        let p = PeerClients(serviceToken: TestCredentials.serviceToken) { [self] name in
             let s = ClusterService(rawValue: name)
             var c = ChannelConfiguration(host: "127.0.0.1", port: s.map { self.peerPortOrNowhere($0) } ?? self.nowhere.port)
             c.connectTimeout = .seconds(1)
             c.maxBackoff = .milliseconds(200)
-            return RPCClient(transport: CredentialedTransport(base: RPCChannel(configuration: c), serviceToken: TestCredentials.serviceToken))
+            return c
         }
         extraPeers.withLock { $0.append(p) }
         return p

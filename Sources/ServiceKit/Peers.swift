@@ -16,13 +16,21 @@ public final class PeerClients: Sendable {
     /// Clients made by `make(peer)` (tests: loopback channels they close themselves).
     public init(make: @escaping @Sendable (String) -> RPCClient) { self.make = { (make($0), nil) } }
 
+    /// Clients over channels made from `configuration(peer)`, each adding `serviceToken`; the
+    /// channels (and the threads each owns) are closed by `close()`.
+    public init(serviceToken: String, configuration: @escaping @Sendable (String) -> ChannelConfiguration) {
+        self.make = { peer in
+            let channel = RPCChannel(configuration: configuration(peer))
+            return (RPCClient(transport: CredentialedTransport(base: channel, serviceToken: serviceToken)), channel)
+        }
+    }
+
     /// Clients for the peers at their configured addresses (`settings.peerAddress`), each adding
     /// `settings.serviceToken`; calls fail fast (UNAVAILABLE) while a peer is down.
-    public init(settings: ServiceSettings) {
-        self.make = { peer in
+    public convenience init(settings: ServiceSettings) {
+        self.init(serviceToken: settings.serviceToken) { peer in
             let (host, port) = settings.peerAddress(peer)
-            let channel = RPCChannel(configuration: settings.peerChannelConfiguration(host: host, port: port))
-            return (RPCClient(transport: CredentialedTransport(base: channel, serviceToken: settings.serviceToken)), channel)
+            return settings.peerChannelConfiguration(host: host, port: port)
         }
     }
 

@@ -38,8 +38,6 @@ public struct SocialConfiguration: Sendable {
     /// Notifications waiting to be written to one live stream; a client that lets more pile up is
     /// cut off (RESOURCE_EXHAUSTED) and reconnects with after_notification_id, missing nothing.
     public var maxQueuedPerSubscription = 256
-    /// Notifications replayed at most on one (re)subscription; older missed ones stay in the inbox.
-    public var maxReplay = 1000
 
     /// How often the sessions of live streams are checked with accounts: a revoked session's
     /// stream ends within about this long (else only when its access token expires).

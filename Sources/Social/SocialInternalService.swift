@@ -217,13 +217,11 @@ public struct SocialInternalService: Social_V1_SocialInternalService {
     // MARK: Account deletion
 
     public func eraseUser(request: Social_V1_EraseUserRequest, context: ServerContext) async throws -> Social_V1_EraseUserResponse {
-        var errors = FieldErrors()
-        let eventID = FieldRules.eventID(request.eventId, into: &errors)
-        let user = FieldRules.id(request.userId, field: "user_id", into: &errors)
-        try errors.throwIfAny()
         let now = core.now()
-        let replayed = try await core.store.receiveOnce(eventID: eventID) { tx in try Erasure.erase(tx, user: user, now: now) }
-        core.hub.close(userID: user, RPCError(.unauthenticated, "this account was deleted"))
+        let replayed = try await EraseUser.receive(eventID: request.eventId, userID: request.userId, store: core.store) { tx, user in
+            try Erasure.erase(tx, user: user, now: now)
+        }
+        core.hub.close(userID: request.userId, RPCError(.unauthenticated, "this account was deleted"))
         var response = Social_V1_EraseUserResponse()
         response.replayed = replayed
         return response

@@ -34,7 +34,7 @@ extension SocialService {
             try tx.execute(
                 "INSERT INTO household_members (household_id, user_id, join_seq, joined_at) VALUES (?, ?, 1, ?)",
                 householdID, me.userId, now)
-            try Households.checkMailQuota(tx, inviter: me.userId, emails: invited, now: now, limits: limits)
+            try Households.checkMailQuota(tx, inviter: me.userId, emails: invited, field: "invite_emails", now: now, limits: limits)
             var invites: [Social_V1_HouseholdInvite] = []
             for email in invited {
                 invites.append(
@@ -172,7 +172,7 @@ extension SocialService {
             if pending >= limits.maxPendingInvitesPerHousehold {
                 throw RPCError(.failedPrecondition, "this household has \(pending) pending invites: wait until some are used or expire")
             }
-            try Households.checkMailQuota(tx, inviter: me.userId, emails: [email], now: now, limits: limits)
+            try Households.checkMailQuota(tx, inviter: me.userId, emails: [email], field: "email", now: now, limits: limits)
             let name: String = try tx.queryOne("SELECT name FROM households WHERE id = ?", householdID)!.get(0)
             return try Households.invite(
                 tx, householdID: householdID, householdName: name, email: email, by: me, invitee: invitee,
@@ -404,7 +404,7 @@ enum Households {
     /// the invites made in the last `window` (revoked ones included: each was a mail). Checked in
     /// the write transaction, so concurrent invites cannot overshoot.
     static func checkMailQuota(
-        _ tx: Transaction, inviter: String, emails: [String], now: Int64, limits: SocialConfiguration
+        _ tx: Transaction, inviter: String, emails: [String], field: String, now: Int64, limits: SocialConfiguration
     ) throws {
         guard !emails.isEmpty else { return }
         let since = now - limits.inviteMailWindow.milliseconds
@@ -415,7 +415,7 @@ enum Households {
         if sentCount + Int64(emails.count) > Int64(limits.maxInviteMailsPerUser) {
             let oldest: Int64 = (try? sent.get(1)) ?? now
             throw RPCError.retryLater(
-                "invite_emails: you sent \(sentCount) invites in the last \(window) (at most \(limits.maxInviteMailsPerUser))",
+                "\(field): you sent \(sentCount) invites in the last \(window) (at most \(limits.maxInviteMailsPerUser))",
                 after: .milliseconds(max(1000, oldest + limits.inviteMailWindow.milliseconds - now)))
         }
         for email in emails {
@@ -425,7 +425,7 @@ enum Households {
             if count >= Int64(limits.maxInviteMailsPerAddress) {
                 let oldest: Int64 = (try? row.get(1)) ?? now
                 throw RPCError.retryLater(
-                    "\(email) was sent \(count) invites in the last \(window) (at most \(limits.maxInviteMailsPerAddress))",
+                    "\(field): \(email) was sent \(count) invites in the last \(window) (at most \(limits.maxInviteMailsPerAddress))",
                     after: .milliseconds(max(1000, oldest + limits.inviteMailWindow.milliseconds - now)))
             }
         }

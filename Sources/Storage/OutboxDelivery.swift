@@ -48,6 +48,11 @@ public final class OutboxDelivery: Sendable {
     private let logger: Logger
     private let deliver: Deliver
     private let parkAfter: Int
+    /// Refusals in a row per event (by outbox id), counted here: `attempts` counts every failed
+    /// try, also the UNAVAILABLE ones of a peer that was down, so parking by it would park an
+    /// event at its first refusal after an outage. Any other answer clears the count; a restart
+    /// clears all (more chances, never fewer), and so does parking (a requeued event starts over).
+    private let refusalsInARow = Mutex<[Int64: Int]>([:])
     private let isPermanent: @Sendable (any Error) -> Bool
     /// Wakes the loop that starts a destination's loop when its first event appears.
     private let supervisorWake = WakeSignal()
@@ -210,16 +215,26 @@ public final class OutboxDelivery: Sendable {
             do {
                 try await deliver(event)
                 delivered.append(event.id)
+                _ = refusalsInARow.withLock { $0.removeValue(forKey: event.id) }
             } catch {
                 if Task.isCancelled { break }  // shutting down: not the peer's fault
                 let attempts = event.attempts + 1
-                if isPermanent(error) && attempts >= parkAfter {
+                let refusals = refusalsInARow.withLock { counts -> Int in
+                    guard isPermanent(error) else {
+                        counts.removeValue(forKey: event.id)
+                        return 0
+                    }
+                    let n = (counts[event.id] ?? 0) + 1
+                    if n >= parkAfter { counts.removeValue(forKey: event.id) } else { counts[event.id] = n }
+                    return n
+                }
+                if refusals >= parkAfter {
                     let message = String(String(describing: error).prefix(1000))
                     logger.error(
                         "outbox event parked: its receiver refuses it as wrong; later events go on (requeue: UPDATE outbox SET parked_at = NULL WHERE event_id = …)",
                         metadata: [
                             "event": "\(event.eventID)", "destination": "\(destination)", "kind": "\(event.kind)",
-                            "attempts": "\(attempts)", "error": "\(message)",
+                            "attempts": "\(attempts)", "refusals_in_a_row": "\(refusals)", "error": "\(message)",
                         ])
                     parked.append((event.id, attempts, message))
                     continue

@@ -71,14 +71,7 @@ public final class TasksCore: Sendable {
     /// no peer call): nil when the key is new; FAILED_PRECONDITION when it was used for another
     /// request. The write still runs `tx.idempotent`, which settles concurrent first tries.
     func storedAnswer<Response: ProtoMessage>(scope: String, key: String, fingerprint: [UInt8], as: Response.Type) async throws -> Response? {
-        let row = try await read { c in try c.queryOne("SELECT request_hash, response FROM idempotency_keys WHERE scope = ? AND key = ?", scope, key)
-        }
-        guard let row else { return nil }
-        guard try row.get("request_hash", as: [UInt8].self) == fingerprint else {
-            throw FieldErrors.single(
-                .failedPrecondition, field: "idempotency_key", "was used for a different request: choose a new key for a new operation")
-        }
-        return try Response(serializedBytes: try row.get("response", as: [UInt8].self))
+        try await read { c in try c.storedAnswer(scope: scope, key: key, fingerprint: fingerprint, as: Response.self) }
     }
 
     /// Queues a notification to `recipients` (social's SendNotification through the outbox, in

@@ -229,14 +229,6 @@ final class LiveStream: Sendable {
     }
 }
 
-/// A file next to the test binary (the executables SwiftPM built with the tests).
-func builtProduct(_ name: String) -> String {
-    let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
-    var dir = URL(fileURLWithPath: exe).deletingLastPathComponent()
-    while dir.path.contains(".xctest") { dir = dir.deletingLastPathComponent() }
-    return dir.appendingPathComponent(name).path
-}
-
 /// A value shared by concurrent test tasks.
 final class Shared<T: Sendable>: Sendable {
     private let value: Mutex<T>

@@ -210,4 +210,38 @@ import Testing
         let down = try #require(pending.first { $0.eventID == "later-down" })
         #expect(down.parkedAt == nil && down.attempts >= 5, "an unavailable peer is retried, never parked")
     }
+
+    /// Parking counts refusals in a row, not every failed try: an event that waited out a peer
+    /// that was down (UNAVAILABLE many times) still gets `parkAfter` refusals before it is parked.
+    @Test func triesWhileThePeerWasDownDoNotCountTowardsParking() async throws {
+        let dir = TempDirectory()
+        defer { dir.cleanup() }
+        let db = try openDatabase(dir)
+        defer { db.close() }
+        let tries = Mutex(0)
+        let delivery = OutboxDelivery(
+            database: db, retry: OutboxRetryPolicy(initialDelay: .milliseconds(1), maximumDelay: .milliseconds(1), jitter: 0),
+            parkAfter: 3, logger: Self.quiet
+        ) { _ in
+            let n = tries.withLock {
+                $0 += 1; return $0
+            }
+            if n <= 6 { throw RPCError(.unavailable, "peer down") }
+            throw RPCError(.failedPrecondition, "not yet")
+        }
+        try await db.write { tx in try tx.enqueueOutbox(eventID: "erase-u1", destination: "social", kind: "k", payload: []) }
+        func event() async throws -> OutboxEvent { try #require(try await db.pendingOutbox().first) }
+        for _ in 0..<8 {  // six UNAVAILABLE, then two refusals
+            try await delivery.deliverDue()
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        let waited = try await event()
+        #expect(waited.attempts == 8 && waited.parkedAt == nil, "two refusals in a row are not three")
+        for _ in 0..<3 {
+            try await delivery.deliverDue()
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        let parked = try await db.pendingOutbox().first { $0.eventID == "erase-u1" }
+        #expect(parked?.parkedAt != nil)
+    }
 }

@@ -415,6 +415,28 @@ struct TeamTaskTests {
         }
     }
 
+    @Test func concurrentWrongUploadTokensAreCountedBeforeTheyAreLookedUp() async throws {
+        try await withWorld({ $0.maxBadUploadTokensPerAddress = 5 }) { w in
+            var up = Tasks_V1_UploadTeamTaskAttachmentRequest()
+            up.uploadToken = "AAAA-AAAAA"
+            up.filename = "n.txt"
+            up.contentType = "text/plain"
+            up.data = Array("guess".utf8)
+            let request = up
+            let codes = await withTaskGroup(of: StatusCode?.self) { group in
+                for _ in 0..<40 {
+                    group.addTask {
+                        do { _ = try await w.tasks.uploadTeamTaskAttachment(request) } catch let e as RPCError { return e.code } catch {}
+                        return nil
+                    }
+                }
+                return await group.reduce(into: [StatusCode?]()) { $0.append($1) }
+            }
+            #expect(codes.filter { $0 == .notFound }.count <= 5, "at most the limit were looked up")
+            #expect(codes.filter { $0 == .resourceExhausted }.count >= 35)
+        }
+    }
+
     @Test func journalRecordsEveryChangeAndNamesTheFirstBrokenLink() async throws {
         try await withWorld { w in
             let (alice, bob) = (try await w.user("alice"), try await w.user("bob"))

@@ -16,14 +16,6 @@ public enum QueuePairing {
         return min(400, 50 + 50 * steps)
     }
 
-    /// When the window of a ticket that joined at `joinedAt` next changes (Unix ms), nil when it
-    /// is already unlimited.
-    public static func nextWidening(joinedAt: Int64, now: Int64) -> Int64? {
-        let waited = now - joinedAt
-        if waited >= 60_000 { return nil }
-        return joinedAt + (max(0, waited) / 10_000 + 1) * 10_000
-    }
-
     public struct Ticket: Sendable, Equatable {
         public var id: UInt64
         public var userID: String

@@ -26,13 +26,6 @@ public enum ChoreRecurrence: Equatable, Sendable {
         case .monthly(let anchor): return base.adding(months: 1, anchorDay: anchor)
         }
     }
-
-    public var isRecurring: Bool {
-        switch self {
-        case .oneTime, .onDemand: false
-        default: true
-        }
-    }
 }
 
 public enum ChoreStatusValue: Int, Sendable {

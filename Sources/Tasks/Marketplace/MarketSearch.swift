@@ -64,7 +64,12 @@ enum MarketSearch {
     /// bounding box (an R*Tree count).
     static func circlePlan(_ c: Connection, _ q: Query, near: GeoPoint, radius: Double) throws -> CirclePlan {
         let box = Geo.rtreeCondition(Geo.boundingBox(center: near, radiusKm: radius), alias: "g")
-        let inBox = try c.queryOne("SELECT COUNT(*) FROM market_task_geo g WHERE \(box.sql)", arguments: box.args)?.get(0, as: Int64.self) ?? 0
+        // Counted only as far as the two thresholds need: the count must not grow with the map.
+        let bound = max(boxCandidatesReadHere, boxCandidatesForWordIndex) + 1
+        let inBox =
+            try c.queryOne(
+                "SELECT COUNT(*) FROM (SELECT 1 FROM market_task_geo g WHERE \(box.sql) LIMIT \(bound))", arguments: box.args
+            )?.get(0, as: Int64.self) ?? 0
         guard inBox > Int64(boxCandidatesReadHere) else { return .candidatesReadHere }
         return .nearestInSQL(narrowedByWords: MarketRules.ftsQuery(q.words) != nil && inBox > Int64(boxCandidatesForWordIndex))
     }

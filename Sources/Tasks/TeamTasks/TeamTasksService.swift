@@ -471,54 +471,72 @@ extension TasksService {
         }
         try errors.throwIfAny()
         let storedType = contentType
-        let address = context.clientAddress
-        if let wait = core.badUploadTokens.retryAfter(address) {
-            throw RPCError.throttled("too many wrong upload tokens from this address", wait: SlidingWindowThrottle.Wait(milliseconds: wait))
+        // A try is reserved against the address *before* the token is looked up (concurrent
+        // guesses cannot all pass a check made before any failed), released when the token opens
+        // a task or the failure was not the token's, kept when the token was wrong.
+        let reservation: SlidingWindowThrottle.Reservation
+        switch core.badUploadTokens.reserve(context.clientAddress) {
+        case .success(let r): reservation = r
+        case .failure(let wait): throw RPCError.throttled("too many wrong upload tokens from this address", wait: wait)
         }
-        guard let normalized else { throw badToken(address, expired: false) }
+        guard let normalized else {
+            reservation.keep()
+            throw Self.badToken(expired: false)
+        }
         let hash = TeamTaskRules.uploadTokenHash(normalized)
         let now = core.now
-        // Hash and check the bytes off the event loop (5 MiB of SHA-256 is a few milliseconds).
+        // The digest is computed on this handler's task, before the write (5 MiB of SHA-256 is a
+        // few milliseconds), so the single writer only stores.
         let data = request.data
         let digest = TeamTaskRules.hex(SHA256.hash(data))
         let filename = request.filename
         let maxPerTask = config.maxAttachmentsPerTask
-        let result = try await core.write { tx -> Result<(Tasks_V1_TeamTaskAttachment, String), TokenProblem> in
-            guard let tok = try tx.queryOne("SELECT task_id, created_by, expires_at FROM team_task_upload_tokens WHERE token_hash = ?", hash) else {
-                return .failure(.unknown)
+        let result: Result<(Tasks_V1_TeamTaskAttachment, String), TokenProblem>
+        do {
+            result = try await core.write { tx -> Result<(Tasks_V1_TeamTaskAttachment, String), TokenProblem> in
+                guard let tok = try tx.queryOne("SELECT task_id, created_by, expires_at FROM team_task_upload_tokens WHERE token_hash = ?", hash)
+                else {
+                    return .failure(.unknown)
+                }
+                if try tok.get("expires_at", as: Int64.self) <= now { return .failure(.expired) }
+                let taskID: String = try tok.get("task_id"), uploader: String = try tok.get("created_by")
+                guard let task = try TeamTaskStore.load(tx, ids: [taskID]).first, task.isParticipant(uploader) else { return .failure(.unknown) }
+                if task.attachments.count >= maxPerTask {
+                    throw RPCError(.resourceExhausted, "this task already has \(maxPerTask) attachments, the most a task can have")
+                }
+                try tx.execute("INSERT OR IGNORE INTO attachment_blobs (sha256, size_bytes, data) VALUES (?, ?, ?)", digest, Int64(data.count), data)
+                let id = ULID.make(now: now)
+                try tx.execute(
+                    """
+                    INSERT INTO team_task_attachments (id, task_id, filename, content_type, size_bytes, sha256, uploaded_by, uploaded_at)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                    """, id, taskID, filename, storedType, Int64(data.count), digest, uploader, now)
+                try TeamTaskStore.journal(
+                    tx, "team-task.attachment-added", task: taskID, at: now,
+                    fields: [
+                        ("attachment_id", .text(id)), ("sha256", .text(digest)), ("size_bytes", .int(Int64(data.count))),
+                        ("content_type", .text(storedType)),
+                    ],
+                    personal: [Journal.Personal("uploaded_by", owner: uploader, uploader), Journal.Personal("filename", owner: uploader, filename)])
+                var m = Tasks_V1_TeamTaskAttachment()
+                m.attachmentId = id
+                m.filename = filename
+                m.contentType = storedType
+                m.sizeBytes = Int64(data.count)
+                m.sha256 = digest
+                m.uploadedAt = Google_Protobuf_Timestamp(milliseconds: now)
+                return .success((m, task.name))
             }
-            if try tok.get("expires_at", as: Int64.self) <= now { return .failure(.expired) }
-            let taskID: String = try tok.get("task_id"), uploader: String = try tok.get("created_by")
-            guard let task = try TeamTaskStore.load(tx, ids: [taskID]).first, task.isParticipant(uploader) else { return .failure(.unknown) }
-            if task.attachments.count >= maxPerTask {
-                throw RPCError(.resourceExhausted, "this task already has \(maxPerTask) attachments, the most a task can have")
-            }
-            try tx.execute("INSERT OR IGNORE INTO attachment_blobs (sha256, size_bytes, data) VALUES (?, ?, ?)", digest, Int64(data.count), data)
-            let id = ULID.make(now: now)
-            try tx.execute(
-                """
-                INSERT INTO team_task_attachments (id, task_id, filename, content_type, size_bytes, sha256, uploaded_by, uploaded_at)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-                """, id, taskID, filename, storedType, Int64(data.count), digest, uploader, now)
-            try TeamTaskStore.journal(
-                tx, "team-task.attachment-added", task: taskID, at: now,
-                fields: [
-                    ("attachment_id", .text(id)), ("sha256", .text(digest)), ("size_bytes", .int(Int64(data.count))),
-                    ("content_type", .text(storedType)),
-                ],
-                personal: [Journal.Personal("uploaded_by", owner: uploader, uploader), Journal.Personal("filename", owner: uploader, filename)])
-            var m = Tasks_V1_TeamTaskAttachment()
-            m.attachmentId = id
-            m.filename = filename
-            m.contentType = storedType
-            m.sizeBytes = Int64(data.count)
-            m.sha256 = digest
-            m.uploadedAt = Google_Protobuf_Timestamp(milliseconds: now)
-            return .success((m, task.name))
+        } catch {
+            reservation.release()  // not the token's fault (a full task, storage)
+            throw error
         }
         switch result {
-        case .failure(let problem): throw badToken(address, expired: problem == .expired)
+        case .failure(let problem):
+            reservation.keep()
+            throw Self.badToken(expired: problem == .expired)
         case .success(let (attachment, taskName)):
+            reservation.release()
             var response = Tasks_V1_UploadTeamTaskAttachmentResponse()
             response.attachment = attachment
             response.taskName = taskName
@@ -528,10 +546,10 @@ extension TasksService {
 
     enum TokenProblem: Error { case unknown, expired }
 
-    /// NOT_FOUND for a token that does not open any task, counted against the address.
-    func badToken(_ address: String, expired: Bool) -> RPCError {
-        _ = core.badUploadTokens.attempt(address)
-        return expired
+    /// NOT_FOUND for a token that does not open any task (the caller keeps its reservation, so
+    /// it counts against the address).
+    static func badToken(expired: Bool) -> RPCError {
+        expired
             ? RPCError(.notFound, "this upload token has expired (tokens last 24 hours): ask for a new one in the app")
             : RPCError(.notFound, "no task has this upload token: check the characters, or ask for a new token in the app")
     }
