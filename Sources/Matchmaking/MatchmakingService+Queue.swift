@@ -19,7 +19,8 @@ extension MatchmakingService {
         if let active {
             throw RPCError(.failedPrecondition, "you are playing a match (\(active)): finish it before joining the queue")
         }
-        let me = await core.directory.bestEffort(id: caller.userID)
+        // Warms the name cache, so that the match's views can show the caller's name.
+        _ = await core.directory.bestEffort(id: caller.userID)
         let stream = MatchQueue.Stream()
         let queue = core.queue
         guard let ticket = queue.join(userID: caller.userID, rating: rating, ticketID: ULID.make(), now: core.now(), stream: stream) else {

@@ -34,7 +34,8 @@ public struct MatchmakingService: Matchmaking_V1_MatchmakingService {
         let columns = Self.boardSize(request.columns, field: "columns", into: &errors)
         let rows = Self.boardSize(request.rows, field: "rows", into: &errors)
         try errors.throwIfAny()
-        let me = await core.directory.bestEffort(id: caller.userID)
+        // Warms the name cache, so that the match's views can show the caller's name.
+        _ = await core.directory.bestEffort(id: caller.userID)
         let now = core.now(), id = ULID.make(now: now), configuration = core.configuration, hub = core.hub
         let (response, replayed) = try await core.write { tx, effects in
             try tx.idempotent(

@@ -186,7 +186,7 @@ struct TeamTaskTests {
     @Test func optOutAndCompletionScoreExactlyOnce() async throws {
         try await withWorld { w in
             let (alice, bob, carol) = (try await w.user("alice"), try await w.user("bob"), try await w.user("carol"))
-            try await w.team([alice, bob, carol])
+            _ = try await w.team([alice, bob, carol])
             let t = try await w.tasks.createTeamTask(createTask(with: [bob.username, carol.username]), options: alice.options).task
             var opt = Tasks_V1_OptOutOfTeamTaskRequest()
             opt.taskId = t.taskId
@@ -508,7 +508,7 @@ struct TeamTaskTests {
     @Test func eraseUserKeepsOthersTasksAndTheJournalVerifying() async throws {
         try await withWorld { w in
             let (alice, bob, carol) = (try await w.user("alice"), try await w.user("bob"), try await w.user("carol"))
-            try await w.team([alice])
+            _ = try await w.team([alice])
             let t = try await w.tasks.createTeamTask(createTask(with: [bob.username, carol.username]), options: alice.options).task
             let solo = try await w.tasks.createTeamTask(createTask("Alone", with: []), options: alice.options).task
             var c = Tasks_V1_AddTeamTaskCommentRequest()
