@@ -32,12 +32,31 @@ public struct HTTPResponse: Sendable {
     public var status: Int
     public var headers: [(name: String, value: String)]
     public var body: [UInt8]
+    /// A body produced after the head has gone out (a stream: gRPC-Web, Connect streaming).
+    /// When set, `body` is ignored and the response has no `content-length`: HTTP/1.1 sends it
+    /// chunked (HTTP/1.0: until the connection closes), HTTP/2 as DATA frames as they are
+    /// written; the response ends when the closure returns or throws. It runs in the request's
+    /// task, which is cancelled when the client goes away (HTTP/2 RST_STREAM, the connection
+    /// closed, the server shutting down), so whatever it started ends with the client.
+    public var stream: (@Sendable (any HTTPBodyWriter) async throws -> Void)?
 
-    public init(status: Int, headers: [(name: String, value: String)] = [], body: [UInt8] = []) {
+    public init(
+        status: Int, headers: [(name: String, value: String)] = [], body: [UInt8] = [],
+        stream: (@Sendable (any HTTPBodyWriter) async throws -> Void)? = nil
+    ) {
         self.status = status
         self.headers = headers
         self.body = body
+        self.stream = stream
     }
+}
+
+/// Where a streamed response body goes (`HTTPResponse.stream`).
+public protocol HTTPBodyWriter: Sendable {
+    /// Sends `bytes` to the client (flushed: a stream's messages are not held back). Suspends
+    /// while the client is slower than the writer (the server's response buffer is full), and
+    /// throws once the client has gone or the response can no longer be written.
+    func write(_ bytes: [UInt8]) async throws
 }
 
 /// Serves non-gRPC requests. Without one, a server answers them 415 with a gRPC error.

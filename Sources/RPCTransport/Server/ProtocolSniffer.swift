@@ -98,10 +98,17 @@ final class HTTP1RequestHandler: RegisteredConnectionHandler, ChannelInboundHand
     private var readSinceTick = true
     private var idleTicks = 0
     private var idleTimer: RepeatedTask?
+    /// The task computing (or streaming) the current response: cancelled when the connection
+    /// goes, so a stream's upstream call ends with the client.
+    private var task: Task<Void, Never>?
+    private var streaming = false
 
     override func beginGracefulShutdown() {
         draining = true
         if !busy { context?.close(promise: nil) }
+        // A streamed response would hold the connection for as long as its stream lives:
+        // ended now (the handler's cancellation ends its body), the connection closes after.
+        if streaming { task?.cancel() }
     }
 
     override func handlerAdded(context: ChannelHandlerContext) {
@@ -127,6 +134,8 @@ final class HTTP1RequestHandler: RegisteredConnectionHandler, ChannelInboundHand
     private func stop() {
         idleTimer?.cancel()
         idleTimer = nil
+        task?.cancel()
+        task = nil
         releaseCharge()
     }
 
@@ -212,16 +221,71 @@ final class HTTP1RequestHandler: RegisteredConnectionHandler, ChannelInboundHand
             releaseCharge()
             handling = true
             let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+            let boundContext = NIOLoopBound(context, eventLoop: context.eventLoop)
             let loop = context.eventLoop
             let version = head.version
-            Task(executorPreference: EventLoopTaskExecutor(loop)) {
+            task = Task(executorPreference: EventLoopTaskExecutor(loop)) {
                 let response = await handler.handle(request)
+                guard let body = response.stream else {
+                    loop.runOnLoop {
+                        let (h, ctx) = bound.value
+                        h.handling = false
+                        h.task = nil
+                        h.write(ctx, response, keepAlive: keepAlive, version: version)
+                    }
+                    return
+                }
+                // A streamed body: the head now, then each write as a chunk, flushed.
+                let started = await withCheckedContinuation { (c: CheckedContinuation<Bool, Never>) in
+                    loop.runOnLoop {
+                        let (h, ctx) = bound.value
+                        guard ctx.channel.isActive, !Task.isCancelled else { return c.resume(returning: false) }
+                        h.streaming = true
+                        h.writeStreamHead(ctx, response, version: version)
+                        c.resume(returning: true)
+                    }
+                }
+                // Called even when the client went before the head: the writer then fails at
+                // once, so whatever the handler started for the body is ended by it, not leaked.
+                var completed = false
+                do {
+                    try await body(HTTP1BodyWriter(context: boundContext, loop: loop, usable: started))
+                    completed = true
+                } catch {}
+                let reusable = keepAlive && completed && version.minor >= 1 && started
                 loop.runOnLoop {
                     let (h, ctx) = bound.value
                     h.handling = false
-                    h.write(ctx, response, keepAlive: keepAlive, version: version)
+                    h.streaming = false
+                    h.task = nil
+                    // HTTP/1.0 has no chunks: its body ends when the connection closes. A body
+                    // that failed part-way closes too, so the client sees it cut short.
+                    h.endStream(ctx, keepAlive: reusable)
                 }
             }
+        }
+    }
+
+    /// The head of a streamed response: chunked over HTTP/1.1, close-delimited over HTTP/1.0.
+    private func writeStreamHead(_ context: ChannelHandlerContext, _ response: HTTPResponse, version: HTTPVersion) {
+        var headers = HTTPHeaders()
+        for (n, v) in response.headers where n != "content-length" { headers.add(name: n, value: v) }
+        if version.minor >= 1 {
+            headers.replaceOrAdd(name: "transfer-encoding", value: "chunked")
+        } else {
+            headers.replaceOrAdd(name: "connection", value: "close")
+        }
+        let status = HTTPResponseStatus(statusCode: response.status)
+        context.writeAndFlush(wrapOutboundOut(.head(HTTPResponseHead(version: version, status: status, headers: headers))), promise: nil)
+    }
+
+    private func endStream(_ context: ChannelHandlerContext, keepAlive: Bool) {
+        busy = false
+        guard context.channel.isActive else { return }
+        let done = context.writeAndFlushWithPromise(wrapOutboundOut(.end(nil)))
+        if !keepAlive || draining {
+            let channel = context.channel
+            done.whenComplete { _ in channel.close(promise: nil) }
         }
     }
 
@@ -253,6 +317,30 @@ final class HTTP1RequestHandler: RegisteredConnectionHandler, ChannelInboundHand
             let channel = context.channel
             done.whenComplete { _ in channel.close(promise: nil) }
         }
+    }
+}
+
+/// A streamed HTTP/1.1 response body (`HTTPResponse.stream`): each write one chunk, flushed; the
+/// next write waits until the socket took the previous one (a slow client holds the writer back).
+struct HTTP1BodyWriter: HTTPBodyWriter {
+    let context: NIOLoopBound<ChannelHandlerContext>
+    let loop: any EventLoop
+    /// False when the head never went out (the client had gone): every write fails.
+    let usable: Bool
+
+    func write(_ bytes: [UInt8]) async throws {
+        guard usable else { throw RPCError.cancelled("the client has gone") }
+        let context = self.context
+        let written: EventLoopFuture<Void> = loop.flatSubmit {
+            let ctx = context.value
+            guard ctx.channel.isActive else { return ctx.eventLoop.makeFailedFuture(RPCError.cancelled("the client has gone")) }
+            var buffer = ctx.channel.allocator.buffer(capacity: bytes.count)
+            buffer.writeBytes(bytes)
+            let p = ctx.eventLoop.makePromise(of: Void.self)
+            ctx.writeAndFlush(NIOAny(HTTPServerResponsePart.body(.byteBuffer(buffer))), promise: p)
+            return p.futureResult
+        }
+        do { try await written.get() } catch { throw RPCError.cancelled("the client has gone") }
     }
 }
 

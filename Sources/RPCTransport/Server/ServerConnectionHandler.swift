@@ -922,14 +922,64 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         let id = stream.id
         stream.task = Task(executorPreference: executor) {
             let response = await handler.handle(request)
+            guard let body = response.stream else {
+                loop.runOnLoop {
+                    let h = bound.value
+                    guard let s = h.streams[id], s.phase == .running else { return }
+                    s.phase = .done
+                    h.respondHTTP(s, response)
+                    h.scheduleFlush()
+                }
+                return
+            }
+            // A streamed body: the head now, then DATA frames as the body is written; the
+            // stream stays `.running` meanwhile, so a client that goes cancels this task.
+            let started = await withCheckedContinuation { (c: CheckedContinuation<Bool, Never>) in
+                loop.runOnLoop {
+                    let h = bound.value
+                    guard let s = h.streams[id], s.phase == .running else { return c.resume(returning: false) }
+                    h.respondHTTPStreamHead(s, response)
+                    h.scheduleFlush()
+                    c.resume(returning: true)
+                }
+            }
+            // Called even when the client went before the head: the body's writer then fails at
+            // once, so whatever the handler started for it is ended by the body, not leaked.
+            try? await body(HTTP2BodyWriter(handler: bound, loop: loop, streamID: id))
+            guard started else { return }
             loop.runOnLoop {
                 let h = bound.value
                 guard let s = h.streams[id], s.phase == .running else { return }
                 s.phase = .done
-                h.respondHTTP(s, response)
+                s.httpComplete = true
+                h.resumeData(s)
                 h.scheduleFlush()
             }
         }
+    }
+
+    /// The head of a streamed HTTP response; its DATA frames follow as the body is written
+    /// (`HTTP2BodyWriter`), the last with END_STREAM once `httpComplete` is set.
+    func respondHTTPStreamHead(_ stream: ServerStream, _ response: HTTPResponse) {
+        guard let session else { return }
+        stream.headersSent = true
+        var block = HeaderBlock()
+        block.add(":status", String(response.status))
+        for (n, v) in response.headers where HeaderBlock.isValidName(n) && n != "content-length" {
+            block.add(n, HeaderBlock.sanitize(v))
+        }
+        stream.trailers = nil
+        stream.httpComplete = false
+        var provider = nghttp2_data_provider(source: nghttp2_data_source(ptr: nil), read_callback: serverReadData)
+        _ = block.withNV { nva, n in nghttp2_submit_response(session, stream.id, nva, n, &provider) }
+    }
+
+    /// Queues bytes of a streamed HTTP body. Returns false when the buffered bytes are over the
+    /// limit and the writer should wait.
+    func enqueueHTTP(_ stream: ServerStream, _ bytes: [UInt8]) -> Bool {
+        stream.outbound.writeBytes(bytes)
+        resumeData(stream)
+        return stream.outbound.readableBytes <= shared.configuration.maxBufferedResponseBytes
     }
 
     func respondHTTP(_ stream: ServerStream, _ response: HTTPResponse) {
@@ -1073,6 +1123,31 @@ struct StreamSink: ServerResponseSink {
                     return c.resume(throwing: RPCError.cancelled("the call has ended"))
                 }
                 if h.enqueue(stream, message: message, compress: compress) {
+                    c.resume()
+                } else {
+                    stream.writeWaiters.append(c)
+                }
+                h.scheduleFlush()
+            }
+        }
+    }
+}
+
+/// A streamed HTTP response body over HTTP/2 (`HTTPResponse.stream`); hops to the connection's loop.
+struct HTTP2BodyWriter: HTTPBodyWriter {
+    let handler: NIOLoopBound<ServerConnectionHandler>
+    let loop: any EventLoop
+    let streamID: Int32
+
+    func write(_ bytes: [UInt8]) async throws {
+        let (handler, id) = (self.handler, streamID)
+        try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
+            loop.runOnLoop {
+                let h = handler.value
+                guard let stream = h.streams[id], stream.phase == .running else {
+                    return c.resume(throwing: RPCError.cancelled("the client has gone"))
+                }
+                if h.enqueueHTTP(stream, bytes) {
                     c.resume()
                 } else {
                     stream.writeWaiters.append(c)

@@ -1,8 +1,8 @@
 /// `grpc-timeout` as the gRPC protocol defines it: at most 8 ASCII digits and a unit
 /// (H, M, S, m, u, n).
-enum GRPCTimeout {
+public enum GRPCTimeout {
     /// Parses a header value; nil when malformed.
-    static func parse(_ value: String) -> Duration? {
+    public static func parse(_ value: String) -> Duration? {
         let utf8 = Array(value.utf8)
         guard utf8.count >= 2, utf8.count <= 9 else { return nil }
         var amount: Int64 = 0

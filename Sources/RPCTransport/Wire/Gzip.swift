@@ -1,11 +1,11 @@
 import CZlib
 
 /// gzip for `grpc-encoding: gzip`, through zlib.
-enum Gzip {
-    struct TooLarge: Error {}
-    struct Corrupt: Error {}
+public enum Gzip {
+    public struct TooLarge: Error {}
+    public struct Corrupt: Error {}
 
-    static func compress(_ input: [UInt8]) -> [UInt8] {
+    public static func compress(_ input: [UInt8]) -> [UInt8] {
         var stream = z_stream()
         // windowBits 15 + 16 selects the gzip wrapper.
         guard
@@ -32,7 +32,7 @@ enum Gzip {
     }
 
     /// Inflates at most `limit` bytes; more is `TooLarge` (a zip bomb never gets allocated).
-    static func decompress(_ input: [UInt8], limit: Int) throws -> [UInt8] {
+    public static func decompress(_ input: [UInt8], limit: Int) throws -> [UInt8] {
         var stream = z_stream()
         guard inflateInit2_(&stream, 15 + 32, ZLIB_VERSION, Int32(MemoryLayout<z_stream>.size)) == Z_OK else { throw Corrupt() }
         defer { inflateEnd(&stream) }

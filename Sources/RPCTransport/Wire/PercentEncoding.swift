@@ -1,9 +1,9 @@
 /// `grpc-message` percent-encoding: bytes outside printable ASCII (0x20–0x7E) and `%` itself are
 /// sent as `%XX` of their UTF-8 encoding, so tabs, CR/LF and any Unicode survive HTTP/2 headers.
-enum PercentEncoding {
+public enum PercentEncoding {
     private static let hex: [UInt8] = Array("0123456789ABCDEF".utf8)
 
-    static func encode(_ s: String) -> String {
+    public static func encode(_ s: String) -> String {
         var needs = false
         for b in s.utf8 where b < 0x20 || b > 0x7E || b == UInt8(ascii: "%") { needs = true; break }
         if !needs { return s }
@@ -20,7 +20,7 @@ enum PercentEncoding {
     }
 
     /// Decodes leniently: a malformed escape is kept as is, invalid UTF-8 becomes U+FFFD.
-    static func decode(_ s: String) -> String {
+    public static func decode(_ s: String) -> String {
         guard s.utf8.contains(UInt8(ascii: "%")) else { return s }
         let bytes = Array(s.utf8)
         var out: [UInt8] = []
