@@ -681,12 +681,99 @@ struct MarketplaceTests {
             #expect(kept.acceptedBid.provider.userId == bob.id)
             let d = try await w.get(dave, daves.taskId)
             #expect(d.status == .requested && d.bidCount == 0)
+            // Dave's task assigned to alice stays ASSIGNED, her accepted bid kept, anonymised.
             let da = try await w.get(dave, davesAssigned.taskId)
-            #expect(da.status == .bidded && da.bidCount == 1 && !da.hasAcceptedBid)
+            #expect(da.status == .assigned && da.bidCount == 1 && da.acceptedBid.amount.amountCents == 60)
+            #expect(da.acceptedBid.provider.userId.isEmpty && da.acceptedBid.provider.username == "deleted-user")
             #expect(try await w.outboxDrained())
             // Settlements are finance's, untouched: bob's history with alice keeps the done task's.
             #expect(try await w.settlements(of: bob, with: alice).map(\.taskId) == [done.taskId])
             #expect(await eventually { (try? await w.notifications(to: bob, kind: .bidDeclined).count) == 2 })  // alice's two withdrawn tasks
+        }
+    }
+
+    @Test func erasingTheProviderOfAnAssignedTaskKeepsTheAcceptedBidAnonymisedAndTheTaskAssigned() async throws {
+        try await withWorld { w in
+            let (alice, bob, carol) = (try await w.user("alice"), try await w.user("bob"), try await w.user("carol"))
+            // Three of alice's tasks assigned to bob; carol bids on two of them too.
+            let fence = try await w.post(alice, newMarketTask("Paint the fence"))
+            _ = try await w.bid(carol, fence.taskId, 900)
+            let fenceBid = try await w.bid(bob, fence.taskId, 800)
+            _ = try await w.accept(alice, fenceBid.bidId)
+            let lawn = try await w.post(alice, newMarketTask("Mow the lawn"))
+            let carolLawn = try await w.bid(carol, lawn.taskId, 500)
+            _ = try await w.accept(alice, try await w.bid(bob, lawn.taskId, 400).bidId)
+            let sink = try await w.post(alice, newMarketTask("Fix the sink"))
+            let sinkBid = try await w.bid(bob, sink.taskId, 300)
+            _ = try await w.accept(alice, sinkBid.bidId)
+            #expect(try await w.outboxDrained())
+
+            var e = Tasks_V1_EraseUserRequest()
+            e.eventId = "evt-erase-bob"
+            e.userId = bob.id
+            #expect(try await w.internalAPI.eraseUser(e).replayed == false)
+
+            // Kept: ASSIGNED, the accepted bid (same id and amount) shown with a deleted user.
+            func anonymised(_ b: Tasks_V1_Bid) -> Bool {
+                b.status == .accepted && b.provider.userId.isEmpty && b.provider.username == "deleted-user"
+            }
+            let f = try await w.get(alice, fence.taskId)
+            #expect(f.status == .assigned && f.acceptedBid.bidId == fenceBid.bidId && f.acceptedBid.amount.amountCents == 800)
+            #expect(anonymised(f.acceptedBid) && f.bidCount == 1 && f.lowestBid.amountCents == 900)
+            let s = try await w.get(alice, sink.taskId)
+            #expect(s.status == .assigned && s.acceptedBid.bidId == sinkBid.bidId && anonymised(s.acceptedBid) && s.bidCount == 0)
+            var lb = Tasks_V1_ListBidsRequest()
+            lb.taskId = fence.taskId
+            let bids = try await w.tasks.listBids(lb, options: alice.options).bids
+            #expect(bids.map(\.amount.amountCents) == [800, 900] && anonymised(bids[0]) && bids[1].provider.userId == carol.id)
+            // The lists show it anonymised too; the other bidder still sees the task.
+            let mine = try await w.list(alice, .requestedByMe, [.assigned])
+            #expect(mine.map(\.taskId) == [sink.taskId, lawn.taskId, fence.taskId] && mine.allSatisfy { anonymised($0.acceptedBid) })
+            let carols = try await w.list(carol, .bidOnByMe)
+            #expect(
+                carols.map(\.taskId) == [lawn.taskId, fence.taskId] && carols.allSatisfy { $0.status == .assigned && anonymised($0.acceptedBid) })
+            // Nothing points at bob any more: not his to see or list.
+            #expect(try await w.list(bob, .assignedToMe).isEmpty)
+            #expect(try await w.list(bob, .bidOnByMe).isEmpty)
+            await expectFailure(.notFound) { try await w.get(bob, fence.taskId) }
+
+            // A repeated event changes nothing.
+            func all() async throws -> [Tasks_V1_MarketTask] {
+                [try await w.get(alice, fence.taskId), try await w.get(alice, lawn.taskId), try await w.get(alice, sink.taskId)]
+            }
+            let before = try await all()
+            #expect(try await w.internalAPI.eraseUser(e).replayed == true)
+            #expect(try await all() == before)
+
+            // Done: DONE and kept, with no settlement (no creditor is left) and nobody told.
+            let done = try await w.done(alice, fence.taskId)
+            #expect(done.status == .done && done.hasDoneAt && done.acceptedBid.bidId == fenceBid.bidId && anonymised(done.acceptedBid))
+            #expect(try await w.done(alice, fence.taskId) == done)  // unchanged
+            #expect(try await w.outboxDrained())
+            #expect(try await w.pendingSettlements().isEmpty)
+            #expect(try await w.settlements(of: alice, with: bob).isEmpty)
+            #expect(try await w.marketBalances(of: alice).isEmpty)
+            #expect(try await w.notifications(to: bob, kind: .taskDone).isEmpty)
+            #expect(try await w.list(carol, .bidOnByMe, [.done]).map(\.taskId) == [fence.taskId])
+
+            // Not complete: reopened with the other bids, which the requester can then accept.
+            var nc = Tasks_V1_MarkMarketTaskNotCompleteRequest()
+            nc.taskId = lawn.taskId
+            let reopened = try await w.tasks.markMarketTaskNotComplete(nc, options: alice.options).task
+            #expect(reopened.status == .bidded && reopened.bidCount == 1 && !reopened.hasAcceptedBid)
+            let toCarol = try await w.accept(alice, carolLawn.bidId)
+            #expect(toCarol.status == .assigned && toCarol.acceptedBid.provider.userId == carol.id)
+
+            // Delete: refused while ASSIGNED (as for every assigned task); after "not complete", allowed.
+            var del = Tasks_V1_DeleteMarketTaskRequest()
+            del.taskId = sink.taskId
+            await expectFailure(.failedPrecondition) { try await w.tasks.deleteMarketTask(del, options: alice.options) }
+            nc.taskId = sink.taskId
+            #expect(try await w.tasks.markMarketTaskNotComplete(nc, options: alice.options).task.status == .requested)
+            _ = try await w.tasks.deleteMarketTask(del, options: alice.options)
+            await expectFailure(.notFound) { try await w.get(alice, sink.taskId) }
+            #expect(try await w.outboxDrained())
+            #expect(try await w.notifications(to: bob, kind: .bidDeclined).isEmpty)  // bob's account is gone: nobody to tell
         }
     }
 }

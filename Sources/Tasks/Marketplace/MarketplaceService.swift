@@ -510,10 +510,17 @@ extension TasksService {
         let task = try await core.write { tx -> MarketStore.Row in
             let t = try Self.ownTask(tx, id: id, me: me, what: "mark it done")
             if t.status == .done { return t }
-            guard t.status == .assigned, let bid = t.acceptedBid, let provider = bid.providerID, let requester = t.requesterID else {
+            guard t.status == .assigned, let bid = t.acceptedBid, let requester = t.requesterID else {
                 throw RPCError(.failedPrecondition, "only an assigned task can be marked done (accept a bid first)")
             }
             try tx.execute("UPDATE market_tasks SET status = 4, done_at = ?, updated_at = ? WHERE id = ?", now, now, id)
+            // The provider's account was deleted (EraseUser kept their accepted bid, anonymised):
+            // the task is done, but nobody is left to owe, so no settlement goes to finance (it
+            // could name no creditor) and nobody is told.
+            guard let provider = bid.providerID else {
+                guard let after = try MarketStore.one(tx, id: id) else { throw RPCError(.notFound, Self.marketTaskNotFound) }
+                return after
+            }
             // The settlement: in this transaction, delivered until finance acknowledges it; finance
             // keeps one per task_id, and the event id is the task's, so it exists exactly once.
             var s = Finance_V1_RecordTaskSettlementRequest()
@@ -576,10 +583,11 @@ extension TasksService {
 
 extension TasksService {
     /// The marketplace part of EraseUser: the user's open requests are withdrawn (bidders told),
-    /// their ASSIGNED requests too (the provider told: nobody can mark them done any more), their
-    /// DONE requests kept with the requester anonymised; their active bids removed (a task left
-    /// without bids back to REQUESTED); a task assigned to them reopened as "not complete"; their
-    /// accepted bids on DONE tasks kept, anonymised. Settlements in finance are not touched.
+    /// their ASSIGNED requests too (the provider told: nobody can mark them done or not complete
+    /// any more), their DONE requests kept with the requester anonymised; their active bids
+    /// removed (a task left without bids back to REQUESTED); their accepted bids kept, anonymised,
+    /// on DONE tasks and on ASSIGNED ones alike (the task stays ASSIGNED: its requester marks it
+    /// done, with no settlement, or not complete). Settlements in finance are not touched.
     static func eraseMarketplace(_ core: TasksCore, _ tx: Transaction, user: String, now: Int64) throws {
         let requested = try tx.query("SELECT id FROM market_tasks WHERE requester_id = ? AND status IN (1, 2, 3)", user).map {
             try $0.get(0, as: String.self)
@@ -588,10 +596,6 @@ extension TasksService {
             try withdraw(core, tx, t, actor: nil, reason: "The requester's account was deleted")
         }
         try tx.execute("UPDATE market_tasks SET requester_id = NULL WHERE requester_id = ?", user)
-        let assigned = try tx.query("SELECT id FROM market_tasks WHERE assignee_id = ? AND status = 3", user).map { try $0.get(0, as: String.self) }
-        for t in try MarketStore.load(tx, ids: assigned) {
-            try reopen(core, tx, t, actor: nil, now: now, reason: "the provider's account was deleted")
-        }
         let bidOn = try tx.query("SELECT task_id FROM market_bids WHERE provider_id = ? AND status = 1", user).map { try $0.get(0, as: String.self) }
         try tx.execute("DELETE FROM market_bids WHERE provider_id = ? AND status = 1", user)
         for task in bidOn { _ = try MarketStore.settleOpenStatus(tx, task: task, now: now) }
