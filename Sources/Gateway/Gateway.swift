@@ -128,6 +128,8 @@ public final class Gateway: Sendable {
             router: Router(services: services), interceptors: [policy], transcoder: JSONTranscoder(registry: registry), logger: logger,
             statusPage: { await Self.statusPage(health: health, upstreams: upstreamList, services: publicNames) })
         connect.maxRequestBytes = configuration.maxRequestBytes
+        connect.cors = configuration.cors
+        connect.sideEffectFree = registry.sideEffectFreePaths
         config.httpHandler = connect
         configuration.adjustServer(&config)
         server = RPCServer(configuration: config, services: services, logger: logger)

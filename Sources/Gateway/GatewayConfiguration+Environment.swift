@@ -49,6 +49,10 @@ extension GatewayConfiguration {
         if let n = try env.int("gateway.health.interval.ms", range: unbounded) { c.healthInterval = .milliseconds(max(100, n)) }
         if let n = try env.int("gateway.upstream.connect.timeout.ms", range: unbounded) { c.upstreamConnectTimeout = .milliseconds(max(10, n)) }
         if let n = try env.int("gateway.threads", range: unbounded) { c.threads = max(1, n) }
+        let corsMaxAge = try env.int("gateway.cors.max.age.s", range: 0...CORSPolicy.maxMaxAge) ?? 600
+        if let origins = env.list("gateway.cors.origins") {
+            do { c.cors = try CORSPolicy(origins: origins, maxAge: corsMaxAge) } catch { throw ValidationError(error.description) }
+        }
         return c
     }
 }

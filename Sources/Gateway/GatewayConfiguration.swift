@@ -73,6 +73,9 @@ public struct GatewayConfiguration: Sendable {
     public var streamsPerUpstreamConnection = 90
     /// Event loop threads (default: one per core).
     public var threads: Int? = nil
+    /// Web origins whose pages may call the gateway (CORS; `GATEWAY_CORS_ORIGINS`): none by
+    /// default. See `CORSPolicy`.
+    public var cors = CORSPolicy()
 
     public static let allUpstreams = ["accounts", "social", "tasks", "finance", "matchmaking"]
 

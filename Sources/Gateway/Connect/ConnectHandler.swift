@@ -21,12 +21,17 @@ struct ConnectHandler: HTTPHandler {
     let statusPage: @Sendable () async -> (serving: Bool, text: String)
     /// The gateway's own cap on any request message (`GatewayConfiguration.maxRequestBytes`).
     var maxRequestBytes = Int.max
+    /// Which web origins may call from a page (`GATEWAY_CORS_ORIGINS`).
+    var cors = CORSPolicy()
+    /// Unary methods the contracts mark free of side effects: Connect GET serves them.
+    var sideEffectFree: Set<String> = []
 
     /// Request headers that belong to HTTP or Connect, not to the call's metadata.
     static let protocolHeaders: Set<String> = [
         "content-type", "content-length", "content-encoding", "accept-encoding", "accept", "host", "connection",
         "keep-alive", "te", "trailer", "transfer-encoding", "upgrade", "user-agent", "proxy-connection", "expect",
         "origin", "referer", "accept-language", "cache-control", "pragma", "http2-settings",
+        "grpc-timeout", "grpc-encoding", "grpc-accept-encoding", "x-grpc-web", "x-user-agent", "priority", "dnt",
     ]
 
     /// A Connect call's body may be its message limit twice over plus 4 KiB: JSON spells field
@@ -57,33 +62,74 @@ struct ConnectHandler: HTTPHandler {
         guard parts.count == 3, parts[0].isEmpty, !parts[1].isEmpty, !parts[2].isEmpty else {
             return Self.text(404, "not found: \(path)\n")
         }
-        guard request.method == "POST" else {
-            var r = Self.error(RPCError(.unimplemented, "\(request.method) is not supported: Connect unary calls use POST"), status: 405)
-            r.headers.append(("allow", "POST"))
-            return r
-        }
         let method: ServerMethod
         switch router.lookup(path) {
-        case .failure(let e): return Self.error(e, status: 404)
+        case .failure(let e):
+            if request.method == "OPTIONS" { return Self.text(404, "not found: \(path)\n") }
+            var r = Self.error(e, status: 404)
+            r.headers.append(contentsOf: cors.responseHeaders(origin: request.header("origin")))
+            return r
         case .success(let m): method = m
         }
-        guard let body = method.handler.asyncUnary else {
-            return Self.error(RPCError(.unimplemented, "\(path) is a streaming method: call it with gRPC"))
+        if request.method == "OPTIONS" {
+            return cors.preflight(request, methods: sideEffectFree.contains(path) ? ["GET", "POST"] : ["POST"])
         }
+        var response = await serveRPC(request, method)
+        response.headers.append(contentsOf: cors.responseHeaders(origin: request.header("origin")))
+        return response
+    }
 
-        // Envelope: content type, protocol version, compression, timeout.
+    /// A routed method, in whichever protocol the request speaks: gRPC-Web, Connect streaming,
+    /// Connect unary (POST, or GET for methods free of side effects).
+    private func serveRPC(_ request: HTTPRequest, _ method: ServerMethod) async -> HTTPResponse {
+        let path = method.descriptor.path
         let contentType = request.header("content-type") ?? ""
         let mediaParts = contentType.lowercased().split(separator: ";").map { $0.trimmingCharacters(in: " ") }
         let media = mediaParts.first ?? ""
+        if GRPCWeb.isGRPCWeb(mediaType: media) { return await serveGRPCWeb(request, method, mediaType: media) }
+        if media == "application/connect+json" || media == "application/connect+proto" {
+            return await serveConnectStream(request, method, json: media == "application/connect+json")
+        }
+        if request.method == "GET" {
+            guard method.handler.kind == .unary else {
+                return Self.error(RPCError(.unimplemented, "\(path) is a streaming method: Connect GET is for unary methods"), status: 405)
+            }
+            do {
+                let (body, json) = try connectGetRequest(request, method)
+                return await serveConnectUnary(request, method, body: body, json: json)
+            } catch {
+                var r = Self.error(Self.rpcError(error))
+                if !sideEffectFree.contains(path) {
+                    r.status = 405
+                    r.headers.append(("allow", "POST"))
+                }
+                return r
+            }
+        }
+        guard request.method == "POST" else {
+            var r = Self.error(RPCError(.unimplemented, "\(request.method) is not supported: Connect unary calls use POST"), status: 405)
+            r.headers.append(("allow", sideEffectFree.contains(path) ? "GET, POST" : "POST"))
+            return r
+        }
+        guard method.handler.kind == .unary else {
+            return Self.error(
+                RPCError(.unimplemented, "\(path) is a streaming method: call it with application/connect+json, gRPC-Web or gRPC"), status: 415)
+        }
+
+        // Envelope: content type, compression.
         let json: Bool
         switch media {
         case "application/json": json = true
         case "application/proto": json = false
         default:
             var r = Self.error(
-                RPCError(.unimplemented, "unsupported content-type '\(contentType)': use application/json or application/proto"),
+                RPCError(
+                    .unimplemented,
+                    "unsupported content-type '\(contentType)': use application/json or application/proto (unary), application/connect+json or application/connect+proto (streaming), application/grpc-web(-text)"
+                ),
                 status: 415)
-            r.headers.append(("accept-post", "application/json, application/proto"))
+            r.headers.append(
+                ("accept-post", "application/json, application/proto, application/connect+json, application/connect+proto, application/grpc-web"))
             return r
         }
         if json, let charset = mediaParts.dropFirst().first(where: { $0.hasPrefix("charset=") }),
@@ -91,13 +137,22 @@ struct ConnectHandler: HTTPHandler {
         {
             return Self.error(RPCError(.unimplemented, "JSON must be UTF-8 (got \(charset))"), status: 415)
         }
-        if let version = request.header("connect-protocol-version"), version != "1" {
-            return Self.error(RPCError(.invalidArgument, "connect-protocol-version must be 1, got '\(version)'"))
-        }
         if let encoding = request.header("content-encoding"), encoding != "identity" {
             var r = Self.error(RPCError(.unimplemented, "content-encoding '\(encoding)' is not supported: send identity"))
             r.headers.append(("accept-encoding", "identity"))
             return r
+        }
+        return await serveConnectUnary(request, method, body: request.body, json: json)
+    }
+
+    /// A Connect unary call whose body (JSON or protobuf) has been read from the request.
+    private func serveConnectUnary(_ request: HTTPRequest, _ method: ServerMethod, body requestBody: [UInt8], json: Bool) async -> HTTPResponse {
+        let path = method.descriptor.path
+        guard let body = method.handler.asyncUnary else {
+            return Self.error(RPCError(.unimplemented, "\(path) is a streaming method: call it with application/connect+json"))
+        }
+        if let version = request.header("connect-protocol-version"), version != "1" {
+            return Self.error(RPCError(.invalidArgument, "connect-protocol-version must be 1, got '\(version)'"))
         }
         var deadline: ContinuousClock.Instant? = nil
         if let t = request.header("connect-timeout-ms") {
@@ -106,28 +161,22 @@ struct ConnectHandler: HTTPHandler {
             }
             deadline = .now + .milliseconds(ms)
         }
-        let metadata: Metadata
-        do { metadata = try Self.metadata(request.headers) } catch let e as RPCError { return Self.error(e) } catch {
-            return Self.error(RPCError(.internal, "bad headers"))
-        }
-
-        let context = ServerContext(
-            method: method.descriptor, requestMetadata: metadata, deadline: deadline, peer: request.peer,
-            authority: request.header("host") ?? "")
+        var context: ServerContext?
         do {
-            for i in interceptors { try await i.intercept(context) }
+            let admitted = try await admit(method, request, deadline: deadline)
+            context = admitted
             let input: [UInt8]
             if json {
-                do { input = try transcoder.encode(json: request.body, as: method.descriptor.inputType) } catch {
+                do { input = try transcoder.encode(json: requestBody, as: method.descriptor.inputType) } catch {
                     throw Self.badRequest(error, message: method.descriptor.inputType)
                 }
             } else {
-                input = request.body
+                input = requestBody
             }
-            let output = try await body(input, context)
+            let output = try await body(input, admitted)
             var headers: [(name: String, value: String)] = [("content-type", json ? "application/json" : "application/proto")]
-            Self.append(context.initialMetadata, to: &headers, prefix: "")
-            Self.append(context.trailers, to: &headers, prefix: "trailer-")
+            Self.append(admitted.initialMetadata, to: &headers, prefix: "")
+            Self.append(admitted.trailers, to: &headers, prefix: "trailer-")
             if json {
                 do {
                     return HTTPResponse(status: 200, headers: headers, body: try transcoder.decode(output, as: method.descriptor.outputType))
@@ -138,7 +187,7 @@ struct ConnectHandler: HTTPHandler {
             return HTTPResponse(status: 200, headers: headers, body: output)
         } catch let e as RPCError {
             var r = Self.error(e, transcoder: transcoder)
-            Self.append(context.initialMetadata, to: &r.headers, prefix: "")
+            if let context { Self.append(context.initialMetadata, to: &r.headers, prefix: "") }
             return r
         } catch is CancellationError {
             return Self.error(RPCError.cancelled())
@@ -177,7 +226,11 @@ struct ConnectHandler: HTTPHandler {
     static func metadata(_ headers: [(name: String, value: String)]) throws -> Metadata {
         var m = Metadata()
         for (name, value) in headers {
-            if protocolHeaders.contains(name) || name.hasPrefix("connect-") || name.hasPrefix(":") || Metadata.isReserved(name) { continue }
+            if protocolHeaders.contains(name) || name.hasPrefix("connect-") || name.hasPrefix(":") || name.hasPrefix("sec-")
+                || name.hasPrefix("access-control-") || Metadata.isReserved(name)
+            {
+                continue
+            }
             if name.hasSuffix("-bin") {
                 guard let bytes = Base64.decode(value) else { throw RPCError(.invalidArgument, "header '\(name)' is not valid base64") }
                 m.add(name, binary: bytes)
@@ -230,16 +283,22 @@ struct ConnectHandler: HTTPHandler {
     /// `{"code": "...", "message": "...", "details": [{"type", "value", "debug"}]}` with the
     /// code's HTTP status; trailers become `trailer-` headers, `retry-after` a plain one too.
     static func error(_ e: RPCError, status: Int? = nil, transcoder: JSONTranscoder? = nil) -> HTTPResponse {
+        var headers: [(name: String, value: String)] = [("content-type", "application/json")]
+        append(e.trailers, to: &headers, prefix: "trailer-")
+        if let retry = e.trailers["retry-after"] { headers.append(("retry-after", retry)) }
+        return HTTPResponse(status: status ?? httpStatus(e.code), headers: headers, body: JSONWriter.serialize(errorValue(e, transcoder: transcoder)))
+    }
+
+    /// `{"code": "...", "message": "...", "details": [...]}`: a unary error's body, a streaming
+    /// end message's `error`.
+    static func errorValue(_ e: RPCError, transcoder: JSONTranscoder?) -> JSONValue {
         var members: [(String, JSONValue)] = [("code", .string(connectCode(e.code)))]
         if !e.message.isEmpty { members.append(("message", .string(e.message))) }
         if let details = e.details {
             let items = Self.details(details, transcoder: transcoder)
             if !items.isEmpty { members.append(("details", .array(items))) }
         }
-        var headers: [(name: String, value: String)] = [("content-type", "application/json")]
-        append(e.trailers, to: &headers, prefix: "trailer-")
-        if let retry = e.trailers["retry-after"] { headers.append(("retry-after", retry)) }
-        return HTTPResponse(status: status ?? httpStatus(e.code), headers: headers, body: JSONWriter.serialize(.object(members)))
+        return .object(members)
     }
 
     /// The `google.protobuf.Any`s of a serialized `google.rpc.Status`, as Connect error details.

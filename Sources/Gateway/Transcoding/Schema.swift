@@ -92,6 +92,8 @@ struct MethodSchema: Sendable {
     var access: Int32
     /// `(common.v1.max_request_bytes)`, 0 when absent.
     var maxRequestBytes: UInt64 = 0
+    /// `google.protobuf.MethodOptions.idempotency_level`: 1 NO_SIDE_EFFECTS, 2 IDEMPOTENT, 0 unknown.
+    var idempotencyLevel: UInt64 = 0
     /// The method's file imports `common/v1/options.proto`: our contracts, where an absent
     /// `max_request_bytes` means the default (as the generated method tables say).
     var usesContractOptions = false
@@ -133,6 +135,18 @@ public final class SchemaRegistry: Sendable {
     static let accessExtension: Int32 = 50001
     /// Field number of `(common.v1.max_request_bytes)`.
     static let maxRequestBytesExtension: Int32 = 50002
+
+    /// Paths (`/pkg.Service/Method`) of the unary methods the contracts mark
+    /// `idempotency_level = NO_SIDE_EFFECTS`: the ones Connect clients may call with GET.
+    public var sideEffectFreePaths: Set<String> {
+        var out: Set<String> = []
+        for (service, methods) in services {
+            for m in methods where m.idempotencyLevel == 1 && !m.clientStreaming && !m.serverStreaming {
+                out.insert("/\(service)/\(m.name)")
+            }
+        }
+        return out
+    }
 
     public init(_ set: ProtoDescriptorSet) throws {
         var messages: [String: MessageSchema] = [:]
@@ -338,6 +352,8 @@ enum FileParser {
                             method.access = Int32(truncatingIfNeeded: try o.varint())
                         } else if on == SchemaRegistry.maxRequestBytesExtension && ot == .varint {
                             method.maxRequestBytes = try o.varint()
+                        } else if on == 34 && ot == .varint {  // idempotency_level
+                            method.idempotencyLevel = try o.varint()
                         } else {
                             try o.skip(ot, number: on)
                         }

@@ -1,0 +1,399 @@
+import RPCCore
+import RPCTransport
+
+/// The browser protocols on top of the route table: gRPC-Web (`GRPCWeb`), Connect streaming and
+/// Connect's unary GET. Every call goes through `admit` (metadata from the headers, the
+/// deadline, then the same interceptors as gRPC: address limit, token, user limit) and then the
+/// method's own handler (the relay, which strips reserved headers and caps the deadline), so the
+/// policy is the gRPC path's, not a copy of it. Only the envelope differs.
+extension ConnectHandler {
+    /// The request message limit of a method: the contracts' within the gateway's.
+    func requestLimit(_ method: ServerMethod) -> Int {
+        min(method.descriptor.maxRequestBytes ?? maxRequestBytes, maxRequestBytes)
+    }
+
+    /// One policy for every protocol: the call's context from the request, then every
+    /// interceptor (the order and the checks of the gRPC path).
+    func admit(_ method: ServerMethod, _ request: HTTPRequest, deadline: ContinuousClock.Instant?) async throws -> ServerContext {
+        let metadata = try Self.metadata(request.headers)
+        let context = ServerContext(
+            method: method.descriptor, requestMetadata: metadata, deadline: deadline, peer: request.peer,
+            authority: request.header("host") ?? "")
+        for i in interceptors {
+            if let error = i.rejectAtHeaders(method.descriptor, metadata) { throw error }
+        }
+        for i in interceptors { try await i.intercept(context) }
+        return context
+    }
+
+    // MARK: gRPC-Web
+
+    func serveGRPCWeb(_ request: HTTPRequest, _ method: ServerMethod, mediaType: String) async -> HTTPResponse {
+        let path = method.descriptor.path
+        guard let format = GRPCWeb.format(mediaType: mediaType) else {
+            return Self.grpcWebTrailersOnly(
+                RPCError(
+                    .invalidArgument, "unsupported content-type '\(mediaType)': use application/grpc-web(+proto) or application/grpc-web-text(+proto)"
+                ),
+                format: .binary, initial: Metadata(), httpStatus: 415)
+        }
+        guard request.method == "POST" else {
+            var r = Self.grpcWebTrailersOnly(
+                RPCError(.unimplemented, "gRPC-Web calls use POST, not \(request.method)"), format: format, initial: Metadata(), httpStatus: 405)
+            r.headers.append(("allow", "POST"))
+            return r
+        }
+        let kind = method.handler.kind
+        guard kind == .unary || kind == .serverStreaming else {
+            return Self.grpcWebTrailersOnly(
+                RPCError(.unimplemented, "\(path) streams requests from the client, which gRPC-Web cannot: call it with gRPC"),
+                format: format, initial: Metadata())
+        }
+        let input: [UInt8]
+        var deadline: ContinuousClock.Instant? = nil
+        do {
+            var body = request.body
+            if let encoding = request.header("content-encoding"), encoding != "identity" {
+                guard encoding == "gzip" else {
+                    throw RPCError(.unimplemented, "content-encoding '\(encoding)' is not supported: send gzip or identity")
+                }
+                do { body = try Gzip.decompress(body, limit: ConnectHandler.bodyLimit(forRequestLimit: requestLimit(method))) } catch {
+                    throw RPCError(.invalidArgument, "the request body is not valid gzip or decompresses past the limit")
+                }
+            }
+            if format == .text {
+                guard let decoded = GRPCWeb.decodeText(body) else {
+                    throw RPCError(.invalidArgument, "the application/grpc-web-text body is not base64")
+                }
+                body = decoded
+            }
+            input = try GRPCWeb.singleMessage(body, limit: requestLimit(method), path: path, encoding: request.header("grpc-encoding"))
+            if let t = request.header("grpc-timeout") {
+                guard let d = GRPCTimeout.parse(t) else {
+                    throw RPCError(.invalidArgument, "malformed grpc-timeout '\(t)': up to 8 digits and a unit (H, M, S, m, u, n)")
+                }
+                deadline = .now + d
+            }
+        } catch {
+            return Self.grpcWebTrailersOnly(Self.rpcError(error), format: format, initial: Metadata())
+        }
+
+        let context: ServerContext
+        do { context = try await admit(method, request, deadline: deadline) } catch {
+            return Self.grpcWebTrailersOnly(Self.rpcError(error), format: format, initial: Metadata())
+        }
+
+        switch method.handler {
+        case .serverStreaming(let body):
+            let relay = StreamRelay { message in format.wire(GRPCWeb.frame(message)) }
+            relay.start { sink in try await body(input, sink, context) }
+            switch await relay.awaitHead() {
+            case .ended(let error):
+                // Nothing was sent: the status goes in the headers (trailers-only).
+                let status = error.map { Self.rpcError($0) } ?? RPCError(.ok, "")
+                return Self.grpcWebTrailersOnly(status, format: format, initial: context.initialMetadata, trailers: context.trailers)
+            case .started:
+                var headers: [(name: String, value: String)] = [("content-type", format.contentType)]
+                Self.append(context.initialMetadata, to: &headers, prefix: "")
+                return HTTPResponse(status: 200, headers: headers) { writer in
+                    relay.attach(writer)
+                    let outcome = await relay.awaitEnd()
+                    let status: RPCError
+                    switch outcome {
+                    case .success: status = RPCError(.ok, "")
+                    case .failure(let e): status = Self.rpcError(e)
+                    }
+                    try await writer.write(format.wire(GRPCWeb.trailersFrame(status, trailers: context.trailers)))
+                }
+            }
+        default:
+            guard let unary = method.handler.asyncUnary else {
+                return Self.grpcWebTrailersOnly(
+                    RPCError(.unimplemented, "\(path) is not callable with gRPC-Web"), format: format, initial: Metadata())
+            }
+            do {
+                let output = try await unary(input, context)
+                var body = GRPCWeb.frame(output)
+                body.append(contentsOf: GRPCWeb.trailersFrame(RPCError(.ok, ""), trailers: context.trailers))
+                var headers: [(name: String, value: String)] = [("content-type", format.contentType)]
+                Self.append(context.initialMetadata, to: &headers, prefix: "")
+                var wire = format.wire(body)
+                if wire.count > 1024, Self.acceptsGzip(request) {
+                    wire = Gzip.compress(wire)
+                    headers.append(("content-encoding", "gzip"))
+                    headers.append(("vary", "Accept-Encoding"))
+                }
+                return HTTPResponse(status: 200, headers: headers, body: wire)
+            } catch {
+                return Self.grpcWebTrailersOnly(Self.rpcError(error), format: format, initial: context.initialMetadata)
+            }
+        }
+    }
+
+    /// A response with no body: the status (and any metadata) in the headers.
+    static func grpcWebTrailersOnly(
+        _ status: RPCError, format: GRPCWeb.Format, initial: Metadata, trailers: Metadata = Metadata(), httpStatus: Int = 200
+    ) -> HTTPResponse {
+        var headers: [(name: String, value: String)] = [("content-type", format.contentType)]
+        append(initial, to: &headers, prefix: "")
+        headers.append(contentsOf: GRPCWeb.statusLines(status, trailers: trailers))
+        if let retry = status.trailers["retry-after"], !headers.contains(where: { $0.name == "retry-after" }) {
+            headers.append(("retry-after", retry))
+        }
+        return HTTPResponse(status: httpStatus, headers: headers)
+    }
+
+    static func acceptsGzip(_ request: HTTPRequest) -> Bool {
+        guard let accept = request.header("accept-encoding") else { return false }
+        return accept.lowercased().split(separator: ",").contains { $0.trimmingCharacters(in: " ").hasPrefix("gzip") }
+    }
+
+    /// Any error as the status a client sees (unknown errors are not described).
+    static func rpcError(_ error: any Error) -> RPCError {
+        if let e = error as? RPCError { return e }
+        if error is CancellationError { return RPCError.cancelled("the call was cancelled") }
+        return RPCError(.internal, "internal error")
+    }
+
+    // MARK: Connect streaming
+
+    /// Server-streaming calls in the Connect protocol: `application/connect+proto` or
+    /// `application/connect+json`, one enveloped request message, enveloped response messages,
+    /// then the end-of-stream message (flag 0x02, always JSON) with the error, if any, and the
+    /// trailers as `metadata`. HTTP 200 whatever the outcome, as the protocol says.
+    func serveConnectStream(_ request: HTTPRequest, _ method: ServerMethod, json: Bool) async -> HTTPResponse {
+        let path = method.descriptor.path
+        let contentType = json ? "application/connect+json" : "application/connect+proto"
+        guard request.method == "POST" else {
+            var r = Self.error(RPCError(.unimplemented, "\(request.method) is not supported: Connect streaming calls use POST"), status: 405)
+            r.headers.append(("allow", "POST"))
+            return r
+        }
+        guard case .serverStreaming(let body) = method.handler else {
+            let what =
+                method.handler.kind == .unary
+                ? "a unary method: call it with application/json or application/proto" : "a client-streaming method: call it with gRPC"
+            var r = Self.error(RPCError(.unimplemented, "\(path) is \(what)"), status: 415)
+            r.headers.append(("accept-post", method.handler.kind == .unary ? "application/json, application/proto" : "application/grpc"))
+            return r
+        }
+        let transcoder = self.transcoder
+        let endOnly = { (error: RPCError, metadata: Metadata) -> HTTPResponse in
+            HTTPResponse(
+                status: 200, headers: [("content-type", contentType)],
+                body: ConnectEnvelope.endStream(error, trailers: metadata, transcoder: transcoder))
+        }
+        let input: [UInt8]
+        var deadline: ContinuousClock.Instant? = nil
+        do {
+            if let version = request.header("connect-protocol-version"), version != "1" {
+                throw RPCError(.invalidArgument, "connect-protocol-version must be 1, got '\(version)'")
+            }
+            if let t = request.header("connect-timeout-ms") {
+                guard t.count <= 10, let ms = Int64(t), ms >= 0 else {
+                    throw RPCError(.invalidArgument, "connect-timeout-ms must be a non-negative integer of at most 10 digits")
+                }
+                deadline = .now + .milliseconds(ms)
+            }
+            let limit = requestLimit(method)
+            let payload = try ConnectEnvelope.single(
+                request.body, limit: json ? ConnectHandler.bodyLimit(forRequestLimit: limit) : limit, path: path,
+                encoding: request.header("connect-content-encoding"))
+            if json {
+                do { input = try transcoder.encode(json: payload, as: method.descriptor.inputType) } catch {
+                    throw Self.badRequest(error, message: method.descriptor.inputType)
+                }
+                if input.count > limit {
+                    throw RPCError(.resourceExhausted, "request message of \(input.count) bytes exceeds the limit of \(limit) bytes for \(path)")
+                }
+            } else {
+                input = payload
+            }
+        } catch {
+            return endOnly(Self.rpcError(error), Metadata())
+        }
+        let context: ServerContext
+        do { context = try await admit(method, request, deadline: deadline) } catch {
+            return endOnly(Self.rpcError(error), Metadata())
+        }
+        let outputType = method.descriptor.outputType
+        let relay = StreamRelay { message in
+            if !json { return ConnectEnvelope.frame(message) }
+            do { return ConnectEnvelope.frame(try transcoder.decode(message, as: outputType)) } catch {
+                throw RPCError(.internal, "a response could not be shown as JSON: \(error)")
+            }
+        }
+        relay.start { sink in try await body(input, sink, context) }
+        let head = await relay.awaitHead()
+        var headers: [(name: String, value: String)] = [("content-type", contentType)]
+        Self.append(context.initialMetadata, to: &headers, prefix: "")
+        if case .ended(let error) = head {
+            var r = endOnly(error.map { Self.rpcError($0) } ?? RPCError(.ok, ""), context.trailers)
+            r.headers = headers
+            return r
+        }
+        return HTTPResponse(status: 200, headers: headers) { writer in
+            relay.attach(writer)
+            let outcome = await relay.awaitEnd()
+            let status: RPCError
+            switch outcome {
+            case .success: status = RPCError(.ok, "")
+            case .failure(let e): status = Self.rpcError(e)
+            }
+            try await writer.write(ConnectEnvelope.endStream(status, trailers: context.trailers, transcoder: transcoder))
+        }
+    }
+
+    // MARK: Connect unary GET
+
+    /// Connect's GET form of a unary call, for methods the contracts mark free of side effects
+    /// (`idempotency_level = NO_SIDE_EFFECTS`): `?encoding=json|proto&message=...` with
+    /// `base64=1` (URL-safe, for proto always), optional `compression=gzip|identity` and
+    /// `connect=v1`. Answered as the POST form would be.
+    func connectGetRequest(_ request: HTTPRequest, _ method: ServerMethod) throws -> (body: [UInt8], json: Bool) {
+        guard sideEffectFree.contains(method.descriptor.path) else {
+            throw RPCError(.unimplemented, "\(method.descriptor.path) is not marked free of side effects: call it with POST")
+        }
+        let query = ConnectQuery(target: request.target)
+        if let connect = query["connect"], connect != "v1" {
+            throw RPCError(.invalidArgument, "connect must be v1, got '\(connect)'")
+        }
+        let json: Bool
+        switch query["encoding"] {
+        case "json": json = true
+        case "proto": json = false
+        case nil: throw RPCError(.invalidArgument, "a Connect GET needs encoding=json or encoding=proto")
+        case let other?: throw RPCError(.invalidArgument, "unsupported encoding '\(other)': use json or proto")
+        }
+        guard let raw = query.bytes("message") else {
+            throw RPCError(.invalidArgument, "a Connect GET needs the message parameter (percent-encoded)")
+        }
+        var body = raw
+        if query["base64"] == "1" {
+            guard let decoded = Base64.decode(String(decoding: raw, as: UTF8.self)) else {
+                throw RPCError(.invalidArgument, "message is not base64 (URL-safe alphabet)")
+            }
+            body = decoded
+        } else if !json {
+            throw RPCError(.invalidArgument, "encoding=proto needs base64=1")
+        }
+        let limit = Self.bodyLimit(forRequestLimit: requestLimit(method))
+        switch query["compression"] {
+        case nil, "identity": break
+        case "gzip":
+            do { body = try Gzip.decompress(body, limit: limit) } catch {
+                throw RPCError(.invalidArgument, "message is not valid gzip or decompresses past \(limit) bytes")
+            }
+        case let other?:
+            throw RPCError(.unimplemented, "compression '\(other)' is not supported: use gzip or identity")
+        }
+        guard body.count <= limit else {
+            throw RPCError(.resourceExhausted, "message of \(body.count) bytes exceeds the limit of \(limit) bytes for \(method.descriptor.path)")
+        }
+        return (body, json)
+    }
+}
+
+/// Connect streaming's envelopes: a flags byte (0x01 compressed, 0x02 end of stream), a 4-byte
+/// big-endian length, the payload.
+enum ConnectEnvelope {
+    static func frame(_ payload: [UInt8], flags: UInt8 = 0) -> [UInt8] { GRPCWeb.frame(payload, flag: flags) }
+
+    /// The single request message of a server-streaming call.
+    static func single(_ body: [UInt8], limit: Int, path: String, encoding: String?) throws -> [UInt8] {
+        guard body.count >= 5 else {
+            throw RPCError(.invalidArgument, "the body must be one enveloped message (5-byte prefix, then the message); got \(body.count) bytes")
+        }
+        let flags = body[0]
+        let length = Int(body[1]) << 24 | Int(body[2]) << 16 | Int(body[3]) << 8 | Int(body[4])
+        guard flags & ~UInt8(1) == 0 else { throw RPCError(.invalidArgument, "invalid envelope flags \(flags) on a request message") }
+        if length > limit {
+            throw RPCError(.resourceExhausted, "request message of \(length) bytes exceeds the limit of \(limit) bytes for \(path)")
+        }
+        guard body.count >= 5 + length else {
+            throw RPCError(.invalidArgument, "the body ends inside the message: its envelope says \(length) bytes, \(body.count - 5) arrived")
+        }
+        guard body.count == 5 + length else {
+            throw RPCError(.invalidArgument, "\(path) takes exactly one request message, got more")
+        }
+        let message = Array(body[5...])
+        guard flags == 1 else { return message }
+        switch encoding {
+        case "gzip":
+            do { return try Gzip.decompress(message, limit: limit) } catch {
+                throw RPCError(.invalidArgument, "the request message is not valid gzip or decompresses past \(limit) bytes")
+            }
+        case nil, "identity":
+            throw RPCError(.invalidArgument, "a compressed message needs connect-content-encoding")
+        case let other?:
+            throw RPCError(.unimplemented, "connect-content-encoding '\(other)' is not supported: use gzip or identity")
+        }
+    }
+
+    /// The end-of-stream message: `{"error": {...}, "metadata": {"name": ["value"]}}`.
+    static func endStream(_ status: RPCError, trailers: Metadata, transcoder: JSONTranscoder) -> [UInt8] {
+        var members: [(String, JSONValue)] = []
+        if status.code != .ok { members.append(("error", ConnectHandler.errorValue(status, transcoder: transcoder))) }
+        var metadata: [(String, [JSONValue])] = []
+        func add(_ m: Metadata) {
+            for (key, value) in m where !Metadata.isReserved(key) {
+                let v: String
+                switch value {
+                case .string(let s): v = s
+                case .binary(let b): v = Base64.encode(b)
+                }
+                if let i = metadata.firstIndex(where: { $0.0 == key }) {
+                    metadata[i].1.append(.string(v))
+                } else {
+                    metadata.append((key, [.string(v)]))
+                }
+            }
+        }
+        add(trailers)
+        add(status.trailers)
+        if !metadata.isEmpty { members.append(("metadata", .object(metadata.map { ($0.0, .array($0.1)) }))) }
+        return frame(JSONWriter.serialize(.object(members)), flags: 0x02)
+    }
+}
+
+/// The query of a request target, percent-decoded (`+` is a space, as in form encoding).
+struct ConnectQuery {
+    private var items: [(String, [UInt8])] = []
+
+    init(target: String) {
+        guard let q = target.split(separator: "?", maxSplits: 1).dropFirst().first else { return }
+        for pair in q.split(separator: "&") {
+            let kv = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            let key = String(decoding: Self.decode(Array(kv[0].utf8)), as: UTF8.self)
+            items.append((key, kv.count > 1 ? Self.decode(Array(kv[1].utf8)) : []))
+        }
+    }
+
+    subscript(name: String) -> String? { bytes(name).map { String(decoding: $0, as: UTF8.self) } }
+
+    func bytes(_ name: String) -> [UInt8]? { items.first { $0.0 == name }?.1 }
+
+    static func decode(_ s: [UInt8]) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(s.count)
+        var i = 0
+        func hex(_ c: UInt8) -> UInt8? {
+            switch c {
+            case 48...57: c - 48
+            case 65...70: c - 55
+            case 97...102: c - 87
+            default: nil
+            }
+        }
+        while i < s.count {
+            if s[i] == UInt8(ascii: "%"), i + 2 < s.count, let h = hex(s[i + 1]), let l = hex(s[i + 2]) {
+                out.append(h << 4 | l)
+                i += 3
+            } else {
+                out.append(s[i] == UInt8(ascii: "+") ? 32 : s[i])
+                i += 1
+            }
+        }
+        return out
+    }
+}
