@@ -117,7 +117,7 @@ public final class RPCServer: Sendable {
     public func start() async throws -> Int {
         let shared = self.shared
         let tls = configuration.tls
-        let bootstrap = ServerBootstrap(group: group)
+        var bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 1024)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
@@ -136,6 +136,18 @@ public final class RPCServer: Sendable {
                     }
                 }
             }
+        if let idle = configuration.tcpKeepaliveIdle {
+            func tcp(_ name: Int32) -> ChannelOptions.Types.SocketOption {
+                ChannelOptions.Types.SocketOption(
+                    level: NIOBSDSocket.OptionLevel(rawValue: Int32(IPPROTO_TCP)), name: NIOBSDSocket.Option(rawValue: name))
+            }
+            bootstrap =
+                bootstrap
+                .childChannelOption(.socketOption(.so_keepalive), value: 1)
+                .childChannelOption(tcp(TCP_KEEPIDLE), value: SocketOptionValue(max(1, idle.components.seconds)))
+                .childChannelOption(tcp(TCP_KEEPINTVL), value: 10)
+                .childChannelOption(tcp(TCP_KEEPCNT), value: 3)
+        }
         let channel = try await bootstrap.bind(host: configuration.host, port: configuration.port).get()
         listener.withLock { $0 = channel }
         return channel.localAddress?.port ?? configuration.port

@@ -89,6 +89,11 @@ public struct ServerConfiguration: Sendable {
     /// HTTP/1.1: a keep-alive connection with no request in progress for this long is closed
     /// (also a request whose head or body stalls that long). 60 s, as common proxies do.
     public var http1IdleTimeout: Duration? = .seconds(60)
+    /// TCP keepalive on accepted connections: probes after this long without traffic, every
+    /// 10 s, 3 unanswered close the socket. It finds a peer that vanished without a FIN (a phone
+    /// that lost its network) on connections that carry nothing for long, such as an HTTP/1.1
+    /// browser stream (HTTP/2 connections also PING, above). nil: the kernel's default (off).
+    public var tcpKeepaliveIdle: Duration? = .seconds(60)
     /// Open connections per server (sockets, whatever protocol, including those still in TLS or
     /// protocol sniffing). New ones past it are closed at once (logged at most every 10 s).
     /// 10,000: well under the default file-descriptor limits raised for servers (the process
