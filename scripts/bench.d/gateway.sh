@@ -62,6 +62,8 @@ PYEOF
   KEYS_BODY=$WORK/getsigningkeys.bin
   printf '\x00\x00\x00\x00\x00' >"$KEYS_BODY"
   KEYS_PATH=/accounts.v1.Accounts/GetSigningKeys
+  KEYS_JSON=$WORK/getsigningkeys.json
+  printf '{}' >"$KEYS_JSON"
   for shape in throughput latency; do
     MIN_DATA_PER_REQUEST=32 h2load_row "GetSigningKeys direct" $shape "http://127.0.0.1:$ACC_PORT$KEYS_PATH" \
       "$KEYS_BODY" "${GRPC_HEADERS[@]}"
@@ -71,6 +73,12 @@ PYEOF
       MIN_DATA_PER_REQUEST=32 h2load_row "GetSigningKeys via nghttpx" $shape "http://127.0.0.1:$NGHTTPX_PORT_B$KEYS_PATH" \
         "$KEYS_BODY" "${GRPC_HEADERS[@]}"
     fi
+    # The browser protocols, the same read through the same gateway (issue 17: at most 1.3x the
+    # gRPC path's cost per call): gRPC-Web (binary) and Connect JSON, over HTTP/2.
+    MIN_DATA_PER_REQUEST=32 h2load_row "GetSigningKeys via gateway, gRPC-Web" $shape "http://127.0.0.1:$GATEWAY_PORT_B$KEYS_PATH" \
+      "$KEYS_BODY" -H "content-type: application/grpc-web+proto" -H "x-grpc-web: 1"
+    MIN_DATA_PER_REQUEST=32 h2load_row "GetSigningKeys via gateway, Connect JSON" $shape "http://127.0.0.1:$GATEWAY_PORT_B$KEYS_PATH" \
+      "$KEYS_JSON" -H "content-type: application/json" -H "connect-protocol-version: 1"
   done
   rss_row "gateway after load" "$GATEWAY_PID"
   # The gateway's cost, from the rows just measured.
@@ -89,5 +97,10 @@ if x and xl:
     print(f"bench: nghttpx (reference proxy) throughput {x[0]:.0f} req/s = {100 * x[0] / d[0]:.0f}% of direct; "
           f"gateway = {g[0] / x[0]:.2f}x nghttpx")
     print(f"bench: nghttpx adds {xl[1] - dl[1]:.0f} µs at one call in flight (the gateway {gl[1] - dl[1]:.0f} µs)")
+for proto in ("gRPC-Web", "Connect JSON"):
+    w, wl = rows.get((f"GetSigningKeys via gateway, {proto}", "throughput")), rows.get((f"GetSigningKeys via gateway, {proto}", "latency"))
+    if w and wl:
+        print(f"bench: {proto} through the gateway {w[0]:.0f} req/s: costs {g[0] / w[0]:.2f}x the gRPC path per call "
+              f"(goal <= 1.3x); {wl[1]:.0f} µs at one in flight (gRPC {gl[1]:.0f} µs)")
 PYEOF
 fi

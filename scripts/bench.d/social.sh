@@ -39,12 +39,12 @@ else
   SUBS=2000; CONNS=40; [ $QUICK = 1 ] && { SUBS=200; CONNS=4; }
   # Prints "key=value" lines: the figures and, for h2load, ids and a token.
   SOC_RESULT=$(PYTHONPATH="$WORK/social-py" "$PY" - "$ACC_PORT" "$SOC_PORT" "$SGW_PORT" "$SOC_PID" "$SGW_PID" "$SUBS" "$CONNS" \
-                 "$BENCH_SERVICE_TOKEN" <<'PYEOF'
+                 "$BENCH_SERVICE_TOKEN" "$WORK/social-tokens.txt" <<'PYEOF'
 import asyncio, sys, time, threading
 import grpc
 from accounts.v1 import accounts_pb2 as apb, accounts_pb2_grpc as arpc
 from social.v1 import social_pb2 as spb, social_pb2_grpc as srpc
-acc_port, soc_port, gw_port, soc_pid, gw_pid, subs, conns, service_token = sys.argv[1:9]
+acc_port, soc_port, gw_port, soc_pid, gw_pid, subs, conns, service_token, tokens_file = sys.argv[1:10]
 subs, conns = int(subs), int(conns)
 PER_USER = 4
 users_n = subs // PER_USER
@@ -68,6 +68,8 @@ def signer():
 ts = [threading.Thread(target=signer) for _ in range(4)]
 for t in ts: t.start()
 for t in ts: t.join()
+with open(tokens_file, "w") as f:
+    f.write("".join(f"{tok}\n" for _, tok in users))
 
 def percentile(xs, p):
     xs = sorted(xs)
@@ -162,6 +164,19 @@ PYEOF
   SOCIAL_PER_SUB="social ${SOC_PER} KiB, gateway ${SGW_PER} KiB per idle subscription (goal ≤ 16 KiB each)"
   EXTRA_LINES+=("memory per idle subscription: $SOCIAL_PER_SUB")
   echo "bench: social fan-out: gateway $FAN_GW_RATE/s p50 $FAN_GW_P50 ms p99 $FAN_GW_P99 ms; direct $FAN_D_RATE/s p50 $FAN_D_P50 ms p99 $FAN_D_P99 ms; $SOCIAL_PER_SUB" >&2
+
+  # Browser streams held through the gateway (issue 17): gRPC-Web over HTTP/1.1, Connect
+  # streaming over HTTP/2; the gateway's RSS per held stream.
+  BROWSER_STREAMS=1000; [ $QUICK = 1 ] && BROWSER_STREAMS=200
+  BROWSER_RESULT=$("$PY" "$ROOT/scripts/bench.d/browser_streams.py" "$SGW_PORT" "$SGW_PID" "$WORK/social-tokens.txt" "$BROWSER_STREAMS") ||
+    { echo "bench: browser streams failed" >&2; tail -n 20 "$WORK/social-gateway.log" >&2; exit 1; }
+  br_value() { printf '%s\n' "$BROWSER_RESULT" | awk -F= -v k="$1" '$1 == k {print $2}'; }
+  IFS='|' read -r BR1_0 BR1_1 BR1_PER <<<"$(br_value h1)"
+  IFS='|' read -r BR2_0 BR2_1 BR2_PER <<<"$(br_value h2)"
+  RSS_ROWS+=("gateway + $BROWSER_STREAMS gRPC-Web streams, HTTP/1.1|$BR1_1" "gateway + $BROWSER_STREAMS Connect streams, HTTP/2|$BR2_1"
+             "gateway after they closed|$(br_value after)")
+  EXTRA_LINES+=("memory per held browser stream (gateway): gRPC-Web over HTTP/1.1 ${BR1_PER} KiB ($BR1_0 -> $BR1_1 KiB), Connect over HTTP/2 ${BR2_PER} KiB ($BR2_0 -> $BR2_1 KiB), $BROWSER_STREAMS streams each")
+  echo "bench: browser streams: gRPC-Web/HTTP1.1 ${BR1_PER} KiB, Connect/HTTP2 ${BR2_PER} KiB per stream; after close $(br_value after) KiB" >&2
 
   REL_BODY=$WORK/checkrelationship.bin
   grpc_body "$REL_BODY" social.v1.CheckRelationshipRequest "user_id: \"$REL_A\" other_user_id: \"$REL_B\"" social/v1/social.proto -IProto -I/usr/include
