@@ -67,8 +67,20 @@ public protocol HTTPHandler: Sendable {
     /// body growing past it is cut off with 413. nil: the server's own limit. Called on the event
     /// loop: quick, non-blocking.
     func maxBodyBytes(method: String, path: Substring) -> Int?
+    /// Answers without a task of its own when it can, as `RawHandler.unaryForwarding` does for
+    /// gRPC: called on the connection's event loop once the request has been read. Returns false
+    /// when only `handle` can answer (the server then runs it in a task). When it returns true it
+    /// calls `respond` exactly once, from any thread, with a response that has no `stream`, and
+    /// registers whatever it started on `cancellation`, which the server cancels when the client
+    /// goes first. Must be quick and must not block. Default: false.
+    func handleImmediately(
+        _ request: HTTPRequest, cancellation: CallCancellation, respond: @escaping @Sendable (HTTPResponse) -> Void
+    ) -> Bool
 }
 
 extension HTTPHandler {
     public func maxBodyBytes(method: String, path: Substring) -> Int? { nil }
+    public func handleImmediately(
+        _ request: HTTPRequest, cancellation: CallCancellation, respond: @escaping @Sendable (HTTPResponse) -> Void
+    ) -> Bool { false }
 }

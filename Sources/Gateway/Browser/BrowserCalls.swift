@@ -15,15 +15,25 @@ extension ConnectHandler {
     /// One policy for every protocol: the call's context from the request, then every
     /// interceptor (the order and the checks of the gRPC path).
     func admit(_ method: ServerMethod, _ request: HTTPRequest, deadline: ContinuousClock.Instant?) async throws -> ServerContext {
-        let metadata = try Self.metadata(request.headers)
-        let context = ServerContext(
-            method: method.descriptor, requestMetadata: metadata, deadline: deadline, peer: request.peer,
-            authority: request.header("host") ?? "")
+        let context = try Self.context(method, request, deadline: deadline)
         for i in interceptors {
-            if let error = i.rejectAtHeaders(method.descriptor, metadata) { throw error }
+            if let error = i.rejectAtHeaders(method.descriptor, context.requestMetadata) { throw error }
         }
         for i in interceptors { try await i.intercept(context) }
         return context
+    }
+
+    /// The call's context: metadata from the headers (protocol headers left out), the deadline.
+    static func context(_ method: ServerMethod, _ request: HTTPRequest, deadline: ContinuousClock.Instant?) throws -> ServerContext {
+        ServerContext(
+            method: method.descriptor, requestMetadata: try metadata(request.headers), deadline: deadline, peer: request.peer,
+            authority: request.header("host") ?? "")
+    }
+
+    /// The media type of the request's content type, lower-cased, without parameters.
+    static func mediaType(_ request: HTTPRequest) -> String {
+        guard let contentType = request.header("content-type") else { return "" }
+        return (contentType.lowercased().split(separator: ";").first ?? "").trimmingCharacters(in: " ")
     }
 
     // MARK: gRPC-Web
@@ -50,31 +60,8 @@ extension ConnectHandler {
                 format: format, initial: Metadata())
         }
         let input: [UInt8]
-        var deadline: ContinuousClock.Instant? = nil
-        do {
-            var body = request.body
-            if let encoding = request.header("content-encoding"), encoding != "identity" {
-                guard encoding == "gzip" else {
-                    throw RPCError(.unimplemented, "content-encoding '\(encoding)' is not supported: send gzip or identity")
-                }
-                do { body = try Gzip.decompress(body, limit: ConnectHandler.bodyLimit(forRequestLimit: requestLimit(method))) } catch {
-                    throw RPCError(.invalidArgument, "the request body is not valid gzip or decompresses past the limit")
-                }
-            }
-            if format == .text {
-                guard let decoded = GRPCWeb.decodeText(body) else {
-                    throw RPCError(.invalidArgument, "the application/grpc-web-text body is not base64")
-                }
-                body = decoded
-            }
-            input = try GRPCWeb.singleMessage(body, limit: requestLimit(method), path: path, encoding: request.header("grpc-encoding"))
-            if let t = request.header("grpc-timeout") {
-                guard let d = GRPCTimeout.parse(t) else {
-                    throw RPCError(.invalidArgument, "malformed grpc-timeout '\(t)': up to 8 digits and a unit (H, M, S, m, u, n)")
-                }
-                deadline = .now + d
-            }
-        } catch {
+        let deadline: ContinuousClock.Instant?
+        do { (input, deadline) = try grpcWebRequest(request, method, format) } catch {
             return Self.grpcWebTrailersOnly(Self.rpcError(error), format: format, initial: Metadata())
         }
 
@@ -113,21 +100,157 @@ extension ConnectHandler {
             }
             do {
                 let output = try await unary(input, context)
-                var body = GRPCWeb.frame(output)
-                body.append(contentsOf: GRPCWeb.trailersFrame(RPCError(.ok, ""), trailers: context.trailers))
-                var headers: [(name: String, value: String)] = [("content-type", format.contentType)]
-                Self.append(context.initialMetadata, to: &headers, prefix: "")
-                var wire = format.wire(body)
-                if wire.count > 1024, Self.acceptsGzip(request) {
-                    wire = Gzip.compress(wire)
-                    headers.append(("content-encoding", "gzip"))
-                    headers.append(("vary", "Accept-Encoding"))
-                }
-                return HTTPResponse(status: 200, headers: headers, body: wire)
+                return Self.grpcWebUnaryResponse(.success(output), context, format, gzip: Self.acceptsGzip(request))
             } catch {
-                return Self.grpcWebTrailersOnly(Self.rpcError(error), format: format, initial: context.initialMetadata)
+                return Self.grpcWebUnaryResponse(.failure(error), context, format, gzip: false)
             }
         }
+    }
+
+    /// The one request message of a gRPC-Web call and its deadline, from the body and headers.
+    func grpcWebRequest(_ request: HTTPRequest, _ method: ServerMethod, _ format: GRPCWeb.Format) throws -> ([UInt8], ContinuousClock.Instant?) {
+        var body = request.body
+        if let encoding = request.header("content-encoding"), encoding != "identity" {
+            guard encoding == "gzip" else {
+                throw RPCError(.unimplemented, "content-encoding '\(encoding)' is not supported: send gzip or identity")
+            }
+            do { body = try Gzip.decompress(body, limit: ConnectHandler.bodyLimit(forRequestLimit: requestLimit(method))) } catch {
+                throw RPCError(.invalidArgument, "the request body is not valid gzip or decompresses past the limit")
+            }
+        }
+        if format == .text {
+            guard let decoded = GRPCWeb.decodeText(body) else {
+                throw RPCError(.invalidArgument, "the application/grpc-web-text body is not base64")
+            }
+            body = decoded
+        }
+        let input = try GRPCWeb.singleMessage(
+            body, limit: requestLimit(method), path: method.descriptor.path, encoding: request.header("grpc-encoding"))
+        var deadline: ContinuousClock.Instant? = nil
+        if let t = request.header("grpc-timeout") {
+            guard let d = GRPCTimeout.parse(t) else {
+                throw RPCError(.invalidArgument, "malformed grpc-timeout '\(t)': up to 8 digits and a unit (H, M, S, m, u, n)")
+            }
+            deadline = .now + d
+        }
+        return (input, deadline)
+    }
+
+    /// A unary call's answer: its message and the trailers frame, or trailers-only on failure.
+    static func grpcWebUnaryResponse(
+        _ result: Result<[UInt8], any Error>, _ context: ServerContext, _ format: GRPCWeb.Format, gzip: Bool
+    ) -> HTTPResponse {
+        guard case .success(let output) = result else {
+            if case .failure(let error) = result { return grpcWebTrailersOnly(rpcError(error), format: format, initial: context.initialMetadata) }
+            return grpcWebTrailersOnly(RPCError(.internal, "internal error"), format: format, initial: context.initialMetadata)
+        }
+        var body = GRPCWeb.frame(output)
+        body.append(contentsOf: GRPCWeb.trailersFrame(RPCError(.ok, ""), trailers: context.trailers))
+        var headers: [(name: String, value: String)] = [("content-type", format.contentType)]
+        append(context.initialMetadata, to: &headers, prefix: "")
+        var wire = format.wire(body)
+        if gzip, wire.count > 1024 {
+            wire = Gzip.compress(wire)
+            headers.append(("content-encoding", "gzip"))
+            headers.append(("vary", "Accept-Encoding"))
+        }
+        return HTTPResponse(status: 200, headers: headers, body: wire)
+    }
+
+    // MARK: Without a task
+
+    /// Unary gRPC-Web and Connect calls the relay forwards are answered without a task of their
+    /// own, as gRPC's are: the request is checked on the event loop, the policy decides
+    /// synchronously when it can (`interceptImmediately`; otherwise the rest of it runs in a
+    /// task), the relay forwards, and the upstream's answer completes the response from its
+    /// connection's read. Anything unusual (a header to refuse, a GET, a stream, a page) is left
+    /// to `handle`, which answers it with its detailed error.
+    func handleImmediately(
+        _ request: HTTPRequest, cancellation: CallCancellation, respond: @escaping @Sendable (HTTPResponse) -> Void
+    ) -> Bool {
+        guard request.method == "POST", case .success(let method) = router.lookup(String(request.path)),
+            case .unaryForwarding(let forward) = method.handler
+        else { return false }
+        let media = Self.mediaType(request)
+        let corsHeaders = cors.isEnabled ? cors.responseHeaders(origin: request.header("origin")) : []
+        let send: @Sendable (HTTPResponse) -> Void
+        if corsHeaders.isEmpty {
+            send = respond
+        } else {
+            send = { (r: HTTPResponse) in
+                var r = r
+                r.headers.append(contentsOf: corsHeaders)
+                respond(r)
+            }
+        }
+        let input: [UInt8]
+        let context: ServerContext
+        let finish: @Sendable (Result<[UInt8], any Error>) -> HTTPResponse
+        if let format = GRPCWeb.format(mediaType: media) {
+            let deadline: ContinuousClock.Instant?
+            do { (input, deadline) = try grpcWebRequest(request, method, format) } catch {
+                send(Self.grpcWebTrailersOnly(Self.rpcError(error), format: format, initial: Metadata()))
+                return true
+            }
+            guard let c = try? Self.context(method, request, deadline: deadline) else { return false }
+            context = c
+            let gzip = Self.acceptsGzip(request)
+            finish = { result in Self.grpcWebUnaryResponse(result, c, format, gzip: gzip) }
+        } else if media == "application/json" || media == "application/proto" {
+            // The plain case only; anything else gets handle()'s detailed answer.
+            guard request.header("content-encoding").map({ $0 == "identity" }) ?? true,
+                request.header("connect-protocol-version").map({ $0 == "1" }) ?? true,
+                !request.headers.contains(where: { $0.name == "content-type" && $0.value.contains(";") })
+            else { return false }
+            var deadline: ContinuousClock.Instant? = nil
+            if let t = request.header("connect-timeout-ms") {
+                guard t.count <= 10, let ms = Int64(t), ms >= 0 else { return false }
+                deadline = .now + .milliseconds(ms)
+            }
+            guard let c = try? Self.context(method, request, deadline: deadline) else { return false }
+            context = c
+            let json = media == "application/json"
+            if json {
+                do { input = try transcoder.encode(json: request.body, as: method.descriptor.inputType) } catch {
+                    send(Self.error(Self.badRequest(error, message: method.descriptor.inputType), transcoder: transcoder))
+                    return true
+                }
+            } else {
+                input = request.body
+            }
+            let transcoder = self.transcoder
+            let logger = self.logger
+            finish = { result in Self.connectUnaryResponse(result, c, json: json, transcoder: transcoder, logger: logger) }
+        } else {
+            return false
+        }
+
+        // The policy, as the gRPC path runs it: synchronously while each interceptor can decide.
+        var pending = interceptors[...]
+        do {
+            for i in interceptors {
+                if let error = i.rejectAtHeaders(method.descriptor, context.requestMetadata) { throw error }
+            }
+            while let first = pending.first, try first.interceptImmediately(context) { pending = pending.dropFirst() }
+        } catch {
+            send(finish(.failure(error)))
+            return true
+        }
+        if pending.isEmpty {
+            forward(input, context, cancellation) { result in send(finish(result)) }
+            return true
+        }
+        let rest = Array(pending)
+        Task {
+            do {
+                for i in rest { try await i.intercept(context) }
+            } catch {
+                send(finish(.failure(error)))
+                return
+            }
+            forward(input, context, cancellation) { result in send(finish(result)) }
+        }
+        return true
     }
 
     /// A response with no body: the status (and any metadata) in the headers.

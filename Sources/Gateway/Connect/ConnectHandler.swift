@@ -161,39 +161,49 @@ struct ConnectHandler: HTTPHandler {
             }
             deadline = .now + .milliseconds(ms)
         }
-        var context: ServerContext?
-        do {
-            let admitted = try await admit(method, request, deadline: deadline)
-            context = admitted
-            let input: [UInt8]
-            if json {
-                do { input = try transcoder.encode(json: requestBody, as: method.descriptor.inputType) } catch {
-                    throw Self.badRequest(error, message: method.descriptor.inputType)
-                }
-            } else {
-                input = requestBody
+        let context: ServerContext
+        do { context = try await admit(method, request, deadline: deadline) } catch {
+            return Self.connectUnaryResponse(.failure(error), nil, json: json, transcoder: transcoder, logger: logger)
+        }
+        let input: [UInt8]
+        if json {
+            do { input = try transcoder.encode(json: requestBody, as: method.descriptor.inputType) } catch {
+                return Self.error(Self.badRequest(error, message: method.descriptor.inputType), transcoder: transcoder)
             }
-            let output = try await body(input, admitted)
+        } else {
+            input = requestBody
+        }
+        let result: Result<[UInt8], any Error>
+        do { result = .success(try await body(input, context)) } catch { result = .failure(error) }
+        return Self.connectUnaryResponse(result, context, json: json, transcoder: transcoder, logger: logger)
+    }
+
+    /// A Connect unary call's answer: the message (JSON or binary) with the headers and the
+    /// trailers as `trailer-` headers, or the error body.
+    static func connectUnaryResponse(
+        _ result: Result<[UInt8], any Error>, _ context: ServerContext?, json: Bool, transcoder: JSONTranscoder, logger: Logger
+    ) -> HTTPResponse {
+        switch result {
+        case .success(let output):
+            guard let context else { return error(RPCError(.internal, "internal error")) }
             var headers: [(name: String, value: String)] = [("content-type", json ? "application/json" : "application/proto")]
-            Self.append(admitted.initialMetadata, to: &headers, prefix: "")
-            Self.append(admitted.trailers, to: &headers, prefix: "trailer-")
-            if json {
-                do {
-                    return HTTPResponse(status: 200, headers: headers, body: try transcoder.decode(output, as: method.descriptor.outputType))
-                } catch {
-                    throw RPCError(.internal, "the response could not be shown as JSON: \(error)")
-                }
+            append(context.initialMetadata, to: &headers, prefix: "")
+            append(context.trailers, to: &headers, prefix: "trailer-")
+            guard json else { return HTTPResponse(status: 200, headers: headers, body: output) }
+            do {
+                return HTTPResponse(status: 200, headers: headers, body: try transcoder.decode(output, as: context.method.outputType))
+            } catch {
+                return Self.error(RPCError(.internal, "the response could not be shown as JSON: \(error)"))
             }
-            return HTTPResponse(status: 200, headers: headers, body: output)
-        } catch let e as RPCError {
-            var r = Self.error(e, transcoder: transcoder)
-            if let context { Self.append(context.initialMetadata, to: &r.headers, prefix: "") }
+        case .failure(let e as RPCError):
+            var r = error(e, transcoder: transcoder)
+            if let context { append(context.initialMetadata, to: &r.headers, prefix: "") }
             return r
-        } catch is CancellationError {
-            return Self.error(RPCError.cancelled())
-        } catch {
-            logger.error("Connect call \(path) failed: \(error)")
-            return Self.error(RPCError(.internal, "internal error"))
+        case .failure(is CancellationError):
+            return error(RPCError.cancelled())
+        case .failure(let e):
+            logger.error("Connect call \(context?.method.path ?? "") failed: \(e)")
+            return error(RPCError(.internal, "internal error"))
         }
     }
 

@@ -101,6 +101,8 @@ final class HTTP1RequestHandler: RegisteredConnectionHandler, ChannelInboundHand
     /// The task computing (or streaming) the current response: cancelled when the connection
     /// goes, so a stream's upstream call ends with the client.
     private var task: Task<Void, Never>?
+    /// What a task-free answer (`handleImmediately`) started, cancelled when the connection goes.
+    private var cancellation: CallCancellation?
     private var streaming = false
 
     override func beginGracefulShutdown() {
@@ -136,6 +138,8 @@ final class HTTP1RequestHandler: RegisteredConnectionHandler, ChannelInboundHand
         idleTimer = nil
         task?.cancel()
         task = nil
+        cancellation?.cancel()
+        cancellation = nil
         releaseCharge()
     }
 
@@ -224,6 +228,20 @@ final class HTTP1RequestHandler: RegisteredConnectionHandler, ChannelInboundHand
             let boundContext = NIOLoopBound(context, eventLoop: context.eventLoop)
             let loop = context.eventLoop
             let version = head.version
+            // Without a task when the handler can (a relayed unary call): it answers from a callback.
+            let cancellation = CallCancellation()
+            self.cancellation = cancellation
+            let immediate = handler.handleImmediately(request, cancellation: cancellation) { response in
+                loop.runOnLoop {
+                    let (h, ctx) = bound.value
+                    guard h.cancellation === cancellation else { return }
+                    h.handling = false
+                    h.cancellation = nil
+                    h.write(ctx, response, keepAlive: keepAlive, version: version)
+                }
+            }
+            if immediate { return }
+            self.cancellation = nil
             task = Task(executorPreference: EventLoopTaskExecutor(loop)) {
                 let response = await handler.handle(request)
                 guard let body = response.stream else {

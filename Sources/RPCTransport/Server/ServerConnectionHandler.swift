@@ -920,6 +920,21 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
         let loop = context.eventLoop
         let id = stream.id
+        // Without a task when the handler can (a relayed unary call): it answers from a callback.
+        let cancellation = CallCancellation()
+        stream.cancellation = cancellation
+        let immediate = handler.handleImmediately(request, cancellation: cancellation) { response in
+            loop.runOnLoop {
+                let h = bound.value
+                guard let s = h.streams[id], s.phase == .running else { return }
+                s.phase = .done
+                s.cancellation = nil
+                h.respondHTTP(s, response)
+                h.scheduleFlush()
+            }
+        }
+        if immediate { return }
+        stream.cancellation = nil
         stream.task = Task(executorPreference: executor) {
             let response = await handler.handle(request)
             guard let body = response.stream else {
