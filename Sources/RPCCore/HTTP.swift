@@ -18,13 +18,19 @@ public struct HTTPRequest: Sendable {
     }
 
     public var path: Substring { Self.path(of: target) }
-    /// The path part of a request target (before any `?`).
+    /// The path part of a request target (before any `?`). Byte-wise: this runs for every request.
     public static func path(of target: String) -> Substring {
-        target.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
+        guard let q = target.utf8.firstIndex(of: UInt8(ascii: "?")) else { return target[...] }
+        return target[..<q]
     }
+    /// The first value of a header; `name` as the headers are kept, lower-case (an upper-case
+    /// name is lowered first).
     public func header(_ name: String) -> String? {
-        let n = name.lowercased()
-        return headers.first { $0.name == n }?.value
+        if name.utf8.contains(where: { $0 >= 65 && $0 <= 90 }) {
+            let n = name.lowercased()
+            return headers.first { $0.name == n }?.value
+        }
+        return headers.first { $0.name == name }?.value
     }
 }
 

@@ -13,6 +13,22 @@ import Testing
         return JSONTranscoder(registry: try! SchemaRegistry(set))
     }()
 
+    /// A malformed binary message names the failing field by its whole path, though decoding
+    /// builds the path only when something fails.
+    @Test func decodingErrorsNameTheWholePath() {
+        // A key whose key_id says 5 bytes where 1 follows: the key cannot be read.
+        let bad: [UInt8] = [0x0A, 0x03, 0x0A, 0x05, 0x41]
+        let badSecond: [UInt8] = [0x0A, 0x00, 0x0A, 0x03, 0x0A, 0x05, 0x41]
+        for (bytes, path) in [(bad, "keys[0]"), (badSecond, "keys[1]")] {
+            do {
+                _ = try Self.transcoder.decode(bytes, as: "accounts.v1.GetSigningKeysResponse")
+                Issue.record("decoded malformed bytes")
+            } catch {
+                #expect(error.field == path, "\(error)")
+            }
+        }
+    }
+
     func toJSON<M: ProtoMessage>(_ m: M) throws -> String {
         String(decoding: try Self.transcoder.decode(m.serializedBytes(), as: M.protoMessageName), as: UTF8.self)
     }

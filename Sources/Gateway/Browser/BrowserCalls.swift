@@ -33,6 +33,8 @@ extension ConnectHandler {
     /// The media type of the request's content type, lower-cased, without parameters.
     static func mediaType(_ request: HTTPRequest) -> String {
         guard let contentType = request.header("content-type") else { return "" }
+        // Byte-wise first: most clients send a bare, lower-case type (this runs for every call).
+        if !contentType.utf8.contains(where: { $0 == UInt8(ascii: ";") || $0 == 32 || ($0 >= 65 && $0 <= 90) }) { return contentType }
         return (contentType.lowercased().split(separator: ";").first ?? "").trimmingCharacters(in: " ")
     }
 
@@ -200,7 +202,7 @@ extension ConnectHandler {
             // The plain case only; anything else gets handle()'s detailed answer.
             guard request.header("content-encoding").map({ $0 == "identity" }) ?? true,
                 request.header("connect-protocol-version").map({ $0 == "1" }) ?? true,
-                !request.headers.contains(where: { $0.name == "content-type" && $0.value.contains(";") })
+                request.header("content-type").map({ !$0.utf8.contains(UInt8(ascii: ";")) }) ?? true
             else { return false }
             var deadline: ContinuousClock.Instant? = nil
             if let t = request.header("connect-timeout-ms") {

@@ -232,15 +232,24 @@ struct ConnectHandler: HTTPHandler {
             details: [("type.googleapis.com/google.rpc.BadRequest", bad.serializedBytes())])
     }
 
+    /// A header of HTTP, CORS, Connect or gRPC-Web rather than of the call. Prefixes first, by
+    /// their first byte (cheap), then the set.
+    static func isProtocolHeader(_ name: String) -> Bool {
+        switch name.utf8.first {
+        case UInt8(ascii: ":"): return true
+        case UInt8(ascii: "c"): if name.hasPrefix("connect-") { return true }
+        case UInt8(ascii: "s"): if name.hasPrefix("sec-") { return true }
+        case UInt8(ascii: "a"): if name.hasPrefix("access-control-") { return true }
+        default: break
+        }
+        return protocolHeaders.contains(name)
+    }
+
     /// Connect headers → call metadata (`-bin` values are base64).
     static func metadata(_ headers: [(name: String, value: String)]) throws -> Metadata {
         var m = Metadata()
         for (name, value) in headers {
-            if protocolHeaders.contains(name) || name.hasPrefix("connect-") || name.hasPrefix(":") || name.hasPrefix("sec-")
-                || name.hasPrefix("access-control-") || Metadata.isReserved(name)
-            {
-                continue
-            }
+            if Self.isProtocolHeader(name) || Metadata.isReserved(name) { continue }
             if name.hasSuffix("-bin") {
                 guard let bytes = Base64.decode(value) else { throw RPCError(.invalidArgument, "header '\(name)' is not valid base64") }
                 m.add(name, binary: bytes)

@@ -243,21 +243,34 @@ struct JSONWriter {
 
     mutating func writeString(_ s: String) {
         bytes.append(0x22)
-        for b in s.utf8 {
-            switch b {
-            case 0x22: bytes.append(contentsOf: [0x5C, 0x22])
-            case 0x5C: bytes.append(contentsOf: [0x5C, 0x5C])
-            case 0x0A: bytes.append(contentsOf: [0x5C, UInt8(ascii: "n")])
-            case 0x0D: bytes.append(contentsOf: [0x5C, UInt8(ascii: "r")])
-            case 0x09: bytes.append(contentsOf: [0x5C, UInt8(ascii: "t")])
-            case 0x08: bytes.append(contentsOf: [0x5C, UInt8(ascii: "b")])
-            case 0x0C: bytes.append(contentsOf: [0x5C, UInt8(ascii: "f")])
-            case 0..<0x20:
-                let hex = Array("0123456789abcdef".utf8)
-                bytes.append(contentsOf: [0x5C, UInt8(ascii: "u"), 0x30, 0x30, hex[Int(b >> 4)], hex[Int(b & 15)]])
-            default: bytes.append(b)
+        var s = s
+        // Runs of bytes that need no escape are copied at once (most strings are one run).
+        s.withUTF8 { buf in
+            var start = 0
+            for i in 0..<buf.count {
+                let b = buf[i]
+                guard b < 0x20 || b == 0x22 || b == 0x5C else { continue }
+                if start < i { bytes.append(contentsOf: UnsafeBufferPointer(rebasing: buf[start..<i])) }
+                escape(b)
+                start = i + 1
             }
+            if start < buf.count { bytes.append(contentsOf: UnsafeBufferPointer(rebasing: buf[start...])) }
         }
         bytes.append(0x22)
+    }
+
+    private mutating func escape(_ b: UInt8) {
+        switch b {
+        case 0x22: bytes.append(contentsOf: [0x5C, 0x22])
+        case 0x5C: bytes.append(contentsOf: [0x5C, 0x5C])
+        case 0x0A: bytes.append(contentsOf: [0x5C, UInt8(ascii: "n")])
+        case 0x0D: bytes.append(contentsOf: [0x5C, UInt8(ascii: "r")])
+        case 0x09: bytes.append(contentsOf: [0x5C, UInt8(ascii: "t")])
+        case 0x08: bytes.append(contentsOf: [0x5C, UInt8(ascii: "b")])
+        case 0x0C: bytes.append(contentsOf: [0x5C, UInt8(ascii: "f")])
+        default:
+            let hex = Array("0123456789abcdef".utf8)
+            bytes.append(contentsOf: [0x5C, UInt8(ascii: "u"), 0x30, 0x30, hex[Int(b >> 4)], hex[Int(b & 15)]])
+        }
     }
 }
