@@ -29,8 +29,13 @@ import Testing
         }
     }
 
+    /// The JSON of `m`; the direct writer (`decode`) must give exactly what serializing the value
+    /// tree (`decodeValue`, used for error details) gives, for every message the tests show.
     func toJSON<M: ProtoMessage>(_ m: M) throws -> String {
-        String(decoding: try Self.transcoder.decode(m.serializedBytes(), as: M.protoMessageName), as: UTF8.self)
+        let direct = try Self.transcoder.decode(m.serializedBytes(), as: M.protoMessageName)
+        let viaTree = JSONWriter.serialize(try Self.transcoder.decodeValue(m.serializedBytes()[...], as: M.protoMessageName))
+        #expect(direct == viaTree)
+        return String(decoding: direct, as: UTF8.self)
     }
     func fromJSON<M: ProtoMessage>(_ s: String, as: M.Type = M.self) throws -> M {
         try M(serializedBytes: try Self.transcoder.encode(json: Array(s.utf8), as: M.protoMessageName))

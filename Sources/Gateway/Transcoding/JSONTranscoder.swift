@@ -282,9 +282,85 @@ public struct JSONTranscoder: Sendable {
 
     // MARK: binary → JSON
 
-    /// Decodes binary message `typeName` to JSON bytes.
+    /// Decodes binary message `typeName` to JSON bytes, written as it goes (no `JSONValue` tree
+    /// but for well-known types and maps): the same output as serializing `decodeValue`.
     public func decode(_ bytes: [UInt8], as typeName: String) throws(TranscodingError) -> [UInt8] {
-        JSONWriter.serialize(try decodeValue(bytes[...], as: typeName))
+        guard let schema = registry.message(typeName) else { throw fail("", "unknown message type \(typeName)") }
+        var w = JSONWriter()
+        w.bytes.reserveCapacity(bytes.count * 2 + 16)
+        try writeMessage(bytes[...], schema, depth: 0, into: &w)
+        return w.bytes
+    }
+
+    private func writeMessage(_ bytes: ArraySlice<UInt8>, _ schema: MessageSchema, depth: Int, into w: inout JSONWriter) throws(TranscodingError) {
+        guard depth < Self.maxDepth else { throw fail("", "message nested more than \(Self.maxDepth) levels") }
+        if let wkt = try decodeWellKnown(bytes, schema, path: "", depth: depth) {
+            w.write(wkt)
+            return
+        }
+        let values = try readFields(bytes, schema, path: "")
+        w.bytes.append(UInt8(ascii: "{"))
+        var first = true
+        func member(_ name: String, _ w: inout JSONWriter) {
+            if !first { w.bytes.append(UInt8(ascii: ",")) }
+            first = false
+            w.writeString(name)
+            w.bytes.append(UInt8(ascii: ":"))
+        }
+        for (index, field) in schema.fields.enumerated() {
+            let raws = values[index]
+            if raws.isEmpty { continue }
+            if field.isRepeated, field.type == .message, let entry = registry.message(field.typeName), entry.isMapEntry {
+                var object: [(String, JSONValue)] = []
+                var positions: [String: Int] = [:]
+                for raw in raws {
+                    guard case .bytes(let b) = raw else { continue }
+                    let (k, v) = try within(field.name) { () throws(TranscodingError) -> (String, JSONValue) in
+                        try decodeMapEntry(b, entry, path: "", depth: depth)
+                    }
+                    if let p = positions[k] { object[p].1 = v } else { positions[k] = object.count; object.append((k, v)) }
+                }
+                member(field.jsonName, &w)
+                w.write(.object(object))
+            } else if field.isRepeated {
+                member(field.jsonName, &w)
+                w.bytes.append(UInt8(ascii: "["))
+                for (i, raw) in raws.enumerated() {
+                    if i > 0 { w.bytes.append(UInt8(ascii: ",")) }
+                    try within("\(field.name)[\(i)]") { () throws(TranscodingError) in try writeScalar(raw, field, depth: depth, into: &w) }
+                }
+                w.bytes.append(UInt8(ascii: "]"))
+            } else if field.type == .message {
+                let merged =
+                    raws.count == 1
+                    ? raws[0]
+                    : .bytes(
+                        ArraySlice(
+                            raws.flatMap { r -> [UInt8] in
+                                if case .bytes(let b) = r { return Array(b) } else { return [] }
+                            }))
+                member(field.jsonName, &w)
+                try within(field.name) { () throws(TranscodingError) in try writeScalar(merged, field, depth: depth, into: &w) }
+            } else {
+                let last = raws[raws.count - 1]
+                let value = try within(field.name) { () throws(TranscodingError) -> JSONValue in try decodeScalar(last, field, path: "", depth: depth)
+                }
+                if field.oneofIndex == nil && Self.isDefault(last) { continue }
+                member(field.jsonName, &w)
+                w.write(value)
+            }
+        }
+        w.bytes.append(UInt8(ascii: "}"))
+    }
+
+    /// One value: a message written in place, a scalar through `decodeScalar`.
+    private func writeScalar(_ raw: RawValue, _ field: FieldSchema, depth: Int, into w: inout JSONWriter) throws(TranscodingError) {
+        if field.type == .message || field.type == .group, case .bytes(let b) = raw {
+            guard let schema = registry.message(field.typeName) else { throw fail("", "unknown message type \(field.typeName)") }
+            try writeMessage(b, schema, depth: depth + 1, into: &w)
+            return
+        }
+        w.write(try decodeScalar(raw, field, path: "", depth: depth))
     }
 
     func decodeValue(_ bytes: ArraySlice<UInt8>, as typeName: String) throws(TranscodingError) -> JSONValue {
