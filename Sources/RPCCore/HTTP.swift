@@ -82,6 +82,15 @@ public protocol HTTPHandler: Sendable {
     func handleImmediately(
         _ request: HTTPRequest, cancellation: CallCancellation, respond: @escaping @Sendable (HTTPResponse) -> Void
     ) -> Bool
+    /// Asked when a request's head has arrived, before any of its body is read (`request.body`
+    /// is empty): a response to send at once — the body is then discarded unread and, over
+    /// HTTP/1.1, the connection closes after it — or nil to read the body and go on. For
+    /// refusals that need only the head (a method that cannot be served this way, a missing
+    /// credential). Called on the event loop: quick, non-blocking. Default: nil.
+    func respondAtHead(_ request: HTTPRequest) -> HTTPResponse?
+    /// The answer to a body over the request's limit (`maxBodyBytes`), declared or growing
+    /// (`request.body` is empty). Default: a plain 413.
+    func bodyTooLarge(_ request: HTTPRequest, limit: Int) -> HTTPResponse
 }
 
 extension HTTPHandler {
@@ -89,4 +98,8 @@ extension HTTPHandler {
     public func handleImmediately(
         _ request: HTTPRequest, cancellation: CallCancellation, respond: @escaping @Sendable (HTTPResponse) -> Void
     ) -> Bool { false }
+    public func respondAtHead(_ request: HTTPRequest) -> HTTPResponse? { nil }
+    public func bodyTooLarge(_ request: HTTPRequest, limit: Int) -> HTTPResponse {
+        HTTPResponse(status: 413, headers: [("content-type", "text/plain")], body: Array("request body exceeds \(limit) bytes\n".utf8))
+    }
 }

@@ -15,8 +15,9 @@ social, finance, tasks, matchmaking and gateway processes (one cluster for the w
   leak neither descriptors nor memory in the gateway.
 
 Screenshots of the browser pages are kept under $E2E_ARTIFACTS (else the test's tmp_path).
-Tests marked `DEFECT` are strict xfails that show a gateway defect found here (see their reason);
-they turn into failures once the gateway is fixed, so the marker can go."""
+The last four tests began as strict xfails showing gateway defects this file found (a bare 413
+for an oversized browser body, a client-streaming method answered only at the body's end, a
+405 without Allow, Vary: Origin missing); they pass since the fixes."""
 import base64
 import http.server
 import json
@@ -474,7 +475,7 @@ def test_buf_curl_unary_reads_of_every_service(cluster, buf_image):
     assert r.returncode == 16 << 3 and "unauthenticated" in r.stderr.lower(), (r.returncode, r.stderr)
     # The schema from the gateway's reflection (buf's default when no --schema is given). buf
     # asks reflection in the protocol of the call, and reflection is a bidi stream: gRPC only
-    # (see test_defect_client_streaming_method_over_grpc_web_waits_for_the_end_of_the_body).
+    # (see test_client_streaming_methods_are_refused_at_the_head).
     r = subprocess.run([str(BUF), "curl", "--protocol", "grpc", "-d", "{}", f"{cluster['url']}/accounts.v1.Accounts/GetSigningKeys"],
                        capture_output=True, text=True, timeout=15)
     assert r.returncode == 0 and json.loads(r.stdout)["keys"], r.stderr
@@ -915,13 +916,7 @@ def test_cors_any_origin_default_none_and_bad_settings(cluster):
         assert r.returncode != 0 and words in r.stdout + r.stderr, (extra, r.returncode, r.stdout, r.stderr)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "DEFECT (gateway): a gRPC-Web (or Connect) request whose body is over twice the method's limit + 4 KiB is "
-    "answered by the transport with a bare `413 text/plain` (request body exceeds 135168 bytes): no grpc-status "
-    "(a gRPC-Web client maps HTTP 413 to UNKNOWN) and no access-control-allow-origin even for a listed origin, so a "
-    "page's fetch rejects with a CORS error instead of seeing RESOURCE_EXHAUSTED naming the limit (a smaller "
-    "oversized message gets grpc-status 8 correctly)."))
-def test_defect_oversized_grpc_web_body_is_a_bare_413_without_cors(cluster):
+def test_an_oversized_browser_body_is_the_protocols_error_with_cors(cluster):
     body = frame(b"\x0a" * 200_000)
     for http2 in (False, True):
         headers = {**grpc_web_headers(), "Origin": cluster["page_origin"]}
@@ -943,24 +938,14 @@ def test_defect_oversized_grpc_web_body_is_a_bare_413_without_cors(cluster):
         assert h.get("grpc-status") == "8" and "limit of 65536 bytes" in urllib.parse.unquote(h.get("grpc-message", "")), (http2, status, h)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "DEFECT (gateway, minor): Connect GET on a server-streaming method (e.g. GET /social.v1.Social/"
-    "SubscribeNotifications?encoding=json&message=%7B%7D) answers 405 without an `allow` header; RFC 9110 §15.5.6: "
-    "a 405 MUST carry Allow (here `allow: POST`, as the other 405s of the gateway do)."))
-def test_defect_get_on_a_streaming_method_is_a_405_without_allow(cluster):
+def test_get_on_a_streaming_method_is_a_405_with_allow(cluster):
     r = H1(cluster["port"], NOTIFICATIONS + "?encoding=json&message=%7B%7D", {}, method="GET")
     r.body()
     r.close()
     assert r.status == 405 and r.headers.get("allow") == "POST", (r.status, r.headers)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "DEFECT (gateway, minor): with GATEWAY_CORS_ORIGINS listing exact origins the gateway's access-control-allow-origin "
-    "depends on the request's Origin, but `Vary: Origin` is sent only on responses to a listed origin. A cacheable "
-    "Connect GET answered to a request without Origin (or from another origin) has no Vary: Origin, so a shared cache "
-    "may serve that answer (without allow-origin) to the listed page, which then fails CORS. The Fetch standard "
-    "(CORS protocol and HTTP caches) asks for Vary: Origin on every response of such a resource, CORS request or not."))
-def test_defect_vary_origin_missing_without_an_allowed_origin(cluster):
+def test_vary_origin_on_every_answer_when_origins_are_listed(cluster):
     get = "/accounts.v1.Accounts/GetSigningKeys?encoding=json&message=%7B%7D"
     for headers in ({}, {"Origin": cluster["other_origin"]}):
         r = H1(cluster["port"], get, headers, method="GET")
@@ -972,13 +957,7 @@ def test_defect_vary_origin_missing_without_an_allowed_origin(cluster):
 REFLECTION = "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"  # bidi: gRPC only
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "DEFECT (gateway): a gRPC-Web or Connect-streaming request to a client- or bidi-streaming method is answered "
-    "(UNIMPLEMENTED) only once the client has ended its request body. A full-duplex HTTP/2 client that waits for "
-    "the first response before ending its body never gets an answer: `buf curl --protocol grpcweb|connect "
-    "--http2-prior-knowledge` without --schema (reflection, buf's default) hangs until killed. The method's kind "
-    "is known from the path when the headers arrive, so the answer could be given then."))
-def test_defect_client_streaming_method_over_grpc_web_waits_for_the_end_of_the_body(cluster):
+def test_client_streaming_methods_are_refused_at_the_head(cluster):
     for ctype in ("application/grpc-web+proto", "application/connect+proto"):
         h2 = H2(cluster["port"])
         try:

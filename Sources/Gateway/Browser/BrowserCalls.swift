@@ -159,6 +159,74 @@ extension ConnectHandler {
         return HTTPResponse(status: 200, headers: headers, body: wire)
     }
 
+    // MARK: At the head, before the body
+
+    /// Refusals that need only the head, sent before any of the body is read, in the request's
+    /// protocol: a client-streaming or bidirectional method over a browser protocol (neither can
+    /// stream a request, so waiting for the body's end would only hold the client), and an
+    /// authenticated method without any credential (the gRPC path's header-time check: an
+    /// anonymous client cannot make the gateway buffer a body it would refuse anyway).
+    func respondAtHead(_ request: HTTPRequest) -> HTTPResponse? {
+        guard request.method == "POST", case .success(let method) = router.lookup(String(request.path)) else { return nil }
+        let media = Self.mediaType(request)
+        guard let browser = BrowserProtocol(media: media) else { return nil }
+        var refusal: RPCError?
+        if case .grpcWeb = browser, GRPCWeb.format(mediaType: media) == nil {
+            var r = Self.grpcWebTrailersOnly(
+                RPCError(
+                    .invalidArgument, "unsupported content-type '\(media)': use application/grpc-web(+proto) or application/grpc-web-text(+proto)"),
+                format: .binary, initial: Metadata(), httpStatus: 415)
+            r.headers.append(contentsOf: cors.responseHeaders(origin: request.header("origin")))
+            return r
+        }
+        if method.handler.kind.clientStreams {
+            refusal = RPCError(
+                .unimplemented, "\(method.descriptor.path) streams requests from the client, which browser protocols cannot: call it with gRPC")
+        } else if method.descriptor.visibility == .publicAuthenticated, request.header("authorization") == nil,
+            let metadata = try? Self.metadata(request.headers)
+        {
+            for i in interceptors {
+                if let e = i.rejectAtHeaders(method.descriptor, metadata) {
+                    refusal = e
+                    break
+                }
+            }
+        }
+        guard let refusal else { return nil }
+        var r = protocolError(refusal, browser)
+        r.headers.append(contentsOf: cors.responseHeaders(origin: request.header("origin")))
+        return r
+    }
+
+    /// A body over the limit, answered in the request's protocol (a plain 413 would reach a
+    /// gRPC-Web client as UNKNOWN, and a page without CORS headers as a network error).
+    func bodyTooLarge(_ request: HTTPRequest, limit: Int) -> HTTPResponse {
+        guard case .success(let method) = router.lookup(String(request.path)),
+            let browser = BrowserProtocol(media: Self.mediaType(request))
+        else {
+            return HTTPResponse(status: 413, headers: [("content-type", "text/plain")], body: Array("request body exceeds \(limit) bytes\n".utf8))
+        }
+        let e = RPCError(
+            .resourceExhausted,
+            "request message exceeds the limit of \(requestLimit(method)) bytes for \(method.descriptor.path) (a body of more than \(limit) bytes)")
+        var r = protocolError(e, browser)
+        if case .connectUnary = browser { r.status = 413 }
+        r.headers.append(contentsOf: cors.responseHeaders(origin: request.header("origin")))
+        return r
+    }
+
+    /// An error before any message, in the form each protocol gives it.
+    func protocolError(_ e: RPCError, _ browser: BrowserProtocol) -> HTTPResponse {
+        switch browser {
+        case .grpcWeb(let format): Self.grpcWebTrailersOnly(e, format: format, initial: Metadata())
+        case .connectStream(let json):
+            HTTPResponse(
+                status: 200, headers: [("content-type", json ? "application/connect+json" : "application/connect+proto")],
+                body: ConnectEnvelope.endStream(e, trailers: Metadata(), transcoder: transcoder))
+        case .connectUnary: Self.error(e, status: e.code == .unimplemented ? 415 : nil, transcoder: transcoder)
+        }
+    }
+
     // MARK: Without a task
 
     /// Unary gRPC-Web and Connect calls the relay forwards are answered without a task of their
@@ -416,6 +484,27 @@ extension ConnectHandler {
             throw RPCError(.resourceExhausted, "message of \(body.count) bytes exceeds the limit of \(limit) bytes for \(method.descriptor.path)")
         }
         return (body, json)
+    }
+}
+
+/// Which browser protocol a request's media type speaks.
+enum BrowserProtocol {
+    case grpcWeb(GRPCWeb.Format)
+    case connectStream(json: Bool)
+    case connectUnary
+
+    init?(media: String) {
+        if let format = GRPCWeb.format(mediaType: media) {
+            self = .grpcWeb(format)
+        } else if GRPCWeb.isGRPCWeb(mediaType: media) {
+            self = .grpcWeb(.binary)
+        } else if media == "application/connect+json" || media == "application/connect+proto" {
+            self = .connectStream(json: media == "application/connect+json")
+        } else if media == "application/json" || media == "application/proto" {
+            self = .connectUnary
+        } else {
+            return nil
+        }
     }
 }
 

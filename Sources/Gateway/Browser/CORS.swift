@@ -77,7 +77,11 @@ public struct CORSPolicy: Sendable {
 
     /// The headers of an actual response to `origin` (empty when it is not allowed or absent).
     func responseHeaders(origin: String?) -> [(name: String, value: String)] {
-        guard let origin, isEnabled, allows(origin) else { return [] }
+        guard let origin, isEnabled, allows(origin) else {
+            // The answer depends on the origin whenever exact origins are listed: a cache must
+            // not hand this copy (without allow-origin) to a listed page, or the reverse.
+            return origins.isEmpty ? [] : [("vary", "Origin")]
+        }
         var h: [(name: String, value: String)] = []
         if origins.contains(origin.lowercased()) {
             h.append(("access-control-allow-origin", origin))

@@ -92,7 +92,9 @@ struct ConnectHandler: HTTPHandler {
         }
         if request.method == "GET" {
             guard method.handler.kind == .unary else {
-                return Self.error(RPCError(.unimplemented, "\(path) is a streaming method: Connect GET is for unary methods"), status: 405)
+                var r = Self.error(RPCError(.unimplemented, "\(path) is a streaming method: Connect GET is for unary methods"), status: 405)
+                r.headers.append(("allow", "POST"))
+                return r
             }
             do {
                 let (body, json) = try connectGetRequest(request, method)

@@ -83,6 +83,8 @@ final class HTTP1RequestHandler: RegisteredConnectionHandler, ChannelInboundHand
     typealias OutboundOut = HTTPServerResponsePart
 
     private var head: HTTPRequestHead?
+    /// The head's headers, names lower-cased (made once per request).
+    private var headerPairs: [(name: String, value: String)] = []
     private var body: [UInt8] = []
     private var limit = 0
     /// The body is being discarded: refused already (413, 429), the connection closes after.
@@ -185,8 +187,15 @@ final class HTTP1RequestHandler: RegisteredConnectionHandler, ChannelInboundHand
                 ?? config.maxReceiveMessageSize
             // A body declared too large is refused now, before it is read (the connection then
             // closes: the body that may follow is not read).
+            let pairs = h.headers.map { ($0.name.lowercased(), $0.value) }
+            headerPairs = pairs
+            let peer = context.channel.remoteAddress.map(ServerConnectionHandler.describe) ?? "unknown"
+            let request = HTTPRequest(method: h.method.rawValue, target: h.uri, headers: pairs, body: [], peer: peer)
             if let declared = h.headers.first(name: "content-length").flatMap(Int.init), declared > limit {
-                refuse(context, .bodyTooLarge(limit: limit), version: h.version)
+                refuse(context, tooLarge(request), version: h.version)
+            } else if let refusal = config.httpHandler?.respondAtHead(request) {
+                // Refused from its head alone: the body is not read (the connection closes after).
+                refuse(context, refusal, version: h.version)
             } else if h.version.minor >= 1, h.headers.first(name: "expect")?.lowercased() == "100-continue" {
                 // The client waits for a go-ahead before the body (curl does for bodies over 1 MiB).
                 context.writeAndFlush(wrapOutboundOut(.head(HTTPResponseHead(version: h.version, status: .continue))), promise: nil)
@@ -195,7 +204,9 @@ final class HTTP1RequestHandler: RegisteredConnectionHandler, ChannelInboundHand
             guard !refused, let head else { return }
             let total = body.count + chunk.readableBytes
             if total > limit {
-                return refuse(context, .bodyTooLarge(limit: limit), version: head.version)
+                let peer = context.channel.remoteAddress.map(ServerConnectionHandler.describe) ?? "unknown"
+                let request = HTTPRequest(method: head.method.rawValue, target: head.uri, headers: headerPairs, body: [], peer: peer)
+                return refuse(context, tooLarge(request), version: head.version)
             }
             let over = max(0, total - Int(HTTP2Setting.window(shared.configuration.initialWindowSize))) - charged
             if over > 0 {
@@ -219,7 +230,7 @@ final class HTTP1RequestHandler: RegisteredConnectionHandler, ChannelInboundHand
             }
             let request = HTTPRequest(
                 method: head.method.rawValue, target: head.uri,
-                headers: head.headers.map { ($0.name.lowercased(), $0.value) }, body: body,
+                headers: headerPairs, body: body,
                 peer: context.channel.remoteAddress.map(ServerConnectionHandler.describe) ?? "unknown")
             body = []
             releaseCharge()
@@ -305,6 +316,10 @@ final class HTTP1RequestHandler: RegisteredConnectionHandler, ChannelInboundHand
             let channel = context.channel
             done.whenComplete { _ in channel.close(promise: nil) }
         }
+    }
+
+    private func tooLarge(_ request: HTTPRequest) -> HTTPResponse {
+        shared.configuration.httpHandler?.bodyTooLarge(request, limit: limit) ?? .bodyTooLarge(limit: limit)
     }
 
     /// Answers now and closes: the rest of the request is not read.

@@ -544,7 +544,10 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         let total = stream.httpBody.count + len
         if total > stream.httpLimit {
             stream.phase = .done
-            respondHTTP(stream, .bodyTooLarge(limit: stream.httpLimit))
+            let head = HTTPRequest(
+                method: stream.method, target: stream.path, headers: stream.httpHeaderPairs ?? stream.rawHeaders.pairs, body: [], peer: peer)
+            respondHTTP(
+                stream, shared.configuration.httpHandler?.bodyTooLarge(head, limit: stream.httpLimit) ?? .bodyTooLarge(limit: stream.httpLimit))
             releaseRequestBuffers(stream)
             return
         }
@@ -605,10 +608,18 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             stream.httpLimit =
                 config.httpHandler?.maxBodyBytes(method: stream.method, path: HTTPRequest.path(of: stream.path))
                 ?? config.maxReceiveMessageSize
+            guard let handler = config.httpHandler else { return }
+            let pairs = stream.rawHeaders.pairs
+            stream.httpHeaderPairs = pairs
+            let head = HTTPRequest(method: stream.method, target: stream.path, headers: pairs, body: [], peer: peer)
             if let declared = stream.rawHeaders.contentLength, declared > stream.httpLimit {
                 // Refused from its declared length: the body is never read.
                 stream.phase = .done
-                respondHTTP(stream, .bodyTooLarge(limit: stream.httpLimit))
+                respondHTTP(stream, handler.bodyTooLarge(head, limit: stream.httpLimit))
+            } else if let refusal = handler.respondAtHead(head) {
+                // Refused from its head alone: the body is never read either.
+                stream.phase = .done
+                respondHTTP(stream, refusal)
             }
             return
         }
@@ -910,7 +921,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         guard let handler = shared.configuration.httpHandler, let context, let executor else { return }
         stream.phase = .running
         let request = HTTPRequest(
-            method: stream.method, target: stream.path, headers: stream.rawHeaders.pairs,
+            method: stream.method, target: stream.path, headers: stream.httpHeaderPairs ?? stream.rawHeaders.pairs,
             body: stream.httpBody, peer: peer)
         stream.httpBody = []
         if stream.httpCharged > 0 {

@@ -27,6 +27,9 @@ final class ServerStream {
     /// Plain HTTP (not gRPC) request for the configured `HTTPHandler`: headers and body kept whole.
     var isHTTP = false
     var rawHeaders = HeaderBlock(capacity: 0)
+    /// `rawHeaders` as pairs, made once when the head is complete (for the handler's head-time
+    /// checks and then its request).
+    var httpHeaderPairs: [(name: String, value: String)]?
     var httpBody: [UInt8] = []
     var httpComplete = false
 
