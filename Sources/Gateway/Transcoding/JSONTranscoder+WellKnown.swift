@@ -20,8 +20,8 @@ extension JSONTranscoder {
     // MARK: JSON → binary
 
     func encodeWellKnown(_ v: JSONValue, _ schema: MessageSchema, path: String, depth: Int) throws(TranscodingError) -> [UInt8]? {
+        guard schema.isWellKnown else { return nil }
         let name = schema.fullName
-        guard name.hasPrefix("google.protobuf.") else { return nil }
         var w = WireWriter()
         switch name {
         case "google.protobuf.Timestamp":
@@ -264,7 +264,44 @@ extension JSONTranscoder {
         let days = secs >= 0 ? secs / 86400 : (secs - 86399) / 86400
         let rem = secs - days * 86400
         let (y, m, d) = civilFromDays(days)
-        return "\(pad(y, 4))-\(pad(m, 2))-\(pad(d, 2))T\(pad(rem / 3600, 2)):\(pad(rem / 60 % 60, 2)):\(pad(rem % 60, 2))\(fraction(nanos))Z"
+        // Digit by digit into 30 bytes (interpolating padded parts was a fifth of a Connect
+        // answer's JSON); years are 0001...9999 here (the range checked above).
+        var out = [UInt8]()
+        out.reserveCapacity(30)
+        func digits(_ v: Int64, _ width: Int) {
+            var div: Int64 = 1
+            for _ in 1..<width { div *= 10 }
+            var v = v
+            while div > 0 {
+                out.append(UInt8(48 + v / div))
+                v %= div
+                div /= 10
+            }
+        }
+        digits(y, 4)
+        out.append(UInt8(ascii: "-"))
+        digits(m, 2)
+        out.append(UInt8(ascii: "-"))
+        digits(d, 2)
+        out.append(UInt8(ascii: "T"))
+        digits(rem / 3600, 2)
+        out.append(UInt8(ascii: ":"))
+        digits(rem / 60 % 60, 2)
+        out.append(UInt8(ascii: ":"))
+        digits(rem % 60, 2)
+        if nanos != 0 {
+            out.append(UInt8(ascii: "."))
+            let n = Int64(nanos)
+            if n % 1_000_000 == 0 {
+                digits(n / 1_000_000, 3)
+            } else if n % 1_000 == 0 {
+                digits(n / 1_000, 6)
+            } else {
+                digits(n, 9)
+            }
+        }
+        out.append(UInt8(ascii: "Z"))
+        return String(decoding: out, as: UTF8.self)
     }
 
     static func parseTimestamp(_ s: String) -> (Int64, Int32)? {

@@ -382,7 +382,7 @@ public struct JSONTranscoder: Sendable {
         var r = WireReader(bytes)
         do {
             while let (number, type) = try r.tag() {
-                guard let index = schema.byNumber[number] else { try r.skip(type, number: number); continue }
+                guard let index = schema.index(ofNumber: number) else { try r.skip(type, number: number); continue }
                 let field = schema.fields[index]
                 let expected = field.type.wireType
                 if field.isRepeated && field.type.isPackable && type == .lengthDelimited {

@@ -44,6 +44,20 @@ final class MessageSchema: Sendable {
     let isMapEntry: Bool
     let byNumber: [Int32: Int]
     let byName: [String: Int]
+    /// `byNumber` for field numbers below 64 (nearly all of them) as an array: no hashing on
+    /// the decoding path. -1: no such field.
+    let denseByNumber: [Int]
+    /// A `google.protobuf.` type (maybe well-known: `decodeWellKnown` decides), decided once.
+    let isWellKnown: Bool
+
+    /// The index of field `number`, nil when the message has none.
+    @inline(__always) func index(ofNumber number: Int32) -> Int? {
+        if number >= 0 && Int(number) < denseByNumber.count {
+            let i = denseByNumber[Int(number)]
+            return i < 0 ? nil : i
+        }
+        return byNumber[number]
+    }
 
     init(fullName: String, fields: [FieldSchema], oneofNames: [String], isMapEntry: Bool) {
         self.fullName = fullName
@@ -59,6 +73,10 @@ final class MessageSchema: Sendable {
         }
         self.byNumber = byNumber
         self.byName = byName
+        var dense = [Int](repeating: -1, count: min(64, Int(fields.map(\.number).max() ?? 0) + 1))
+        for (i, f) in fields.enumerated() where f.number >= 0 && Int(f.number) < dense.count { dense[Int(f.number)] = i }
+        self.denseByNumber = dense
+        self.isWellKnown = fullName.hasPrefix("google.protobuf.")
     }
 }
 
