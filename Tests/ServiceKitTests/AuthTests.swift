@@ -12,6 +12,23 @@ import Testing
 /// Defects 5 and 7 of issue 11: the gateway's credential is not the service credential, and a
 /// token key accounts removed stops verifying within the refresh interval.
 @Suite struct AuthTests {
+    /// `authorization: Bearer <token>`: the scheme in any case, spaces around the token dropped;
+    /// anything else is no token at all.
+    @Test func bearerTokensAreReadByteWise() {
+        func bearer(_ value: String?) -> String? {
+            var m = Metadata()
+            if let value { m.add("authorization", value) }
+            return AuthInterceptor.bearer(m)
+        }
+        #expect(bearer("Bearer abc.def") == "abc.def")
+        #expect(bearer("bearer abc") == "abc")
+        #expect(bearer("BEARER   abc  ") == "abc")
+        #expect(bearer("Bearer é.ü") == "é.ü")
+        for bad in [nil, "", "Bearer", "Bearer ", "Bearer    ", "Basic abc", "Bearerabc", "Bearer\tabc", "Bearex abc", "Béarer abc"] {
+            #expect(bearer(bad) == nil, "\(String(describing: bad))")
+        }
+    }
+
     /// A service with one method of each marking; it answers who it took the caller for.
     struct Probe: RPCService {
         var serviceName: String { "probe.v1.Probe" }
