@@ -79,5 +79,8 @@ extension ContractCatalog {
                 Tasks_V1_TasksInternalMethods.endHouseholdChores, Tasks_V1_EndHouseholdChoresRequest.self, Tasks_V1_EndHouseholdChoresResponse.self),
             ContractRPC(Tasks_V1_TasksInternalMethods.eraseUser, Tasks_V1_EraseUserRequest.self, Tasks_V1_EraseUserResponse.self),
             ContractRPC(Tasks_V1_TasksInternalMethods.verifyJournal, Tasks_V1_VerifyJournalRequest.self, Tasks_V1_VerifyJournalResponse.self),
+            ContractRPC(
+                Tasks_V1_TasksInternalMethods.removeHousemateChores, Tasks_V1_RemoveHousemateChoresRequest.self,
+                Tasks_V1_RemoveHousemateChoresResponse.self),
         ])
 }

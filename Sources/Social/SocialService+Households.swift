@@ -370,14 +370,25 @@ enum Households {
     }
 
     /// Marks `user` as a former member; the last member leaving deletes the household.
+    /// The member leaves; the last one leaving deletes the household. Otherwise tasks hands the
+    /// member's chores in this household to the others (`RemoveHousemateChores`, through the
+    /// outbox in this transaction, so it happens even if tasks is down now).
     static func removeMember(_ tx: Transaction, householdID: String, user: String, now: Int64) throws -> Bool {
         try tx.execute(
             "UPDATE household_members SET left_at = ? WHERE household_id = ? AND user_id = ? AND left_at IS NULL",
             now, householdID, user)
-        if try memberIDs(tx, householdID: householdID).isEmpty {
+        guard tx.changes == 1 else { return false }
+        let remaining = try memberIDs(tx, householdID: householdID)
+        if remaining.isEmpty {
             try delete(tx, householdID: householdID, now: now)
             return true
         }
+        var left = Tasks_V1_RemoveHousemateChoresRequest()
+        left.eventId = "social:left:\(ULID.make(now: now))"  // one per removal: a user may rejoin and leave again
+        left.householdId = householdID
+        left.userId = user
+        left.remainingMemberIds = remaining
+        try tx.enqueueCall(Tasks_V1_TasksInternalMethods.removeHousemateChores, left, eventID: left.eventId)
         return false
     }
 

@@ -54,6 +54,73 @@ public struct TasksInternalService: Tasks_V1_TasksInternalService {
         return response
     }
 
+    public func removeHousemateChores(
+        request: Tasks_V1_RemoveHousemateChoresRequest, context: ServerContext
+    ) async throws -> Tasks_V1_RemoveHousemateChoresResponse {
+        var errors = FieldErrors()
+        let eventID = FieldRules.eventID(request.eventId, into: &errors)
+        let household = FieldRules.id(request.householdId, field: "household_id", into: &errors)
+        let user = FieldRules.id(request.userId, field: "user_id", into: &errors)
+        for (i, member) in request.remainingMemberIds.enumerated() {
+            _ = FieldRules.id(member, field: "remaining_member_ids[\(i)]", into: &errors)
+            if member == request.userId { errors.add("remaining_member_ids[\(i)]", "is the member who left") }
+        }
+        try errors.throwIfAny()
+        let heir = request.remainingMemberIds.first
+        let (replayed, changed) = try await core.write { tx -> (Bool, Int) in
+            guard try tx.markProcessedOnce(eventID: eventID) else { return (true, 0) }
+            // Open chores only (ACTIVE, WAITING): finished ones are history, read as they were.
+            let chores = try tx.query(
+                """
+                SELECT DISTINCT a.chore_id FROM chore_assignees a JOIN chores c ON c.id = a.chore_id
+                WHERE a.user_id = ? AND c.household_id = ? AND c.status IN (1, 2)
+                """, user, household
+            ).map { try $0.get(0, as: String.self) }
+            try Self.closeRotations(tx, chores: chores, leaving: user, heir: heir)
+            return (false, chores.count)
+        }
+        core.logger.notice(
+            replayed ? "remove-housemate-chores replayed" : "housemate's chores handed on",
+            metadata: ["event": "\(eventID)", "household": "\(household)", "chores": "\(changed)"])
+        var response = Tasks_V1_RemoveHousemateChoresResponse()
+        response.reassignedCount = Int32(changed)
+        response.replayed = replayed
+        return response
+    }
+
+    /// Takes `leaving` out of each chore's rotation, which closes up around them (when it was
+    /// their turn, the next assignee's). A chore left with nobody goes to `heir`, or is deleted
+    /// when there is none (an erased user's only chores).
+    static func closeRotations(_ tx: Transaction, chores: [String], leaving user: String, heir: String?) throws {
+        for id in chores {
+            let c = try ChoreStore.one(tx, id: id)
+            var assignees = c.assignees
+            var index = c.currentIndex
+            while let removed = assignees.firstIndex(of: user) {
+                guard let next = ChoreRules.indexAfterRemoving(removed, current: index, count: assignees.count) else {
+                    assignees = []
+                    break
+                }
+                assignees.remove(at: removed)
+                index = next
+            }
+            if assignees.isEmpty {
+                guard let heir else {
+                    try tx.execute("DELETE FROM chores WHERE id = ?", id)
+                    continue
+                }
+                assignees = [heir]
+                index = 0
+            }
+            try tx.execute("DELETE FROM chore_assignees WHERE chore_id = ?", id)
+            for (i, a) in assignees.enumerated() {
+                try tx.execute("INSERT INTO chore_assignees (chore_id, position, user_id) VALUES (?, ?, ?)", id, Int64(i), a)
+            }
+            try tx.execute(
+                "UPDATE chores SET current_index = ?, current_user_id = ?, revision = revision + 1 WHERE id = ?", Int64(index), assignees[index], id)
+        }
+    }
+
     public func eraseUser(request: Tasks_V1_EraseUserRequest, context: ServerContext) async throws -> Tasks_V1_EraseUserResponse {
         let now = core.now, core = self.core
         let replayed = try await EraseUser.receive(eventID: request.eventId, userID: request.userId, store: core.store) { tx, user in
@@ -91,31 +158,9 @@ public struct TasksInternalService: Tasks_V1_TasksInternalService {
         try tx.execute("UPDATE team_task_attachments SET uploaded_by = NULL WHERE uploaded_by = ?", user)
         try tx.execute("DELETE FROM team_task_upload_tokens WHERE created_by = ?", user)
 
-        // Chores: the rotation closes up around the erased user.
+        // Chores: the rotation closes up around the erased user (a chore left with no one is deleted).
         let chores = try tx.query("SELECT DISTINCT chore_id FROM chore_assignees WHERE user_id = ?", user).map { try $0.get(0, as: String.self) }
-        for id in chores {
-            let c = try ChoreStore.one(tx, id: id)
-            var assignees = c.assignees
-            var index = c.currentIndex
-            while let removed = assignees.firstIndex(of: user) {
-                guard let next = ChoreRules.indexAfterRemoving(removed, current: index, count: assignees.count) else {
-                    assignees = []
-                    break
-                }
-                assignees.remove(at: removed)
-                index = next
-            }
-            if assignees.isEmpty {
-                try tx.execute("DELETE FROM chores WHERE id = ?", id)
-                continue
-            }
-            try tx.execute("DELETE FROM chore_assignees WHERE chore_id = ?", id)
-            for (i, a) in assignees.enumerated() {
-                try tx.execute("INSERT INTO chore_assignees (chore_id, position, user_id) VALUES (?, ?, ?)", id, Int64(i), a)
-            }
-            try tx.execute(
-                "UPDATE chores SET current_index = ?, current_user_id = ?, revision = revision + 1 WHERE id = ?", Int64(index), assignees[index], id)
-        }
+        try closeRotations(tx, chores: chores, leaving: user, heir: nil)
         try tx.execute("UPDATE chores SET created_by = NULL WHERE created_by = ?", user)
         try tx.execute("UPDATE chores SET last_finished_by = NULL WHERE last_finished_by = ?", user)
 

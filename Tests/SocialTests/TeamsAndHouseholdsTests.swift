@@ -293,6 +293,52 @@ struct HouseholdsTests {
         }
     }
 
+    /// "The removed user's chores are reassigned by tasks": social tells tasks through its outbox
+    /// (in the removal's transaction); tasks closes the rotation up or hands a chore left with
+    /// nobody to the longest-standing remaining member. Each removal is its own event.
+    @Test func aRemovedHousematesChoresAreHandedOnByTasks() async throws {
+        try await withSocial { env in
+            let alice = try await env.user("alice"), bob = try await env.user("bob")
+            let created = try await Self.create(env, alice, invite: [bob.email])
+            let code = try #require(try await env.waitForMail(to: bob.email).first?.data["invite_code"])
+            _ = try await Self.join(env, bob, code)
+            let hid = created.household.householdId
+            env.tasksClock.set(milliseconds: 1_604_188_800_000)  // 2020-11-01
+            let bobs = try await env.chore("Clean the bathroom", in: hid, for: bob, due: (2020, 11, 20), by: alice)
+            var remove = Social_V1_RemoveHousemateRequest()
+            remove.householdId = hid
+            remove.userId = bob.id
+            #expect(!(try await env.social.removeHousemate(remove, options: alice.options).householdDeleted))
+            var get = Tasks_V1_GetChoreRequest()
+            get.choreId = bobs
+            #expect(
+                await eventually {
+                    (try? await env.tasks.getChore(get, options: alice.options).chore.assignees.map(\.userId)) == [alice.id]
+                })
+            let path = Tasks_V1_TasksInternalMethods.removeHousemateChores.path
+            #expect(await eventually { (try? await env.core.database.pendingOutbox(limit: 10).isEmpty) == true })
+            let sent = try env.core.database.readSync { c in
+                try c.queryOne("SELECT count(*) FROM outbox WHERE kind = ? AND delivered_at IS NOT NULL", path)!.get(0, as: Int64.self)
+            }
+            #expect(sent == 1)
+        }
+    }
+
+    @Test func aRemovalWhileTasksIsDownWaitsInTheOutbox() async throws {
+        try await withSocial(tasksUp: false) { env in
+            let alice = try await env.user("alice"), bob = try await env.user("bob")
+            let created = try await Self.create(env, alice, invite: [bob.email])
+            let code = try #require(try await env.waitForMail(to: bob.email).first?.data["invite_code"])
+            _ = try await Self.join(env, bob, code)
+            var remove = Social_V1_RemoveHousemateRequest()
+            remove.householdId = created.household.householdId
+            remove.userId = bob.id
+            _ = try await env.social.removeHousemate(remove, options: bob.options)
+            let pending = try await env.core.database.pendingOutbox(limit: 10)
+            #expect(pending.contains { $0.kind == Tasks_V1_TasksInternalMethods.removeHousemateChores.path })
+        }
+    }
+
     @Test func theLastMemberLeavingDeletesTheHouseholdAndEndsItsChoresEvenWhileTasksIsDown() async throws {
         try await withSocial(tasksUp: false) { env in
             let alice = try await env.user("alice")

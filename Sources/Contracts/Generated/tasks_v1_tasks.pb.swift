@@ -6,6 +6,31 @@ import RPCProtobuf
 import GRPCContracts
 internal import ContractsC
 
+/// A member left a household. Idempotent by event_id (a repeat changes nothing).
+public struct Tasks_V1_RemoveHousemateChoresRequest: Sendable, Equatable {
+    /// The sender's outbox event id, 1..64 characters; the idempotency key (one per removal: a
+    /// user may leave, rejoin and leave again).
+    public var eventId: String = ""
+    /// The household, which still exists.
+    public var householdId: String = ""
+    /// The member who left or was removed.
+    public var userId: String = ""
+    /// The members after the removal, longest-standing first: who takes a chore left with nobody.
+    public var remainingMemberIds: [String] = []
+
+    public init() {}
+}
+
+/// What changed.
+public struct Tasks_V1_RemoveHousemateChoresResponse: Sendable, Equatable {
+    /// Chores whose rotation changed (0 on a repeat).
+    public var reassignedCount: Int32 = 0
+    /// True when event_id had been processed before.
+    public var replayed: Bool = false
+
+    public init() {}
+}
+
 /// Chores currently assigned to a user in one household, by due date.
 public struct Tasks_V1_ListTasksAssignedToUserRequest: Sendable, Equatable {
     /// The housemate whose profile is shown.
@@ -98,6 +123,61 @@ public struct Tasks_V1_VerifyJournalResponse: Sendable, Equatable {
     public var erasedValues: Int64 = 0
 
     public init() {}
+}
+
+extension Tasks_V1_RemoveHousemateChoresRequest: RPCProtobuf.ProtobufCConvertible {
+    public static let protoMessageName = "tasks.v1.RemoveHousemateChoresRequest"
+    nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
+        var c = Tasks__V1__RemoveHousemateChoresRequest()
+        tasks__v1__remove_housemate_chores_request__init(&c)
+        return UnsafeRawPointer(c.base.descriptor)
+    }()
+
+    public func _protobufCMake(in arena: inout RPCProtobuf.ProtobufCArena) -> UnsafeMutableRawPointer {
+        let c = arena.allocate(Tasks__V1__RemoveHousemateChoresRequest.self)
+        tasks__v1__remove_housemate_chores_request__init(c)
+        if !self.eventId.isEmpty { c.pointee.event_id = arena.string(self.eventId) }
+        if !self.householdId.isEmpty { c.pointee.household_id = arena.string(self.householdId) }
+        if !self.userId.isEmpty { c.pointee.user_id = arena.string(self.userId) }
+        if !self.remainingMemberIds.isEmpty {
+            c.pointee.n_remaining_member_ids = self.remainingMemberIds.count
+            c.pointee.remaining_member_ids = arena.strings(self.remainingMemberIds)
+        }
+        return UnsafeMutableRawPointer(c)
+    }
+
+    public init(_protobufC message: UnsafeRawPointer) throws {
+        self.init()
+        let c = message.assumingMemoryBound(to: Tasks__V1__RemoveHousemateChoresRequest.self)
+        self.eventId = try ProtobufC.string(c.pointee.event_id)
+        self.householdId = try ProtobufC.string(c.pointee.household_id)
+        self.userId = try ProtobufC.string(c.pointee.user_id)
+        self.remainingMemberIds = try ProtobufC.strings(c.pointee.remaining_member_ids, c.pointee.n_remaining_member_ids)
+    }
+}
+
+extension Tasks_V1_RemoveHousemateChoresResponse: RPCProtobuf.ProtobufCConvertible {
+    public static let protoMessageName = "tasks.v1.RemoveHousemateChoresResponse"
+    nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
+        var c = Tasks__V1__RemoveHousemateChoresResponse()
+        tasks__v1__remove_housemate_chores_response__init(&c)
+        return UnsafeRawPointer(c.base.descriptor)
+    }()
+
+    public func _protobufCMake(in arena: inout RPCProtobuf.ProtobufCArena) -> UnsafeMutableRawPointer {
+        let c = arena.allocate(Tasks__V1__RemoveHousemateChoresResponse.self)
+        tasks__v1__remove_housemate_chores_response__init(c)
+        c.pointee.reassigned_count = self.reassignedCount
+        c.pointee.replayed = self.replayed ? 1 : 0
+        return UnsafeMutableRawPointer(c)
+    }
+
+    public init(_protobufC message: UnsafeRawPointer) throws {
+        self.init()
+        let c = message.assumingMemoryBound(to: Tasks__V1__RemoveHousemateChoresResponse.self)
+        self.reassignedCount = c.pointee.reassigned_count
+        self.replayed = c.pointee.replayed != 0
+    }
 }
 
 extension Tasks_V1_ListTasksAssignedToUserRequest: RPCProtobuf.ProtobufCConvertible {
@@ -1136,8 +1216,16 @@ public enum Tasks_V1_TasksInternalMethods {
     public static let verifyJournal = RPCCore.MethodDescriptor(
         service: serviceName, method: "VerifyJournal", kind: .unary, visibility: .internal,
         inputType: "tasks.v1.VerifyJournalRequest", outputType: "tasks.v1.VerifyJournalResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
+    /// Addition (B UC-10, from social's outbox when a member is removed from, or leaves, a household
+    /// that goes on): "the removed user's chores are reassigned by tasks". The user's rotation slots
+    /// in that household's chores go; the rotation closes up (when it was their turn, the next
+    /// assignee's); a chore left with nobody goes to the longest-standing remaining member. Their
+    /// chores in other households are untouched.
+    public static let removeHousemateChores = RPCCore.MethodDescriptor(
+        service: serviceName, method: "RemoveHousemateChores", kind: .unary, visibility: .internal,
+        inputType: "tasks.v1.RemoveHousemateChoresRequest", outputType: "tasks.v1.RemoveHousemateChoresResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Every method, in `.proto` order.
-    public static let all: [RPCCore.MethodDescriptor] = [listTasksAssignedToUser, endHouseholdChores, eraseUser, verifyJournal]
+    public static let all: [RPCCore.MethodDescriptor] = [listTasksAssignedToUser, endHouseholdChores, eraseUser, verifyJournal, removeHousemateChores]
 }
 
 /// Service-to-service API (service credential only; never routed by the gateway).
@@ -1153,6 +1241,12 @@ public protocol Tasks_V1_TasksInternalService: RPCCore.RPCService {
     /// Addition (operators: `tasks-service --verify-journal`): walks the tamper-evident journal of
     /// team tasks (every change and attachment, hash-chained) and names the first broken link.
     func verifyJournal(request: Tasks_V1_VerifyJournalRequest, context: RPCCore.ServerContext) async throws -> Tasks_V1_VerifyJournalResponse
+    /// Addition (B UC-10, from social's outbox when a member is removed from, or leaves, a household
+    /// that goes on): "the removed user's chores are reassigned by tasks". The user's rotation slots
+    /// in that household's chores go; the rotation closes up (when it was their turn, the next
+    /// assignee's); a chore left with nobody goes to the longest-standing remaining member. Their
+    /// chores in other households are untouched.
+    func removeHousemateChores(request: Tasks_V1_RemoveHousemateChoresRequest, context: RPCCore.ServerContext) async throws -> Tasks_V1_RemoveHousemateChoresResponse
 }
 
 extension Tasks_V1_TasksInternalService {
@@ -1164,6 +1258,7 @@ extension Tasks_V1_TasksInternalService {
             RPCCore.ServerMethod(Tasks_V1_TasksInternalMethods.endHouseholdChores, .unary(Tasks_V1_EndHouseholdChoresRequest.self, Tasks_V1_EndHouseholdChoresResponse.self) { try await self.endHouseholdChores(request: $0, context: $1) }),
             RPCCore.ServerMethod(Tasks_V1_TasksInternalMethods.eraseUser, .unary(Tasks_V1_EraseUserRequest.self, Tasks_V1_EraseUserResponse.self) { try await self.eraseUser(request: $0, context: $1) }),
             RPCCore.ServerMethod(Tasks_V1_TasksInternalMethods.verifyJournal, .unary(Tasks_V1_VerifyJournalRequest.self, Tasks_V1_VerifyJournalResponse.self) { try await self.verifyJournal(request: $0, context: $1) }),
+            RPCCore.ServerMethod(Tasks_V1_TasksInternalMethods.removeHousemateChores, .unary(Tasks_V1_RemoveHousemateChoresRequest.self, Tasks_V1_RemoveHousemateChoresResponse.self) { try await self.removeHousemateChores(request: $0, context: $1) }),
         ]
     }
 }
@@ -1208,5 +1303,18 @@ public struct Tasks_V1_TasksInternalClient: Sendable {
     /// `verifyJournal` with the response metadata.
     public func verifyJournalWithMetadata(_ request: Tasks_V1_VerifyJournalRequest, options: RPCCore.CallOptions = .defaults) async throws -> RPCCore.ClientResponse<Tasks_V1_VerifyJournalResponse> {
         try await client.unary(Tasks_V1_TasksInternalMethods.verifyJournal, request, as: Tasks_V1_VerifyJournalResponse.self, options: options)
+    }
+
+    /// Addition (B UC-10, from social's outbox when a member is removed from, or leaves, a household
+    /// that goes on): "the removed user's chores are reassigned by tasks". The user's rotation slots
+    /// in that household's chores go; the rotation closes up (when it was their turn, the next
+    /// assignee's); a chore left with nobody goes to the longest-standing remaining member. Their
+    /// chores in other households are untouched.
+    public func removeHousemateChores(_ request: Tasks_V1_RemoveHousemateChoresRequest, options: RPCCore.CallOptions = .defaults) async throws -> Tasks_V1_RemoveHousemateChoresResponse {
+        try await client.unary(Tasks_V1_TasksInternalMethods.removeHousemateChores, request, as: Tasks_V1_RemoveHousemateChoresResponse.self, options: options).message
+    }
+    /// `removeHousemateChores` with the response metadata.
+    public func removeHousemateChoresWithMetadata(_ request: Tasks_V1_RemoveHousemateChoresRequest, options: RPCCore.CallOptions = .defaults) async throws -> RPCCore.ClientResponse<Tasks_V1_RemoveHousemateChoresResponse> {
+        try await client.unary(Tasks_V1_TasksInternalMethods.removeHousemateChores, request, as: Tasks_V1_RemoveHousemateChoresResponse.self, options: options)
     }
 }

@@ -20,6 +20,8 @@ PROTOBUF_C__BEGIN_DECLS
 #include "tasks/v1/marketplace.pb-c.h"
 #include "tasks/v1/team_tasks.pb-c.h"
 
+typedef struct Tasks__V1__RemoveHousemateChoresRequest Tasks__V1__RemoveHousemateChoresRequest;
+typedef struct Tasks__V1__RemoveHousemateChoresResponse Tasks__V1__RemoveHousemateChoresResponse;
 typedef struct Tasks__V1__ListTasksAssignedToUserRequest Tasks__V1__ListTasksAssignedToUserRequest;
 typedef struct Tasks__V1__ListTasksAssignedToUserResponse Tasks__V1__ListTasksAssignedToUserResponse;
 typedef struct Tasks__V1__EndHouseholdChoresRequest Tasks__V1__EndHouseholdChoresRequest;
@@ -34,6 +36,56 @@ typedef struct Tasks__V1__VerifyJournalResponse Tasks__V1__VerifyJournalResponse
 
 
 /* --- messages --- */
+
+/*
+ * A member left a household. Idempotent by event_id (a repeat changes nothing).
+ */
+struct  Tasks__V1__RemoveHousemateChoresRequest
+{
+  ProtobufCMessage base;
+  /*
+   * The sender's outbox event id, 1..64 characters; the idempotency key (one per removal: a
+   * user may leave, rejoin and leave again).
+   */
+  char *event_id;
+  /*
+   * The household, which still exists.
+   */
+  char *household_id;
+  /*
+   * The member who left or was removed.
+   */
+  char *user_id;
+  /*
+   * The members after the removal, longest-standing first: who takes a chore left with nobody.
+   */
+  size_t n_remaining_member_ids;
+  char **remaining_member_ids;
+};
+#define TASKS__V1__REMOVE_HOUSEMATE_CHORES_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&tasks__v1__remove_housemate_chores_request__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL }
+
+
+/*
+ * What changed.
+ */
+struct  Tasks__V1__RemoveHousemateChoresResponse
+{
+  ProtobufCMessage base;
+  /*
+   * Chores whose rotation changed (0 on a repeat).
+   */
+  int32_t reassigned_count;
+  /*
+   * True when event_id had been processed before.
+   */
+  protobuf_c_boolean replayed;
+};
+#define TASKS__V1__REMOVE_HOUSEMATE_CHORES_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&tasks__v1__remove_housemate_chores_response__descriptor) \
+    , 0, 0 }
+
 
 /*
  * Chores currently assigned to a user in one household, by due date.
@@ -218,6 +270,44 @@ struct  Tasks__V1__VerifyJournalResponse
     , 0, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0 }
 
 
+/* Tasks__V1__RemoveHousemateChoresRequest methods */
+void   tasks__v1__remove_housemate_chores_request__init
+                     (Tasks__V1__RemoveHousemateChoresRequest         *message);
+size_t tasks__v1__remove_housemate_chores_request__get_packed_size
+                     (const Tasks__V1__RemoveHousemateChoresRequest   *message);
+size_t tasks__v1__remove_housemate_chores_request__pack
+                     (const Tasks__V1__RemoveHousemateChoresRequest   *message,
+                      uint8_t             *out);
+size_t tasks__v1__remove_housemate_chores_request__pack_to_buffer
+                     (const Tasks__V1__RemoveHousemateChoresRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Tasks__V1__RemoveHousemateChoresRequest *
+       tasks__v1__remove_housemate_chores_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   tasks__v1__remove_housemate_chores_request__free_unpacked
+                     (Tasks__V1__RemoveHousemateChoresRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Tasks__V1__RemoveHousemateChoresResponse methods */
+void   tasks__v1__remove_housemate_chores_response__init
+                     (Tasks__V1__RemoveHousemateChoresResponse         *message);
+size_t tasks__v1__remove_housemate_chores_response__get_packed_size
+                     (const Tasks__V1__RemoveHousemateChoresResponse   *message);
+size_t tasks__v1__remove_housemate_chores_response__pack
+                     (const Tasks__V1__RemoveHousemateChoresResponse   *message,
+                      uint8_t             *out);
+size_t tasks__v1__remove_housemate_chores_response__pack_to_buffer
+                     (const Tasks__V1__RemoveHousemateChoresResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Tasks__V1__RemoveHousemateChoresResponse *
+       tasks__v1__remove_housemate_chores_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   tasks__v1__remove_housemate_chores_response__free_unpacked
+                     (Tasks__V1__RemoveHousemateChoresResponse *message,
+                      ProtobufCAllocator *allocator);
 /* Tasks__V1__ListTasksAssignedToUserRequest methods */
 void   tasks__v1__list_tasks_assigned_to_user_request__init
                      (Tasks__V1__ListTasksAssignedToUserRequest         *message);
@@ -372,6 +462,12 @@ void   tasks__v1__verify_journal_response__free_unpacked
                       ProtobufCAllocator *allocator);
 /* --- per-message closures --- */
 
+typedef void (*Tasks__V1__RemoveHousemateChoresRequest_Closure)
+                 (const Tasks__V1__RemoveHousemateChoresRequest *message,
+                  void *closure_data);
+typedef void (*Tasks__V1__RemoveHousemateChoresResponse_Closure)
+                 (const Tasks__V1__RemoveHousemateChoresResponse *message,
+                  void *closure_data);
 typedef void (*Tasks__V1__ListTasksAssignedToUserRequest_Closure)
                  (const Tasks__V1__ListTasksAssignedToUserRequest *message,
                   void *closure_data);
@@ -872,6 +968,10 @@ struct Tasks__V1__TasksInternal_Service
                          const Tasks__V1__VerifyJournalRequest *input,
                          Tasks__V1__VerifyJournalResponse_Closure closure,
                          void *closure_data);
+  void (*remove_housemate_chores)(Tasks__V1__TasksInternal_Service *service,
+                                  const Tasks__V1__RemoveHousemateChoresRequest *input,
+                                  Tasks__V1__RemoveHousemateChoresResponse_Closure closure,
+                                  void *closure_data);
 };
 typedef void (*Tasks__V1__TasksInternal_ServiceDestroy)(Tasks__V1__TasksInternal_Service *);
 void tasks__v1__tasks_internal__init (Tasks__V1__TasksInternal_Service *service,
@@ -883,7 +983,8 @@ void tasks__v1__tasks_internal__init (Tasks__V1__TasksInternal_Service *service,
       function_prefix__ ## list_tasks_assigned_to_user,\
       function_prefix__ ## end_household_chores,\
       function_prefix__ ## erase_user,\
-      function_prefix__ ## verify_journal  }
+      function_prefix__ ## verify_journal,\
+      function_prefix__ ## remove_housemate_chores  }
 void tasks__v1__tasks_internal__list_tasks_assigned_to_user(ProtobufCService *service,
                                                             const Tasks__V1__ListTasksAssignedToUserRequest *input,
                                                             Tasks__V1__ListTasksAssignedToUserResponse_Closure closure,
@@ -900,9 +1001,15 @@ void tasks__v1__tasks_internal__verify_journal(ProtobufCService *service,
                                                const Tasks__V1__VerifyJournalRequest *input,
                                                Tasks__V1__VerifyJournalResponse_Closure closure,
                                                void *closure_data);
+void tasks__v1__tasks_internal__remove_housemate_chores(ProtobufCService *service,
+                                                        const Tasks__V1__RemoveHousemateChoresRequest *input,
+                                                        Tasks__V1__RemoveHousemateChoresResponse_Closure closure,
+                                                        void *closure_data);
 
 /* --- descriptors --- */
 
+extern const ProtobufCMessageDescriptor tasks__v1__remove_housemate_chores_request__descriptor;
+extern const ProtobufCMessageDescriptor tasks__v1__remove_housemate_chores_response__descriptor;
 extern const ProtobufCMessageDescriptor tasks__v1__list_tasks_assigned_to_user_request__descriptor;
 extern const ProtobufCMessageDescriptor tasks__v1__list_tasks_assigned_to_user_response__descriptor;
 extern const ProtobufCMessageDescriptor tasks__v1__end_household_chores_request__descriptor;

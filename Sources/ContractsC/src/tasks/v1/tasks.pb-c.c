@@ -7,6 +7,96 @@
 #endif
 
 #include "tasks/v1/tasks.pb-c.h"
+void   tasks__v1__remove_housemate_chores_request__init
+                     (Tasks__V1__RemoveHousemateChoresRequest         *message)
+{
+  static const Tasks__V1__RemoveHousemateChoresRequest init_value = TASKS__V1__REMOVE_HOUSEMATE_CHORES_REQUEST__INIT;
+  *message = init_value;
+}
+size_t tasks__v1__remove_housemate_chores_request__get_packed_size
+                     (const Tasks__V1__RemoveHousemateChoresRequest *message)
+{
+  assert(message->base.descriptor == &tasks__v1__remove_housemate_chores_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t tasks__v1__remove_housemate_chores_request__pack
+                     (const Tasks__V1__RemoveHousemateChoresRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &tasks__v1__remove_housemate_chores_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t tasks__v1__remove_housemate_chores_request__pack_to_buffer
+                     (const Tasks__V1__RemoveHousemateChoresRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &tasks__v1__remove_housemate_chores_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Tasks__V1__RemoveHousemateChoresRequest *
+       tasks__v1__remove_housemate_chores_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Tasks__V1__RemoveHousemateChoresRequest *)
+     protobuf_c_message_unpack (&tasks__v1__remove_housemate_chores_request__descriptor,
+                                allocator, len, data);
+}
+void   tasks__v1__remove_housemate_chores_request__free_unpacked
+                     (Tasks__V1__RemoveHousemateChoresRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &tasks__v1__remove_housemate_chores_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   tasks__v1__remove_housemate_chores_response__init
+                     (Tasks__V1__RemoveHousemateChoresResponse         *message)
+{
+  static const Tasks__V1__RemoveHousemateChoresResponse init_value = TASKS__V1__REMOVE_HOUSEMATE_CHORES_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t tasks__v1__remove_housemate_chores_response__get_packed_size
+                     (const Tasks__V1__RemoveHousemateChoresResponse *message)
+{
+  assert(message->base.descriptor == &tasks__v1__remove_housemate_chores_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t tasks__v1__remove_housemate_chores_response__pack
+                     (const Tasks__V1__RemoveHousemateChoresResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &tasks__v1__remove_housemate_chores_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t tasks__v1__remove_housemate_chores_response__pack_to_buffer
+                     (const Tasks__V1__RemoveHousemateChoresResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &tasks__v1__remove_housemate_chores_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Tasks__V1__RemoveHousemateChoresResponse *
+       tasks__v1__remove_housemate_chores_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Tasks__V1__RemoveHousemateChoresResponse *)
+     protobuf_c_message_unpack (&tasks__v1__remove_housemate_chores_response__descriptor,
+                                allocator, len, data);
+}
+void   tasks__v1__remove_housemate_chores_response__free_unpacked
+                     (Tasks__V1__RemoveHousemateChoresResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &tasks__v1__remove_housemate_chores_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   tasks__v1__list_tasks_assigned_to_user_request__init
                      (Tasks__V1__ListTasksAssignedToUserRequest         *message)
 {
@@ -367,6 +457,134 @@ void   tasks__v1__verify_journal_response__free_unpacked
   assert(message->base.descriptor == &tasks__v1__verify_journal_response__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+static const ProtobufCFieldDescriptor tasks__v1__remove_housemate_chores_request__field_descriptors[4] =
+{
+  {
+    "event_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Tasks__V1__RemoveHousemateChoresRequest, event_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "household_id",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Tasks__V1__RemoveHousemateChoresRequest, household_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "user_id",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Tasks__V1__RemoveHousemateChoresRequest, user_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "remaining_member_ids",
+    4,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Tasks__V1__RemoveHousemateChoresRequest, n_remaining_member_ids),
+    offsetof(Tasks__V1__RemoveHousemateChoresRequest, remaining_member_ids),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned tasks__v1__remove_housemate_chores_request__field_indices_by_name[] = {
+  0,   /* field[0] = event_id */
+  1,   /* field[1] = household_id */
+  3,   /* field[3] = remaining_member_ids */
+  2,   /* field[2] = user_id */
+};
+static const ProtobufCIntRange tasks__v1__remove_housemate_chores_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 4 }
+};
+const ProtobufCMessageDescriptor tasks__v1__remove_housemate_chores_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "tasks.v1.RemoveHousemateChoresRequest",
+  "RemoveHousemateChoresRequest",
+  "Tasks__V1__RemoveHousemateChoresRequest",
+  "tasks.v1",
+  sizeof(Tasks__V1__RemoveHousemateChoresRequest),
+  4,
+  tasks__v1__remove_housemate_chores_request__field_descriptors,
+  tasks__v1__remove_housemate_chores_request__field_indices_by_name,
+  1,  tasks__v1__remove_housemate_chores_request__number_ranges,
+  (ProtobufCMessageInit) tasks__v1__remove_housemate_chores_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor tasks__v1__remove_housemate_chores_response__field_descriptors[2] =
+{
+  {
+    "reassigned_count",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT32,
+    0,   /* quantifier_offset */
+    offsetof(Tasks__V1__RemoveHousemateChoresResponse, reassigned_count),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "replayed",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Tasks__V1__RemoveHousemateChoresResponse, replayed),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned tasks__v1__remove_housemate_chores_response__field_indices_by_name[] = {
+  0,   /* field[0] = reassigned_count */
+  1,   /* field[1] = replayed */
+};
+static const ProtobufCIntRange tasks__v1__remove_housemate_chores_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor tasks__v1__remove_housemate_chores_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "tasks.v1.RemoveHousemateChoresResponse",
+  "RemoveHousemateChoresResponse",
+  "Tasks__V1__RemoveHousemateChoresResponse",
+  "tasks.v1",
+  sizeof(Tasks__V1__RemoveHousemateChoresResponse),
+  2,
+  tasks__v1__remove_housemate_chores_response__field_descriptors,
+  tasks__v1__remove_housemate_chores_response__field_indices_by_name,
+  1,  tasks__v1__remove_housemate_chores_response__number_ranges,
+  (ProtobufCMessageInit) tasks__v1__remove_housemate_chores_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
 static const ProtobufCFieldDescriptor tasks__v1__list_tasks_assigned_to_user_request__field_descriptors[4] =
 {
   {
@@ -1333,17 +1551,19 @@ void tasks__v1__tasks__init (Tasks__V1__Tasks_Service *service,
                                      &tasks__v1__tasks__descriptor,
                                      (ProtobufCServiceDestroy) destroy);
 }
-static const ProtobufCMethodDescriptor tasks__v1__tasks_internal__method_descriptors[4] =
+static const ProtobufCMethodDescriptor tasks__v1__tasks_internal__method_descriptors[5] =
 {
   { "ListTasksAssignedToUser", &tasks__v1__list_tasks_assigned_to_user_request__descriptor, &tasks__v1__list_tasks_assigned_to_user_response__descriptor },
   { "EndHouseholdChores", &tasks__v1__end_household_chores_request__descriptor, &tasks__v1__end_household_chores_response__descriptor },
   { "EraseUser", &tasks__v1__erase_user_request__descriptor, &tasks__v1__erase_user_response__descriptor },
   { "VerifyJournal", &tasks__v1__verify_journal_request__descriptor, &tasks__v1__verify_journal_response__descriptor },
+  { "RemoveHousemateChores", &tasks__v1__remove_housemate_chores_request__descriptor, &tasks__v1__remove_housemate_chores_response__descriptor },
 };
 const unsigned tasks__v1__tasks_internal__method_indices_by_name[] = {
   1,        /* EndHouseholdChores */
   2,        /* EraseUser */
   0,        /* ListTasksAssignedToUser */
+  4,        /* RemoveHousemateChores */
   3         /* VerifyJournal */
 };
 const ProtobufCServiceDescriptor tasks__v1__tasks_internal__descriptor =
@@ -1353,7 +1573,7 @@ const ProtobufCServiceDescriptor tasks__v1__tasks_internal__descriptor =
   "TasksInternal",
   "Tasks__V1__TasksInternal",
   "tasks.v1",
-  4,
+  5,
   tasks__v1__tasks_internal__method_descriptors,
   tasks__v1__tasks_internal__method_indices_by_name
 };
@@ -1388,6 +1608,14 @@ void tasks__v1__tasks_internal__verify_journal(ProtobufCService *service,
 {
   assert(service->descriptor == &tasks__v1__tasks_internal__descriptor);
   service->invoke(service, 3, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void tasks__v1__tasks_internal__remove_housemate_chores(ProtobufCService *service,
+                                                        const Tasks__V1__RemoveHousemateChoresRequest *input,
+                                                        Tasks__V1__RemoveHousemateChoresResponse_Closure closure,
+                                                        void *closure_data)
+{
+  assert(service->descriptor == &tasks__v1__tasks_internal__descriptor);
+  service->invoke(service, 4, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void tasks__v1__tasks_internal__init (Tasks__V1__TasksInternal_Service *service,
                                       Tasks__V1__TasksInternal_ServiceDestroy destroy)
