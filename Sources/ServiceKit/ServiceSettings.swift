@@ -94,7 +94,14 @@ public struct ServiceSettings: Sendable {
                 throw ValidationError("\(Settings.variable("\(peer).addr"))='\(addr)' is not host:port")
             }
         }
+        // Likewise the peer keepalive (a malformed value used to fall back to the default unsaid).
+        peerKeepaliveMilliseconds = try settings.int("peer.keepalive.time.ms", range: 0...Int(Int32.max)) ?? 30_000
+        peerKeepaliveTimeoutMilliseconds = try settings.int("peer.keepalive.timeout.ms", range: 1...Int(Int32.max)) ?? 10_000
     }
+
+    /// `PEER_KEEPALIVE_TIME_MS` (0 = off) and `PEER_KEEPALIVE_TIMEOUT_MS`, checked at start.
+    public var peerKeepaliveMilliseconds = 30_000
+    public var peerKeepaliveTimeoutMilliseconds = 10_000
 
     /// Address of another service: `<PEER>_ADDR` (host:port), else 127.0.0.1 and its port.
     public func peerAddress(_ peer: String) -> (host: String, port: Int) {
@@ -112,9 +119,8 @@ public struct ServiceSettings: Sendable {
         var c = ChannelConfiguration(host: host, port: port)
         c.connectTimeout = .seconds(1)
         c.maxBackoff = .seconds(2)
-        let keepalive = ((try? settings.int("peer.keepalive.time.ms", range: 0...Int(Int32.max))) ?? nil) ?? 30_000
-        c.keepaliveTime = keepalive == 0 ? nil : .milliseconds(keepalive)
-        c.keepaliveTimeout = .milliseconds(((try? settings.int("peer.keepalive.timeout.ms", range: 1...Int(Int32.max))) ?? nil) ?? 10_000)
+        c.keepaliveTime = peerKeepaliveMilliseconds == 0 ? nil : .milliseconds(peerKeepaliveMilliseconds)
+        c.keepaliveTimeout = .milliseconds(peerKeepaliveTimeoutMilliseconds)
         return c
     }
 }

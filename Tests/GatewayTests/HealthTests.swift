@@ -88,6 +88,7 @@ import Testing
         let env = [
             "GATEWAY_PORT": "18080", "ACCOUNTS_ADDR": "10.0.0.5:7000", "TASKS_PORT": "7002", "GATEWAY_TOKEN": "t", "ALLOW_DEV_CREDENTIALS": "1",
             "GATEWAY_UPSTREAMS": "accounts, tasks", "GATEWAY_USER_RATE": "5", "GATEWAY_MAX_DEADLINE_MS": "1500",
+            "GATEWAY_KEEPALIVE_TIME_MS": "15000", "GATEWAY_MAX_CONNECTION_AGE_MS": "0", "GATEWAY_TCP_KEEPALIVE_S": "30",
         ]
         let settings = try ServiceSettings(name: "gateway", options: options, environment: env, credentials: .gateway)
         let c = try GatewayConfiguration.from(settings: settings, environment: env)
@@ -99,8 +100,17 @@ import Testing
         #expect(c.userRate == 5)
         #expect(c.maxDeadline == .milliseconds(1500))
         #expect(c.gatewayToken == "t")
+        var server = ServerConfiguration(host: "127.0.0.1", port: 0)
+        c.applyConnectionSettings(to: &server)
+        #expect(server.keepaliveTime == .seconds(15))
+        #expect(server.maxConnectionAge == nil, "0 turns it off")
+        #expect(server.tcpKeepaliveIdle == .seconds(30))
+        #expect(server.maxConnectionIdle == .seconds(300), "unset keeps the transport's default")
         #expect(throws: (any Error).self) {
             try GatewayConfiguration.from(settings: settings, environment: ["GATEWAY_UPSTREAMS": "bogus"])
+        }
+        #expect(throws: (any Error).self) {
+            try GatewayConfiguration.from(settings: settings, environment: ["GATEWAY_MAX_CONNECTION_IDLE_MS": "5 min"])
         }
     }
 }

@@ -43,6 +43,22 @@ import Testing
                 name: "social", options: try ServiceOptions.parse([]), environment: ["TASKS_ADDR": "nope", "ALLOW_DEV_CREDENTIALS": "1"])
         }
     }
+
+    /// A malformed peer keepalive refuses the start, naming the variable (it used to fall back to
+    /// the default unsaid); a good one reaches the peers' channels.
+    @Test func peerKeepaliveIsCheckedAtStart() throws {
+        func settings(_ env: [String: String]) throws -> ServiceSettings {
+            try ServiceSettings(
+                name: "social", options: try ServiceOptions.parse([]), environment: env.merging(["ALLOW_DEV_CREDENTIALS": "1"]) { a, _ in a })
+        }
+        #expect { try settings(["PEER_KEEPALIVE_TIME_MS": "30s"]) } throws: { "\($0)".contains("PEER_KEEPALIVE_TIME_MS must be an integer") }
+        #expect { try settings(["PEER_KEEPALIVE_TIMEOUT_MS": "0"]) } throws: { "\($0)".contains("PEER_KEEPALIVE_TIMEOUT_MS must be in") }
+        let off = try settings(["PEER_KEEPALIVE_TIME_MS": "0"]).peerChannelConfiguration(host: "127.0.0.1", port: 1)
+        #expect(off.keepaliveTime == nil)
+        let set = try settings(["PEER_KEEPALIVE_TIME_MS": "5000", "PEER_KEEPALIVE_TIMEOUT_MS": "2000"])
+            .peerChannelConfiguration(host: "127.0.0.1", port: 1)
+        #expect(set.keepaliveTime == .milliseconds(5000) && set.keepaliveTimeout == .milliseconds(2000))
+    }
 }
 
 /// Defect 5 of issue 11: no process starts with a missing or well-known credential unless the
