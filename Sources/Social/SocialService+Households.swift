@@ -18,7 +18,10 @@ extension SocialService {
             let e = FieldRules.email(raw, field: "invite_emails[\(i)]", into: &errors)
             if !e.isEmpty, FieldRules.isWellFormedEmail(e), seen.insert(FieldRules.key(e)).inserted { emails.append(e) }
         }
+        FieldRules.idempotencyKey(request.idempotencyKey, required: false, into: &errors)
         try errors.throwIfAny()
+        let retry = RetryKey("CreateHousehold", caller: caller, key: request.idempotencyKey, request: request)
+        if let earlier = try await storedAnswer(retry, as: Social_V1_CreateHouseholdResponse.self) { return earlier }
 
         let me = try await me(caller)
         let invited = emails
@@ -26,28 +29,29 @@ extension SocialService {
         let now = core.now()
         let householdID = ULID.make(now: now)
         let limits = core.configuration
-        let (household, invites) = try await core.writePublishing { tx, out -> (Social_V1_Household, [Social_V1_HouseholdInvite]) in
-            try Households.checkRoomForAnother(tx, user: me.userId, limit: limits.maxHouseholdsPerUser)
-            try tx.execute(
-                "INSERT INTO households (id, name, created_by, created_at, next_join_seq) VALUES (?, ?, ?, ?, 2)",
-                householdID, name, me.userId, now)
-            try tx.execute(
-                "INSERT INTO household_members (household_id, user_id, join_seq, joined_at) VALUES (?, ?, 1, ?)",
-                householdID, me.userId, now)
-            try Households.checkMailQuota(tx, inviter: me.userId, emails: invited, field: "invite_emails", now: now, limits: limits)
-            var invites: [Social_V1_HouseholdInvite] = []
-            for email in invited {
-                invites.append(
-                    try Households.invite(
-                        tx, householdID: householdID, householdName: name, email: email, by: me,
-                        invitee: users[email], now: now, lifetime: limits.inviteLifetime, out: &out))
+        return try await core.writePublishing { tx, out -> Social_V1_CreateHouseholdResponse in
+            try tx.once(retry, now: now) {
+                try Households.checkRoomForAnother(tx, user: me.userId, limit: limits.maxHouseholdsPerUser)
+                try tx.execute(
+                    "INSERT INTO households (id, name, created_by, created_at, next_join_seq) VALUES (?, ?, ?, ?, 2)",
+                    householdID, name, me.userId, now)
+                try tx.execute(
+                    "INSERT INTO household_members (household_id, user_id, join_seq, joined_at) VALUES (?, ?, 1, ?)",
+                    householdID, me.userId, now)
+                try Households.checkMailQuota(tx, inviter: me.userId, emails: invited, field: "invite_emails", now: now, limits: limits)
+                var invites: [Social_V1_HouseholdInvite] = []
+                for email in invited {
+                    invites.append(
+                        try Households.invite(
+                            tx, householdID: householdID, householdName: name, email: email, by: me,
+                            invitee: users[email], now: now, lifetime: limits.inviteLifetime, out: &out))
+                }
+                var response = Social_V1_CreateHouseholdResponse()
+                response.household = try Households.household(tx, id: householdID)!
+                response.invites = invites
+                return response
             }
-            return (try Households.household(tx, id: householdID)!, invites)
         }
-        var response = Social_V1_CreateHouseholdResponse()
-        response.household = household
-        response.invites = invites
-        return response
     }
 
     public func joinHousehold(request: Social_V1_JoinHouseholdRequest, context: ServerContext) async throws -> Social_V1_JoinHouseholdResponse {
@@ -154,33 +158,37 @@ extension SocialService {
         var errors = FieldErrors()
         let householdID = FieldRules.id(request.householdId, field: "household_id", into: &errors)
         let email = FieldRules.email(request.email, into: &errors)
+        FieldRules.idempotencyKey(request.idempotencyKey, required: false, into: &errors)
         try errors.throwIfAny()
+        let retry = RetryKey("InviteHousemate", caller: caller, key: request.idempotencyKey, request: request)
+        if let earlier = try await storedAnswer(retry, as: Social_V1_InviteHousemateResponse.self) { return earlier }
         // Membership first (no lookups for strangers), then whose login email it is.
         try await core.store.read { c in try Households.requireMember(c, householdID: householdID, user: caller.userID) }
         let me = try await me(caller)
         let invitee = (await core.directory.users(emails: [email]))?[email]
         let now = core.now()
         let limits = core.configuration
-        let invite = try await core.writePublishing { tx, out -> Social_V1_HouseholdInvite in
-            try Households.requireMember(tx, householdID: householdID, user: me.userId)
-            if let invitee, try Households.isMember(tx, householdID: householdID, user: invitee.userId) {
-                throw FieldErrors.single(.alreadyExists, field: "email", "\(invitee.username) is already a member of this household")
+        return try await core.writePublishing { tx, out -> Social_V1_InviteHousemateResponse in
+            try tx.once(retry, now: now) {
+                try Households.requireMember(tx, householdID: householdID, user: me.userId)
+                if let invitee, try Households.isMember(tx, householdID: householdID, user: invitee.userId) {
+                    throw FieldErrors.single(.alreadyExists, field: "email", "\(invitee.username) is already a member of this household")
+                }
+                let pending = try tx.queryOne(
+                    "SELECT count(*) FROM household_invites WHERE household_id = ? AND used_at IS NULL AND revoked_at IS NULL AND expires_at > ?",
+                    householdID, now)!.get(0, as: Int64.self)
+                if pending >= limits.maxPendingInvitesPerHousehold {
+                    throw RPCError(.failedPrecondition, "this household has \(pending) pending invites: wait until some are used or expire")
+                }
+                try Households.checkMailQuota(tx, inviter: me.userId, emails: [email], field: "email", now: now, limits: limits)
+                let name: String = try tx.queryOne("SELECT name FROM households WHERE id = ?", householdID)!.get(0)
+                var response = Social_V1_InviteHousemateResponse()
+                response.invite = try Households.invite(
+                    tx, householdID: householdID, householdName: name, email: email, by: me, invitee: invitee,
+                    now: now, lifetime: limits.inviteLifetime, out: &out)
+                return response
             }
-            let pending = try tx.queryOne(
-                "SELECT count(*) FROM household_invites WHERE household_id = ? AND used_at IS NULL AND revoked_at IS NULL AND expires_at > ?",
-                householdID, now)!.get(0, as: Int64.self)
-            if pending >= limits.maxPendingInvitesPerHousehold {
-                throw RPCError(.failedPrecondition, "this household has \(pending) pending invites: wait until some are used or expire")
-            }
-            try Households.checkMailQuota(tx, inviter: me.userId, emails: [email], field: "email", now: now, limits: limits)
-            let name: String = try tx.queryOne("SELECT name FROM households WHERE id = ?", householdID)!.get(0)
-            return try Households.invite(
-                tx, householdID: householdID, householdName: name, email: email, by: me, invitee: invitee,
-                now: now, lifetime: limits.inviteLifetime, out: &out)
         }
-        var response = Social_V1_InviteHousemateResponse()
-        response.invite = invite
-        return response
     }
 
     public func removeHousemate(request: Social_V1_RemoveHousemateRequest, context: ServerContext) async throws -> Social_V1_RemoveHousemateResponse {

@@ -21,6 +21,37 @@ public struct SocialService: Social_V1_SocialService {
 
     static func name(_ u: Common_V1_UserRef) -> String { u.displayName.isEmpty ? u.username : u.displayName }
 
+    // MARK: Retried creations
+
+    /// The `idempotency_key` of a creation a client may retry (CreateTeam, CreateHousehold,
+    /// InviteHousemate): optional in social, so nil when the request has none (then every request
+    /// is a new one, as before the key existed). Scoped to the method and the caller, bound to the
+    /// request's bytes (`Idempotency.fingerprint`), kept `Idempotency.keepFor` (hourly upkeep).
+    struct RetryKey: Sendable {
+        let scope: String
+        let key: String
+        let fingerprint: [UInt8]
+
+        init?(_ method: String, caller: CallerIdentity, key: String, request: some ProtoMessage) {
+            guard !key.isEmpty else { return nil }
+            scope = "\(method):\(caller.userID)"
+            self.key = key
+            fingerprint = Idempotency.fingerprint(request)
+        }
+    }
+
+    /// The answer stored for an earlier request with `retry`'s key, read before any peer is asked
+    /// (a retry is answered while accounts is down, and resolves nobody again). Nil when there is
+    /// no key or it is new; FAILED_PRECONDITION naming `idempotency_key` when it was used for a
+    /// different request. The write decides again (`Transaction.once`): a concurrent first
+    /// request may store the key meanwhile.
+    func storedAnswer<Response: ProtoMessage>(_ retry: RetryKey?, as _: Response.Type) async throws -> Response? {
+        guard let retry else { return nil }
+        return try await core.store.read { c in
+            try c.storedAnswer(scope: retry.scope, key: retry.key, fingerprint: retry.fingerprint, as: Response.self)
+        }
+    }
+
     // MARK: Teams (seed A)
 
     public func createTeam(request: Social_V1_CreateTeamRequest, context: ServerContext) async throws -> Social_V1_CreateTeamResponse {
@@ -38,7 +69,10 @@ public struct SocialService: Social_V1_SocialService {
                 usernames.append((i, v))
             }
         }
+        FieldRules.idempotencyKey(request.idempotencyKey, required: false, into: &errors)
         try errors.throwIfAny()
+        let retry = RetryKey("CreateTeam", caller: caller, key: request.idempotencyKey, request: request)
+        if let earlier = try await storedAnswer(retry, as: Social_V1_CreateTeamResponse.self) { return earlier }
 
         let me = try await me(caller)
         let resolved = try await core.directory.users(usernames: usernames.map(\.name))
@@ -56,45 +90,46 @@ public struct SocialService: Social_V1_SocialService {
         let others = members
         let teamID = ULID.make(now: core.now())
         let now = core.now()
-        let team = try await core.writePublishing { tx, out -> Social_V1_Team in
-            if try tx.queryOne("SELECT 1 FROM team_members WHERE user_id = ?", me.userId) != nil {
-                throw RPCError(.failedPrecondition, "you are already in a team: leave it first")
-            }
-            var taken = FieldErrors()
-            for m in others {
-                if try tx.queryOne("SELECT 1 FROM team_members WHERE user_id = ?", m.user.userId) != nil {
-                    taken.add("member_usernames[\(m.index)]", "\(m.user.username) is already in a team")
-                } else if try Self.blockedEitherWay(tx, me.userId, m.user.userId)
-                    || tx.queryOne("SELECT 1 FROM erased_users WHERE id = ?", m.user.userId) != nil
-                {
-                    // A block (either way) keeps users apart; which side blocked is not told.
-                    taken.add("member_usernames[\(m.index)]", "\(m.user.username) cannot be added to your team")
+        return try await core.writePublishing { tx, out -> Social_V1_CreateTeamResponse in
+            try tx.once(retry, now: now) {
+                if try tx.queryOne("SELECT 1 FROM team_members WHERE user_id = ?", me.userId) != nil {
+                    throw RPCError(.failedPrecondition, "you are already in a team: leave it first")
                 }
-            }
-            try taken.throwIfAny(.failedPrecondition, summary: "members who cannot join this team")
-            try tx.execute(
-                "INSERT INTO teams (id, name, score, score_reached_at, created_by, created_at) VALUES (?, ?, 0, ?, ?, ?)",
-                teamID, name, now, me.userId, now)
-            for (position, user) in ([me] + others.map(\.user)).enumerated() {
+                var taken = FieldErrors()
+                for m in others {
+                    if try tx.queryOne("SELECT 1 FROM team_members WHERE user_id = ?", m.user.userId) != nil {
+                        taken.add("member_usernames[\(m.index)]", "\(m.user.username) is already in a team")
+                    } else if try Self.blockedEitherWay(tx, me.userId, m.user.userId)
+                        || tx.queryOne("SELECT 1 FROM erased_users WHERE id = ?", m.user.userId) != nil
+                    {
+                        // A block (either way) keeps users apart; which side blocked is not told.
+                        taken.add("member_usernames[\(m.index)]", "\(m.user.username) cannot be added to your team")
+                    }
+                }
+                try taken.throwIfAny(.failedPrecondition, summary: "members who cannot join this team")
                 try tx.execute(
-                    "INSERT INTO team_members (user_id, team_id, position, joined_at) VALUES (?, ?, ?, ?)",
-                    user.userId, teamID, position, now)
+                    "INSERT INTO teams (id, name, score, score_reached_at, created_by, created_at) VALUES (?, ?, 0, ?, ?, ?)",
+                    teamID, name, now, me.userId, now)
+                for (position, user) in ([me] + others.map(\.user)).enumerated() {
+                    try tx.execute(
+                        "INSERT INTO team_members (user_id, team_id, position, joined_at) VALUES (?, ?, ?, ?)",
+                        user.userId, teamID, position, now)
+                }
+                var target = Social_V1_NotificationTarget()
+                target.teamId = teamID
+                for m in others {
+                    _ = try Inbox.store(
+                        tx, recipient: m.user.userId,
+                        .init(
+                            kind: .teamJoined, title: "\(Self.name(me)) added you to the team \(name)", actor: me,
+                            target: target, data: ["team_name": name]),
+                        now: now, out: &out)
+                }
+                var response = Social_V1_CreateTeamResponse()
+                response.team = try Teams.team(tx, id: teamID)!
+                return response
             }
-            var target = Social_V1_NotificationTarget()
-            target.teamId = teamID
-            for m in others {
-                _ = try Inbox.store(
-                    tx, recipient: m.user.userId,
-                    .init(
-                        kind: .teamJoined, title: "\(Self.name(me)) added you to the team \(name)", actor: me,
-                        target: target, data: ["team_name": name]),
-                    now: now, out: &out)
-            }
-            return try Teams.team(tx, id: teamID)!
         }
-        var response = Social_V1_CreateTeamResponse()
-        response.team = team
-        return response
     }
 
     public func getMyTeam(request: Social_V1_GetMyTeamRequest, context: ServerContext) async throws -> Social_V1_GetMyTeamResponse {
@@ -232,5 +267,15 @@ enum Teams {
             return true
         }
         return false
+    }
+}
+
+extension Transaction {
+    /// `make` once per `retry` key (the kit's `idempotent`: the answer is stored with the effects
+    /// in this transaction; a repeat gets it back and `make` does not run, so its notifications
+    /// and outbox calls happen once), or every time when the request has no key.
+    func once<Response: ProtoMessage>(_ retry: SocialService.RetryKey?, now: Int64, _ make: () throws -> Response) throws -> Response {
+        guard let retry else { return try make() }
+        return try idempotent(scope: retry.scope, key: retry.key, fingerprint: retry.fingerprint, now: now, make).response
     }
 }

@@ -706,6 +706,12 @@ public struct Social_V1_CreateTeamRequest: Sendable, Equatable {
     /// Usernames of the other members, 0..19; case-insensitive; duplicates and the caller's own
     /// username are ignored.
     public var memberUsernames: [String] = []
+    /// Optional, 1..64 printable ASCII characters, chosen by the client per logical request (e.g. a
+    /// UUID) and reused on retries. Scoped to the caller and the method: a retry with the same key
+    /// and the same request returns the first answer and creates nothing; the same key with a
+    /// different request → FAILED_PRECONDITION naming "idempotency_key". Empty: no key (every
+    /// request is a new one).
+    public var idempotencyKey: String = ""
 
     public init() {}
 }
@@ -798,6 +804,12 @@ public struct Social_V1_CreateHouseholdRequest: Sendable, Equatable {
     public var name: String = ""
     /// Emails to invite, 0..20, each well-formed; duplicates (case-insensitive) are ignored.
     public var inviteEmails: [String] = []
+    /// Optional, 1..64 printable ASCII characters, chosen by the client per logical request (e.g. a
+    /// UUID) and reused on retries. Scoped to the caller and the method: a retry with the same key
+    /// and the same request returns the first answer and creates and mails nothing; the same key
+    /// with a different request → FAILED_PRECONDITION naming "idempotency_key". Empty: no key
+    /// (every request is a new one).
+    public var idempotencyKey: String = ""
 
     public init() {}
 }
@@ -890,6 +902,12 @@ public struct Social_V1_InviteHousemateRequest: Sendable, Equatable {
     public var householdId: String = ""
     /// Address to mail the code to; required, well-formed, at most 254 characters.
     public var email: String = ""
+    /// Optional, 1..64 printable ASCII characters, chosen by the client per logical request (e.g. a
+    /// UUID) and reused on retries. Scoped to the caller and the method: a retry with the same key
+    /// and the same request returns the first answer and creates and mails nothing; the same key
+    /// with a different request → FAILED_PRECONDITION naming "idempotency_key". Empty: no key
+    /// (every request is a new one).
+    public var idempotencyKey: String = ""
 
     public init() {}
 }
@@ -2153,6 +2171,7 @@ extension Social_V1_CreateTeamRequest: RPCProtobuf.ProtobufCConvertible {
             c.pointee.n_member_usernames = self.memberUsernames.count
             c.pointee.member_usernames = arena.strings(self.memberUsernames)
         }
+        if !self.idempotencyKey.isEmpty { c.pointee.idempotency_key = arena.string(self.idempotencyKey) }
         return UnsafeMutableRawPointer(c)
     }
 
@@ -2161,6 +2180,7 @@ extension Social_V1_CreateTeamRequest: RPCProtobuf.ProtobufCConvertible {
         let c = message.assumingMemoryBound(to: Social__V1__CreateTeamRequest.self)
         self.name = try ProtobufC.string(c.pointee.name)
         self.memberUsernames = try ProtobufC.strings(c.pointee.member_usernames, c.pointee.n_member_usernames)
+        self.idempotencyKey = try ProtobufC.string(c.pointee.idempotency_key)
     }
 }
 
@@ -2337,6 +2357,7 @@ extension Social_V1_CreateHouseholdRequest: RPCProtobuf.ProtobufCConvertible {
             c.pointee.n_invite_emails = self.inviteEmails.count
             c.pointee.invite_emails = arena.strings(self.inviteEmails)
         }
+        if !self.idempotencyKey.isEmpty { c.pointee.idempotency_key = arena.string(self.idempotencyKey) }
         return UnsafeMutableRawPointer(c)
     }
 
@@ -2345,6 +2366,7 @@ extension Social_V1_CreateHouseholdRequest: RPCProtobuf.ProtobufCConvertible {
         let c = message.assumingMemoryBound(to: Social__V1__CreateHouseholdRequest.self)
         self.name = try ProtobufC.string(c.pointee.name)
         self.inviteEmails = try ProtobufC.strings(c.pointee.invite_emails, c.pointee.n_invite_emails)
+        self.idempotencyKey = try ProtobufC.string(c.pointee.idempotency_key)
     }
 }
 
@@ -2519,6 +2541,7 @@ extension Social_V1_InviteHousemateRequest: RPCProtobuf.ProtobufCConvertible {
         social__v1__invite_housemate_request__init(c)
         if !self.householdId.isEmpty { c.pointee.household_id = arena.string(self.householdId) }
         if !self.email.isEmpty { c.pointee.email = arena.string(self.email) }
+        if !self.idempotencyKey.isEmpty { c.pointee.idempotency_key = arena.string(self.idempotencyKey) }
         return UnsafeMutableRawPointer(c)
     }
 
@@ -2527,6 +2550,7 @@ extension Social_V1_InviteHousemateRequest: RPCProtobuf.ProtobufCConvertible {
         let c = message.assumingMemoryBound(to: Social__V1__InviteHousemateRequest.self)
         self.householdId = try ProtobufC.string(c.pointee.household_id)
         self.email = try ProtobufC.string(c.pointee.email)
+        self.idempotencyKey = try ProtobufC.string(c.pointee.idempotency_key)
     }
 }
 
@@ -4131,7 +4155,8 @@ public enum Social_V1_SocialMethods {
     /// caller already in a team → FAILED_PRECONDITION; members already in a team → FAILED_PRECONDITION
     /// whose google.rpc.BadRequest names every such "member_usernames[i]" (all of them, not the
     /// first); unknown usernames → INVALID_ARGUMENT naming each. Members are notified
-    /// (NOTIFICATION_KIND_TEAM_JOINED).
+    /// (NOTIFICATION_KIND_TEAM_JOINED). Retrying with the same idempotency_key returns the first
+    /// answer and creates nothing.
     public static let createTeam = RPCCore.MethodDescriptor(
         service: serviceName, method: "CreateTeam", kind: .unary, visibility: .publicAuthenticated,
         inputType: "social.v1.CreateTeamRequest", outputType: "social.v1.CreateTeamResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
@@ -4151,7 +4176,8 @@ public enum Social_V1_SocialMethods {
         inputType: "social.v1.LeaveTeamRequest", outputType: "social.v1.LeaveTeamResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Creates a household with the caller as its first member and mails an invite code to every
     /// listed email (B UC-5). Empty name → INVALID_ARGUMENT naming "name"; malformed emails →
-    /// INVALID_ARGUMENT naming each "invite_emails[i]".
+    /// INVALID_ARGUMENT naming each "invite_emails[i]". Retrying with the same idempotency_key
+    /// returns the first answer and creates and mails nothing.
     public static let createHousehold = RPCCore.MethodDescriptor(
         service: serviceName, method: "CreateHousehold", kind: .unary, visibility: .publicAuthenticated,
         inputType: "social.v1.CreateHouseholdRequest", outputType: "social.v1.CreateHouseholdResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
@@ -4173,7 +4199,8 @@ public enum Social_V1_SocialMethods {
     /// Invites someone by email to a household the caller belongs to (B UC-9): a new single-use
     /// code valid 7 days is mailed (accounts' mail outbox); if the email is a user's login email that
     /// user is also notified in-app (NOTIFICATION_KIND_HOUSEHOLD_INVITE). Malformed email →
-    /// INVALID_ARGUMENT naming "email"; the email of a current member → ALREADY_EXISTS.
+    /// INVALID_ARGUMENT naming "email"; the email of a current member → ALREADY_EXISTS. Retrying
+    /// with the same idempotency_key returns the first invite and mails nothing.
     public static let inviteHousemate = RPCCore.MethodDescriptor(
         service: serviceName, method: "InviteHousemate", kind: .unary, visibility: .publicAuthenticated,
         inputType: "social.v1.InviteHousemateRequest", outputType: "social.v1.InviteHousemateResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
@@ -4306,7 +4333,8 @@ public protocol Social_V1_SocialService: RPCCore.RPCService {
     /// caller already in a team → FAILED_PRECONDITION; members already in a team → FAILED_PRECONDITION
     /// whose google.rpc.BadRequest names every such "member_usernames[i]" (all of them, not the
     /// first); unknown usernames → INVALID_ARGUMENT naming each. Members are notified
-    /// (NOTIFICATION_KIND_TEAM_JOINED).
+    /// (NOTIFICATION_KIND_TEAM_JOINED). Retrying with the same idempotency_key returns the first
+    /// answer and creates nothing.
     func createTeam(request: Social_V1_CreateTeamRequest, context: RPCCore.ServerContext) async throws -> Social_V1_CreateTeamResponse
     /// The caller's team with its score and global rank (A UC10); no team = team unset.
     func getMyTeam(request: Social_V1_GetMyTeamRequest, context: RPCCore.ServerContext) async throws -> Social_V1_GetMyTeamResponse
@@ -4318,7 +4346,8 @@ public protocol Social_V1_SocialService: RPCCore.RPCService {
     func leaveTeam(request: Social_V1_LeaveTeamRequest, context: RPCCore.ServerContext) async throws -> Social_V1_LeaveTeamResponse
     /// Creates a household with the caller as its first member and mails an invite code to every
     /// listed email (B UC-5). Empty name → INVALID_ARGUMENT naming "name"; malformed emails →
-    /// INVALID_ARGUMENT naming each "invite_emails[i]".
+    /// INVALID_ARGUMENT naming each "invite_emails[i]". Retrying with the same idempotency_key
+    /// returns the first answer and creates and mails nothing.
     func createHousehold(request: Social_V1_CreateHouseholdRequest, context: RPCCore.ServerContext) async throws -> Social_V1_CreateHouseholdResponse
     /// Joins the household of an invite code (B UC-6). Unknown code → NOT_FOUND; expired or already
     /// used code → FAILED_PRECONDITION; both name "invite_code". Already a member → ALREADY_EXISTS.
@@ -4332,7 +4361,8 @@ public protocol Social_V1_SocialService: RPCCore.RPCService {
     /// Invites someone by email to a household the caller belongs to (B UC-9): a new single-use
     /// code valid 7 days is mailed (accounts' mail outbox); if the email is a user's login email that
     /// user is also notified in-app (NOTIFICATION_KIND_HOUSEHOLD_INVITE). Malformed email →
-    /// INVALID_ARGUMENT naming "email"; the email of a current member → ALREADY_EXISTS.
+    /// INVALID_ARGUMENT naming "email"; the email of a current member → ALREADY_EXISTS. Retrying
+    /// with the same idempotency_key returns the first invite and mails nothing.
     func inviteHousemate(request: Social_V1_InviteHousemateRequest, context: RPCCore.ServerContext) async throws -> Social_V1_InviteHousemateResponse
     /// Removes a member from a household the caller belongs to (B UC-10); removing yourself is
     /// leaving. The removed user's chores are reassigned by tasks; money history is kept. The last
@@ -4456,7 +4486,8 @@ public struct Social_V1_SocialClient: Sendable {
     /// caller already in a team → FAILED_PRECONDITION; members already in a team → FAILED_PRECONDITION
     /// whose google.rpc.BadRequest names every such "member_usernames[i]" (all of them, not the
     /// first); unknown usernames → INVALID_ARGUMENT naming each. Members are notified
-    /// (NOTIFICATION_KIND_TEAM_JOINED).
+    /// (NOTIFICATION_KIND_TEAM_JOINED). Retrying with the same idempotency_key returns the first
+    /// answer and creates nothing.
     public func createTeam(_ request: Social_V1_CreateTeamRequest, options: RPCCore.CallOptions = .defaults) async throws -> Social_V1_CreateTeamResponse {
         try await client.unary(Social_V1_SocialMethods.createTeam, request, as: Social_V1_CreateTeamResponse.self, options: options).message
     }
@@ -4496,7 +4527,8 @@ public struct Social_V1_SocialClient: Sendable {
 
     /// Creates a household with the caller as its first member and mails an invite code to every
     /// listed email (B UC-5). Empty name → INVALID_ARGUMENT naming "name"; malformed emails →
-    /// INVALID_ARGUMENT naming each "invite_emails[i]".
+    /// INVALID_ARGUMENT naming each "invite_emails[i]". Retrying with the same idempotency_key
+    /// returns the first answer and creates and mails nothing.
     public func createHousehold(_ request: Social_V1_CreateHouseholdRequest, options: RPCCore.CallOptions = .defaults) async throws -> Social_V1_CreateHouseholdResponse {
         try await client.unary(Social_V1_SocialMethods.createHousehold, request, as: Social_V1_CreateHouseholdResponse.self, options: options).message
     }
@@ -4538,7 +4570,8 @@ public struct Social_V1_SocialClient: Sendable {
     /// Invites someone by email to a household the caller belongs to (B UC-9): a new single-use
     /// code valid 7 days is mailed (accounts' mail outbox); if the email is a user's login email that
     /// user is also notified in-app (NOTIFICATION_KIND_HOUSEHOLD_INVITE). Malformed email →
-    /// INVALID_ARGUMENT naming "email"; the email of a current member → ALREADY_EXISTS.
+    /// INVALID_ARGUMENT naming "email"; the email of a current member → ALREADY_EXISTS. Retrying
+    /// with the same idempotency_key returns the first invite and mails nothing.
     public func inviteHousemate(_ request: Social_V1_InviteHousemateRequest, options: RPCCore.CallOptions = .defaults) async throws -> Social_V1_InviteHousemateResponse {
         try await client.unary(Social_V1_SocialMethods.inviteHousemate, request, as: Social_V1_InviteHousemateResponse.self, options: options).message
     }

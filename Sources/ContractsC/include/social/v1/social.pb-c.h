@@ -739,10 +739,18 @@ struct  Social__V1__CreateTeamRequest
    */
   size_t n_member_usernames;
   char **member_usernames;
+  /*
+   * Optional, 1..64 printable ASCII characters, chosen by the client per logical request (e.g. a
+   * UUID) and reused on retries. Scoped to the caller and the method: a retry with the same key
+   * and the same request returns the first answer and creates nothing; the same key with a
+   * different request → FAILED_PRECONDITION naming "idempotency_key". Empty: no key (every
+   * request is a new one).
+   */
+  char *idempotency_key;
 };
 #define SOCIAL__V1__CREATE_TEAM_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&social__v1__create_team_request__descriptor) \
-    , (char *)protobuf_c_empty_string, 0,NULL }
+    , (char *)protobuf_c_empty_string, 0,NULL, (char *)protobuf_c_empty_string }
 
 
 /*
@@ -877,10 +885,18 @@ struct  Social__V1__CreateHouseholdRequest
    */
   size_t n_invite_emails;
   char **invite_emails;
+  /*
+   * Optional, 1..64 printable ASCII characters, chosen by the client per logical request (e.g. a
+   * UUID) and reused on retries. Scoped to the caller and the method: a retry with the same key
+   * and the same request returns the first answer and creates and mails nothing; the same key
+   * with a different request → FAILED_PRECONDITION naming "idempotency_key". Empty: no key
+   * (every request is a new one).
+   */
+  char *idempotency_key;
 };
 #define SOCIAL__V1__CREATE_HOUSEHOLD_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&social__v1__create_household_request__descriptor) \
-    , (char *)protobuf_c_empty_string, 0,NULL }
+    , (char *)protobuf_c_empty_string, 0,NULL, (char *)protobuf_c_empty_string }
 
 
 /*
@@ -1014,10 +1030,18 @@ struct  Social__V1__InviteHousemateRequest
    * Address to mail the code to; required, well-formed, at most 254 characters.
    */
   char *email;
+  /*
+   * Optional, 1..64 printable ASCII characters, chosen by the client per logical request (e.g. a
+   * UUID) and reused on retries. Scoped to the caller and the method: a retry with the same key
+   * and the same request returns the first answer and creates and mails nothing; the same key
+   * with a different request → FAILED_PRECONDITION naming "idempotency_key". Empty: no key
+   * (every request is a new one).
+   */
+  char *idempotency_key;
 };
 #define SOCIAL__V1__INVITE_HOUSEMATE_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&social__v1__invite_housemate_request__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
 
 
 /*

@@ -5461,7 +5461,7 @@ const ProtobufCMessageDescriptor social__v1__notification_settings__descriptor =
   (ProtobufCMessageInit) social__v1__notification_settings__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor social__v1__create_team_request__field_descriptors[2] =
+static const ProtobufCFieldDescriptor social__v1__create_team_request__field_descriptors[3] =
 {
   {
     "name",
@@ -5487,15 +5487,28 @@ static const ProtobufCFieldDescriptor social__v1__create_team_request__field_des
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "idempotency_key",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Social__V1__CreateTeamRequest, idempotency_key),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned social__v1__create_team_request__field_indices_by_name[] = {
+  2,   /* field[2] = idempotency_key */
   1,   /* field[1] = member_usernames */
   0,   /* field[0] = name */
 };
 static const ProtobufCIntRange social__v1__create_team_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 2 }
+  { 0, 3 }
 };
 const ProtobufCMessageDescriptor social__v1__create_team_request__descriptor =
 {
@@ -5505,7 +5518,7 @@ const ProtobufCMessageDescriptor social__v1__create_team_request__descriptor =
   "Social__V1__CreateTeamRequest",
   "social.v1",
   sizeof(Social__V1__CreateTeamRequest),
-  2,
+  3,
   social__v1__create_team_request__field_descriptors,
   social__v1__create_team_request__field_indices_by_name,
   1,  social__v1__create_team_request__number_ranges,
@@ -5777,7 +5790,7 @@ const ProtobufCMessageDescriptor social__v1__leave_team_response__descriptor =
   (ProtobufCMessageInit) social__v1__leave_team_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor social__v1__create_household_request__field_descriptors[2] =
+static const ProtobufCFieldDescriptor social__v1__create_household_request__field_descriptors[3] =
 {
   {
     "name",
@@ -5803,15 +5816,28 @@ static const ProtobufCFieldDescriptor social__v1__create_household_request__fiel
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "idempotency_key",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Social__V1__CreateHouseholdRequest, idempotency_key),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned social__v1__create_household_request__field_indices_by_name[] = {
+  2,   /* field[2] = idempotency_key */
   1,   /* field[1] = invite_emails */
   0,   /* field[0] = name */
 };
 static const ProtobufCIntRange social__v1__create_household_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 2 }
+  { 0, 3 }
 };
 const ProtobufCMessageDescriptor social__v1__create_household_request__descriptor =
 {
@@ -5821,7 +5847,7 @@ const ProtobufCMessageDescriptor social__v1__create_household_request__descripto
   "Social__V1__CreateHouseholdRequest",
   "social.v1",
   sizeof(Social__V1__CreateHouseholdRequest),
-  2,
+  3,
   social__v1__create_household_request__field_descriptors,
   social__v1__create_household_request__field_indices_by_name,
   1,  social__v1__create_household_request__number_ranges,
@@ -6100,7 +6126,7 @@ const ProtobufCMessageDescriptor social__v1__delete_household_response__descript
   (ProtobufCMessageInit) social__v1__delete_household_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor social__v1__invite_housemate_request__field_descriptors[2] =
+static const ProtobufCFieldDescriptor social__v1__invite_housemate_request__field_descriptors[3] =
 {
   {
     "household_id",
@@ -6126,15 +6152,28 @@ static const ProtobufCFieldDescriptor social__v1__invite_housemate_request__fiel
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "idempotency_key",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Social__V1__InviteHousemateRequest, idempotency_key),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned social__v1__invite_housemate_request__field_indices_by_name[] = {
   1,   /* field[1] = email */
   0,   /* field[0] = household_id */
+  2,   /* field[2] = idempotency_key */
 };
 static const ProtobufCIntRange social__v1__invite_housemate_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 2 }
+  { 0, 3 }
 };
 const ProtobufCMessageDescriptor social__v1__invite_housemate_request__descriptor =
 {
@@ -6144,7 +6183,7 @@ const ProtobufCMessageDescriptor social__v1__invite_housemate_request__descripto
   "Social__V1__InviteHousemateRequest",
   "social.v1",
   sizeof(Social__V1__InviteHousemateRequest),
-  2,
+  3,
   social__v1__invite_housemate_request__field_descriptors,
   social__v1__invite_housemate_request__field_indices_by_name,
   1,  social__v1__invite_housemate_request__number_ranges,
