@@ -22,17 +22,7 @@ func curlBytes(_ args: [String]) async throws -> (status: Int, headers: [String:
                     try p.run()
                     let body = [UInt8](pipe.fileHandleForReading.readDataToEndOfFile())
                     p.waitUntilExit()
-                    var status = 0
-                    var headers: [String: String] = [:]
-                    let raw = (try? String(contentsOfFile: headerFile, encoding: .utf8)) ?? ""
-                    for line in raw.split(separator: "\r\n") {
-                        if line.hasPrefix("HTTP/") {
-                            status = Int(line.split(separator: " ")[1]) ?? 0
-                            headers = [:]
-                        } else if let colon = line.firstIndex(of: ":") {
-                            headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
-                        }
-                    }
+                    let (status, headers) = curlHeaders(headerFile)
                     return (status, headers, body)
                 })
         }

@@ -382,7 +382,13 @@ func curlBlocking(_ args: [String]) throws -> (status: Int, headers: [String: St
     try p.run()
     let out = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
     p.waitUntilExit()
-    let raw = (try? String(contentsOfFile: headerFile, encoding: .utf8)) ?? ""
+    let (status, headers) = curlHeaders(headerFile)
+    return (status, headers, out)
+}
+
+/// The last response's status and headers (names lower-cased) from curl's `-D` file.
+func curlHeaders(_ file: String) -> (status: Int, headers: [String: String]) {
+    let raw = (try? String(contentsOfFile: file, encoding: .utf8)) ?? ""
     var status = 0
     var headers: [String: String] = [:]
     for line in raw.split(separator: "\r\n") {
@@ -393,7 +399,7 @@ func curlBlocking(_ args: [String]) throws -> (status: Int, headers: [String: St
             headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
         }
     }
-    return (status, headers, out)
+    return (status, headers)
 }
 
 /// Parses JSON test output with Foundation (an independent parser).

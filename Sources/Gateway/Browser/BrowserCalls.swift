@@ -84,16 +84,9 @@ extension ConnectHandler {
             case .started:
                 var headers: [(name: String, value: String)] = [("content-type", format.contentType)]
                 Self.append(context.initialMetadata, to: &headers, prefix: "")
-                return HTTPResponse(status: 200, headers: headers) { writer in
-                    relay.attach(writer)
-                    let outcome = await relay.awaitEnd()
-                    let status: RPCError
-                    switch outcome {
-                    case .success: status = RPCError(.ok, "")
-                    case .failure(let e): status = Self.rpcError(e)
-                    }
-                    try await writer.write(format.wire(GRPCWeb.trailersFrame(status, trailers: context.trailers)))
-                }
+                return HTTPResponse(
+                    status: 200, headers: headers,
+                    stream: relay.body { status in format.wire(GRPCWeb.trailersFrame(status, trailers: context.trailers)) })
             }
         default:
             guard let unary = method.handler.asyncUnary else {
@@ -425,16 +418,9 @@ extension ConnectHandler {
             r.headers = headers
             return r
         }
-        return HTTPResponse(status: 200, headers: headers) { writer in
-            relay.attach(writer)
-            let outcome = await relay.awaitEnd()
-            let status: RPCError
-            switch outcome {
-            case .success: status = RPCError(.ok, "")
-            case .failure(let e): status = Self.rpcError(e)
-            }
-            try await writer.write(ConnectEnvelope.endStream(status, trailers: context.trailers, transcoder: transcoder))
-        }
+        return HTTPResponse(
+            status: 200, headers: headers,
+            stream: relay.body { status in ConnectEnvelope.endStream(status, trailers: context.trailers, transcoder: transcoder) })
     }
 
     // MARK: Connect unary GET
@@ -587,27 +573,5 @@ struct ConnectQuery {
 
     func bytes(_ name: String) -> [UInt8]? { items.first { $0.0 == name }?.1 }
 
-    static func decode(_ s: [UInt8]) -> [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity(s.count)
-        var i = 0
-        func hex(_ c: UInt8) -> UInt8? {
-            switch c {
-            case 48...57: c - 48
-            case 65...70: c - 55
-            case 97...102: c - 87
-            default: nil
-            }
-        }
-        while i < s.count {
-            if s[i] == UInt8(ascii: "%"), i + 2 < s.count, let h = hex(s[i + 1]), let l = hex(s[i + 2]) {
-                out.append(h << 4 | l)
-                i += 3
-            } else {
-                out.append(s[i] == UInt8(ascii: "+") ? 32 : s[i])
-                i += 1
-            }
-        }
-        return out
-    }
+    static func decode(_ s: [UInt8]) -> [UInt8] { PercentEncoding.decodeBytes(s, plusIsSpace: true) }
 }

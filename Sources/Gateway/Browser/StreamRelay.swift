@@ -113,6 +113,20 @@ final class StreamRelay: ServerResponseSink, Sendable {
         }
     }
 
+    /// The body of a response whose call has started: its messages as they come (`attach`),
+    /// then `last`, the protocol's final frame, of the call's status.
+    func body(last: @escaping @Sendable (RPCError) -> [UInt8]) -> @Sendable (any HTTPBodyWriter) async throws -> Void {
+        { writer in
+            self.attach(writer)
+            let status: RPCError
+            switch await self.awaitEnd() {
+            case .success: status = RPCError(.ok, "")
+            case .failure(let e): status = ConnectHandler.rpcError(e)
+            }
+            try await writer.write(last(status))
+        }
+    }
+
     private func decide(_ head: Head) {
         let waiter: CheckedContinuation<Head, Never>? = state.withLock { s in
             guard s.head == nil else { return nil }

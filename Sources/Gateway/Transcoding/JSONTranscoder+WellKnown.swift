@@ -185,11 +185,7 @@ extension JSONTranscoder {
             }
             let field = schema.fields[fi]
             if field.type == .message {
-                let merged: RawValue = .bytes(
-                    ArraySlice(
-                        values[fi].flatMap { r -> [UInt8] in
-                            if case .bytes(let b) = r { return Array(b) } else { return [] }
-                        }))
+                let merged = Self.merged(values[fi])
                 return try decodeScalar(merged, field, path: path, depth: depth)
             }
             return try decodeScalar(values[fi][values[fi].count - 1], field, path: path, depth: depth)

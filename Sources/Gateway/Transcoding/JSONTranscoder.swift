@@ -311,17 +311,9 @@ public struct JSONTranscoder: Sendable {
             let raws = values[index]
             if raws.isEmpty { continue }
             if field.isRepeated, field.type == .message, let entry = registry.message(field.typeName), entry.isMapEntry {
-                var object: [(String, JSONValue)] = []
-                var positions: [String: Int] = [:]
-                for raw in raws {
-                    guard case .bytes(let b) = raw else { continue }
-                    let (k, v) = try within(field.name) { () throws(TranscodingError) -> (String, JSONValue) in
-                        try decodeMapEntry(b, entry, path: "", depth: depth)
-                    }
-                    if let p = positions[k] { object[p].1 = v } else { positions[k] = object.count; object.append((k, v)) }
-                }
+                let object = try mapObject(raws, entry, field, depth: depth)
                 member(field.jsonName, &w)
-                w.write(.object(object))
+                w.write(object)
             } else if field.isRepeated {
                 member(field.jsonName, &w)
                 w.bytes.append(UInt8(ascii: "["))
@@ -331,14 +323,7 @@ public struct JSONTranscoder: Sendable {
                 }
                 w.bytes.append(UInt8(ascii: "]"))
             } else if field.type == .message {
-                let merged =
-                    raws.count == 1
-                    ? raws[0]
-                    : .bytes(
-                        ArraySlice(
-                            raws.flatMap { r -> [UInt8] in
-                                if case .bytes(let b) = r { return Array(b) } else { return [] }
-                            }))
+                let merged = Self.merged(raws)
                 member(field.jsonName, &w)
                 try within(field.name) { () throws(TranscodingError) in try writeScalar(merged, field, depth: depth, into: &w) }
             } else {
@@ -351,6 +336,26 @@ public struct JSONTranscoder: Sendable {
             }
         }
         w.bytes.append(UInt8(ascii: "}"))
+    }
+
+    /// A map field's entries as one object (a repeated key keeps its first place, its last value).
+    private func mapObject(_ raws: [RawValue], _ entry: MessageSchema, _ field: FieldSchema, depth: Int) throws(TranscodingError) -> JSONValue {
+        var object: [(String, JSONValue)] = []
+        var positions: [String: Int] = [:]
+        for raw in raws {
+            guard case .bytes(let b) = raw else { continue }
+            let (k, v) = try within(field.name) { () throws(TranscodingError) -> (String, JSONValue) in
+                try decodeMapEntry(b, entry, path: "", depth: depth)
+            }
+            if let p = positions[k] { object[p].1 = v } else { positions[k] = object.count; object.append((k, v)) }
+        }
+        return .object(object)
+    }
+
+    /// A singular message sent in several pieces is their concatenation (protobuf's merge).
+    static func merged(_ raws: [RawValue]) -> RawValue {
+        if raws.count == 1 { return raws[0] }
+        return .bytes(ArraySlice(raws.flatMap { r -> [UInt8] in if case .bytes(let b) = r { return Array(b) } else { return [] } }))
     }
 
     /// One value: a message written in place, a scalar through `decodeScalar`.
@@ -431,16 +436,7 @@ public struct JSONTranscoder: Sendable {
             let raws = values[index]
             if raws.isEmpty { continue }
             if field.isRepeated, field.type == .message, let entry = registry.message(field.typeName), entry.isMapEntry {
-                var object: [(String, JSONValue)] = []
-                var positions: [String: Int] = [:]
-                for raw in raws {
-                    guard case .bytes(let b) = raw else { continue }
-                    let (k, v) = try within(field.name) { () throws(TranscodingError) -> (String, JSONValue) in
-                        try decodeMapEntry(b, entry, path: "", depth: depth)
-                    }
-                    if let p = positions[k] { object[p].1 = v } else { positions[k] = object.count; object.append((k, v)) }
-                }
-                members.append((field.jsonName, .object(object)))
+                members.append((field.jsonName, try mapObject(raws, entry, field, depth: depth)))
             } else if field.isRepeated {
                 var items: [JSONValue] = []
                 items.reserveCapacity(raws.count)
@@ -452,14 +448,7 @@ public struct JSONTranscoder: Sendable {
                 }
                 members.append((field.jsonName, .array(items)))
             } else if field.type == .message {
-                let merged =
-                    raws.count == 1
-                    ? raws[0]
-                    : .bytes(
-                        ArraySlice(
-                            raws.flatMap { r -> [UInt8] in
-                                if case .bytes(let b) = r { return Array(b) } else { return [] }
-                            }))
+                let merged = Self.merged(raws)
                 members.append(
                     (
                         field.jsonName,
@@ -507,11 +496,7 @@ public struct JSONTranscoder: Sendable {
         let value: JSONValue
         if vf.type == .message {
             let raws = values[vi]
-            let merged: RawValue = .bytes(
-                ArraySlice(
-                    raws.flatMap { r -> [UInt8] in
-                        if case .bytes(let b) = r { return Array(b) } else { return [] }
-                    }))
+            let merged = Self.merged(raws)
             value = try decodeScalar(merged, vf, path: itemPath, depth: depth)
         } else if let raw = values[vi].last {
             value = try decodeScalar(raw, vf, path: itemPath, depth: depth)

@@ -22,7 +22,12 @@ public enum PercentEncoding {
     /// Decodes leniently: a malformed escape is kept as is, invalid UTF-8 becomes U+FFFD.
     public static func decode(_ s: String) -> String {
         guard s.utf8.contains(UInt8(ascii: "%")) else { return s }
-        let bytes = Array(s.utf8)
+        return String(decoding: decodeBytes(Array(s.utf8)), as: UTF8.self)
+    }
+
+    /// The bytes `%XX` escapes stand for (a malformed escape kept as is); `plusIsSpace` for form
+    /// and query encoding, where `+` is a space.
+    public static func decodeBytes(_ bytes: [UInt8], plusIsSpace: Bool = false) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(bytes.count)
         var i = 0
@@ -39,10 +44,10 @@ public enum PercentEncoding {
                 out.append(h << 4 | l)
                 i += 3
             } else {
-                out.append(bytes[i])
+                out.append(plusIsSpace && bytes[i] == UInt8(ascii: "+") ? 32 : bytes[i])
                 i += 1
             }
         }
-        return String(decoding: out, as: UTF8.self)
+        return out
     }
 }
