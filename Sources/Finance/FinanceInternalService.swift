@@ -62,7 +62,6 @@ public struct FinanceInternalService: Finance_V1_FinanceInternalService {
     public func eraseUser(request: Finance_V1_EraseUserRequest, context: ServerContext) async throws -> Finance_V1_EraseUserResponse {
         let now = core.clock.nowMilliseconds()
         let replayed = try await EraseUser.receive(eventID: request.eventId, userID: request.userId, store: core.store) { tx, user in
-            try tx.execute("DELETE FROM idempotency_keys WHERE scope = ?", FinanceService.idempotencyScope(user))
             try tx.execute("UPDATE ledger_transactions SET description = NULL, description_salt = NULL WHERE created_by = ?", user)
             try tx.execute("INSERT OR IGNORE INTO erased_users (user_id, erased_at) VALUES (?, ?)", user, now)
         }

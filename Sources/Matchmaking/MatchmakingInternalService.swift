@@ -53,7 +53,6 @@ public struct MatchmakingInternalService: Matchmaking_V1_MatchmakingInternalServ
             try tx.execute("DELETE FROM ratings WHERE user_id = ?", user)
             try tx.execute("DELETE FROM stats WHERE user_id = ?", user)
             try tx.execute("DELETE FROM users WHERE id = ?", user)
-            try tx.execute("DELETE FROM idempotency_keys WHERE scope LIKE ?", "%:" + user)
             try tx.execute("INSERT OR IGNORE INTO erased_users (id, erased_at) VALUES (?, ?)", user, now)
             effects.set(fx)
         }

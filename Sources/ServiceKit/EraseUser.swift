@@ -6,7 +6,8 @@ import Storage
 /// id in one transaction, `replayed` answered for a redelivery. A service writes only `erase`.
 public enum EraseUser {
     /// Validates `eventID` and `userID` (INVALID_ARGUMENT naming them), then runs `erase(tx, userID)`
-    /// in one write transaction the first time `eventID` is seen (needs `Migration.inbox`).
+    /// in one write transaction the first time `eventID` is seen (needs `Migration.inbox`), and in
+    /// the same transaction deletes the user's stored idempotency answers.
     /// Returns true when it was a redelivery (nothing done).
     public static func receive(
         eventID: String, userID: String, store: ServiceStore,
@@ -16,8 +17,20 @@ public enum EraseUser {
         FieldRules.eventID(eventID, into: &errors)
         let user = FieldRules.id(userID, field: "user_id", into: &errors)
         try errors.throwIfAny()
-        let replayed = try await store.receiveOnce(eventID: eventID) { tx in try erase(tx, user) }
+        let replayed = try await store.receiveOnce(eventID: eventID) { tx in
+            try erase(tx, user)
+            try forgetStoredAnswers(tx, of: user)
+        }
         store.logger.notice(replayed ? "erase-user event replayed" : "user erased", metadata: ["event": "\(eventID)", "user": "\(user)"])
         return replayed
+    }
+
+    /// The user's stored answers to retried requests go with them (they hold what the user sent:
+    /// names, invitees' emails). Every service scopes its keys with the caller's id last
+    /// (`<Method>:<user id>`, `finance:<user id>`); matched exactly, not with LIKE (ids may hold
+    /// `_`, which LIKE would take for any character).
+    static func forgetStoredAnswers(_ tx: Transaction, of user: String) throws {
+        guard try tx.tableExists("idempotency_keys") else { return }
+        try tx.execute("DELETE FROM idempotency_keys WHERE substr(scope, -length(?1) - 1) = ':' || ?1", user)
     }
 }

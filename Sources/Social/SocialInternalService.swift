@@ -242,7 +242,7 @@ enum Erasure {
             "SELECT m.household_id FROM household_members m JOIN households h ON h.id = m.household_id WHERE m.user_id = ? AND m.left_at IS NULL AND h.deleted_at IS NULL",
             user)
         {
-            _ = try Households.removeMember(tx, householdID: try row.get(0), user: user, now: now)
+            _ = try Households.removeMember(tx, householdID: try row.get(0), user: user, now: now, handOnChores: false)
         }
         try tx.execute("DELETE FROM notifications WHERE recipient_id = ?", user)
         try tx.execute("UPDATE notifications SET actor_id = NULL, actor_username = NULL, actor_display_name = NULL WHERE actor_id = ?", user)

@@ -377,11 +377,12 @@ enum Households {
             """, householdID, user, seq, now)
     }
 
-    /// Marks `user` as a former member; the last member leaving deletes the household.
-    /// The member leaves; the last one leaving deletes the household. Otherwise tasks hands the
-    /// member's chores in this household to the others (`RemoveHousemateChores`, through the
-    /// outbox in this transaction, so it happens even if tasks is down now).
-    static func removeMember(_ tx: Transaction, householdID: String, user: String, now: Int64) throws -> Bool {
+    /// Marks `user` as a former member; the last member leaving deletes the household. Otherwise,
+    /// with `handOnChores`, tasks hands the member's chores in this household to the others
+    /// (`RemoveHousemateChores`, through the outbox in this transaction, so it happens even if
+    /// tasks is down now). An erasure passes false: tasks' own EraseUser takes the user out of
+    /// every household's chores, and two events from two outboxes would race.
+    static func removeMember(_ tx: Transaction, householdID: String, user: String, now: Int64, handOnChores: Bool = true) throws -> Bool {
         try tx.execute(
             "UPDATE household_members SET left_at = ? WHERE household_id = ? AND user_id = ? AND left_at IS NULL",
             now, householdID, user)
@@ -391,6 +392,7 @@ enum Households {
             try delete(tx, householdID: householdID, now: now)
             return true
         }
+        guard handOnChores else { return false }
         var left = Tasks_V1_RemoveHousemateChoresRequest()
         left.eventId = "social:left:\(ULID.make(now: now))"  // one per removal: a user may rejoin and leave again
         left.householdId = householdID

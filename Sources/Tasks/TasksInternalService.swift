@@ -61,14 +61,20 @@ public struct TasksInternalService: Tasks_V1_TasksInternalService {
         let eventID = FieldRules.eventID(request.eventId, into: &errors)
         let household = FieldRules.id(request.householdId, field: "household_id", into: &errors)
         let user = FieldRules.id(request.userId, field: "user_id", into: &errors)
+        var remaining: [String] = []
         for (i, member) in request.remainingMemberIds.enumerated() {
-            _ = FieldRules.id(member, field: "remaining_member_ids[\(i)]", into: &errors)
-            if member == request.userId { errors.add("remaining_member_ids[\(i)]", "is the member who left") }
+            let id = FieldRules.id(member, field: "remaining_member_ids[\(i)]", into: &errors)
+            if id == user { errors.add("remaining_member_ids[\(i)]", "is the member who left") }
+            remaining.append(id)
         }
         try errors.throwIfAny()
-        let heir = request.remainingMemberIds.first
+        // The event may arrive late (tasks was down): a member who has rejoined meanwhile keeps
+        // what they hold now. Social answers UNAVAILABLE → the sender's outbox tries again.
+        let rejoined = try await core.peers.membership(household: household, users: [user])?.memberships[user] == .member
+        let heir = remaining.first
         let (replayed, changed) = try await core.write { tx -> (Bool, Int) in
             guard try tx.markProcessedOnce(eventID: eventID) else { return (true, 0) }
+            if rejoined { return (false, 0) }
             // Open chores only (ACTIVE, WAITING): finished ones are history, read as they were.
             let chores = try tx.query(
                 """
@@ -166,7 +172,6 @@ public struct TasksInternalService: Tasks_V1_TasksInternalService {
 
         try Journal.erase(tx, owner: user)
         try tx.execute("DELETE FROM users WHERE user_id = ?", user)
-        try tx.execute("DELETE FROM idempotency_keys WHERE scope LIKE ?", "%:" + user)
     }
 
     public func verifyJournal(request: Tasks_V1_VerifyJournalRequest, context: ServerContext) async throws -> Tasks_V1_VerifyJournalResponse {

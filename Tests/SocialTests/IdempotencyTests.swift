@@ -99,6 +99,24 @@ struct IdempotencyTests {
         }
     }
 
+    /// The stored answers hold what the user sent (invitees' emails): they go with the user.
+    @Test func erasingTheUserDeletesTheirStoredAnswers() async throws {
+        try await withSocial { env in
+            let alice = try await env.user("alice"), bob = try await env.user("bob")
+            _ = try await env.social.createHousehold(Self.household(invite: ["x@example.org"], key: "k-alice"), options: alice.options)
+            _ = try await env.social.createHousehold(Self.household(key: "k-bob"), options: bob.options)
+            #expect(try Self.count(env, "idempotency_keys") == 2)
+            var erase = Social_V1_EraseUserRequest()
+            erase.eventId = "evt-erase-alice"
+            erase.userId = alice.id
+            _ = try await env.internalAPI.eraseUser(erase)
+            let scopes = try env.core.database.readSync { c in
+                try c.query("SELECT scope FROM idempotency_keys").map { try $0.get(0, as: String.self) }
+            }
+            #expect(scopes == ["CreateHousehold:\(bob.id)"], "bob's answer stays")
+        }
+    }
+
     @Test func createHouseholdRetriedAtOnceIsMadeOnce() async throws {
         try await withSocial { env in
             let alice = try await env.user("alice")

@@ -66,6 +66,28 @@ struct ChoreTests {
         }
     }
 
+    /// A RemoveHousemateChores that arrives after the member rejoined (tasks was down meanwhile)
+    /// changes nothing: the member keeps what they hold now.
+    @Test func aLateRemovalLeavesAMemberWhoRejoinedAlone() async throws {
+        try await withWorld(now: Self.monday) { w in
+            let a = try await w.user("a"), b = try await w.user("b")
+            let hh = try await w.household([a, b])
+            let chore = try await w.tasks.createChore(createChore(household: hh, due: date(2025, 3, 20), assignees: [b.id]), options: a.options)
+                .chore.choreId
+            var late = Tasks_V1_RemoveHousemateChoresRequest()
+            late.eventId = "social:left:late"
+            late.householdId = hh
+            late.userId = b.id
+            late.remainingMemberIds = [a.id]
+            let answer = try await w.internalAPI.removeHousemateChores(late)
+            #expect(answer.reassignedCount == 0 && !answer.replayed)
+            var get = Tasks_V1_GetChoreRequest()
+            get.choreId = chore
+            #expect(try await w.tasks.getChore(get, options: b.options).chore.assignees.map(\.userId) == [b.id])
+            #expect(try await w.internalAPI.removeHousemateChores(late).replayed)
+        }
+    }
+
     @Test func weeklyRotatesOnFinishSkipKeepsTheDateAndRevisionsGuard() async throws {
         try await withWorld(now: Self.monday) { w in
             let (a, b, c, o) = (try await w.user("a"), try await w.user("b"), try await w.user("c"), try await w.user("o"))
