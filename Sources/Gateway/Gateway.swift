@@ -131,7 +131,6 @@ public final class Gateway: Sendable {
         connect.cors = configuration.cors
         connect.sideEffectFree = registry.sideEffectFreePaths
         config.httpHandler = connect
-        configuration.applyConnectionSettings(to: &config)
         configuration.adjustServer(&config)
         server = RPCServer(configuration: config, services: services, logger: logger)
     }

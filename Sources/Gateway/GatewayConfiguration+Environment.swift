@@ -1,5 +1,6 @@
 import ArgumentParser
 import RPCTLS
+import RPCTransport
 import ServiceKit
 
 extension GatewayConfiguration {
@@ -49,17 +50,12 @@ extension GatewayConfiguration {
         if let n = try env.int("gateway.health.interval.ms", range: unbounded) { c.healthInterval = .milliseconds(max(100, n)) }
         if let n = try env.int("gateway.upstream.connect.timeout.ms", range: unbounded) { c.upstreamConnectTimeout = .milliseconds(max(10, n)) }
         if let n = try env.int("gateway.threads", range: unbounded) { c.threads = max(1, n) }
-        // Connection lifetimes, milliseconds (TCP keepalive: seconds); 0 turns one off.
-        func optional(_ key: String, _ unit: (Int) -> Duration = { .milliseconds($0) }) throws -> Duration?? {
-            guard let n = try env.int(key, range: unbounded) else { return nil }
-            return .some(n == 0 ? nil : unit(n))
-        }
-        c.clientKeepaliveTime = try optional("gateway.keepalive.time.ms")
-        if let n = try env.int("gateway.keepalive.timeout.ms", range: 1...Int.max) { c.clientKeepaliveTimeout = .milliseconds(n) }
-        c.maxConnectionIdle = try optional("gateway.max.connection.idle.ms")
-        c.maxConnectionAge = try optional("gateway.max.connection.age.ms")
-        c.http1IdleTimeout = try optional("gateway.http1.idle.ms")
-        c.tcpKeepaliveIdle = try optional("gateway.tcp.keepalive.s") { .seconds($0) }
+        // The transport's connection settings, read as every service reads them (`<SERVICE>_*`, here
+        // `GATEWAY_*`, or `SERVER_*`: keepalive, idle and age limits, HTTP/1.1 idle, TCP keepalive);
+        // checked now, applied when the server is built.
+        var probe = ServerConfiguration(host: "127.0.0.1", port: 0)
+        try ServiceHost.applyServerSettings(settings, to: &probe)
+        c.adjustServer = { config in try? ServiceHost.applyServerSettings(settings, to: &config) }
         let corsMaxAge = try env.int("gateway.cors.max.age.s", range: 0...CORSPolicy.maxMaxAge) ?? 600
         if let origins = env.list("gateway.cors.origins") {
             do { c.cors = try CORSPolicy(origins: origins, maxAge: corsMaxAge) } catch { throw ValidationError(error.description) }

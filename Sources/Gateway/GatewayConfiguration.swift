@@ -76,29 +76,6 @@ public struct GatewayConfiguration: Sendable {
     /// Web origins whose pages may call the gateway (CORS; `GATEWAY_CORS_ORIGINS`): none by
     /// default. See `CORSPolicy`.
     public var cors = CORSPolicy()
-    /// Client connections (the transport's defaults unless set; nil = off): HTTP/2 keepalive
-    /// PINGs after this long without reads, closed when unanswered within the timeout
-    /// (`GATEWAY_KEEPALIVE_TIME_MS`, `GATEWAY_KEEPALIVE_TIMEOUT_MS`); GOAWAY after this long
-    /// without streams (`GATEWAY_MAX_CONNECTION_IDLE_MS`) and at this age
-    /// (`GATEWAY_MAX_CONNECTION_AGE_MS`); HTTP/1.1 idle close (`GATEWAY_HTTP1_IDLE_MS`); TCP
-    /// keepalive probes after this long without traffic (`GATEWAY_TCP_KEEPALIVE_S`). 0 = off.
-    public var clientKeepaliveTime: Duration?? = nil
-    public var clientKeepaliveTimeout: Duration? = nil
-    public var maxConnectionIdle: Duration?? = nil
-    public var maxConnectionAge: Duration?? = nil
-    public var http1IdleTimeout: Duration?? = nil
-    public var tcpKeepaliveIdle: Duration?? = nil
-
-    /// The connection settings above onto the server's configuration (unset ones keep its defaults).
-    func applyConnectionSettings(to config: inout ServerConfiguration) {
-        if let v = clientKeepaliveTime { config.keepaliveTime = v }
-        if let v = clientKeepaliveTimeout { config.keepaliveTimeout = v }
-        if let v = maxConnectionIdle { config.maxConnectionIdle = v }
-        if let v = maxConnectionAge { config.maxConnectionAge = v }
-        if let v = http1IdleTimeout { config.http1IdleTimeout = v }
-        if let v = tcpKeepaliveIdle { config.tcpKeepaliveIdle = v }
-    }
-
     public static let allUpstreams = ["accounts", "social", "tasks", "finance", "matchmaking"]
 
     public init(

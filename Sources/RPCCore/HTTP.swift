@@ -99,7 +99,12 @@ extension HTTPHandler {
         _ request: HTTPRequest, cancellation: CallCancellation, respond: @escaping @Sendable (HTTPResponse) -> Void
     ) -> Bool { false }
     public func respondAtHead(_ request: HTTPRequest) -> HTTPResponse? { nil }
-    public func bodyTooLarge(_ request: HTTPRequest, limit: Int) -> HTTPResponse {
+    public func bodyTooLarge(_ request: HTTPRequest, limit: Int) -> HTTPResponse { .bodyTooLarge(limit: limit) }
+}
+
+extension HTTPResponse {
+    /// 413 for a plain-HTTP request body over the request's limit (HTTP/1.1 and HTTP/2).
+    public static func bodyTooLarge(limit: Int) -> HTTPResponse {
         HTTPResponse(status: 413, headers: [("content-type", "text/plain")], body: Array("request body exceeds \(limit) bytes\n".utf8))
     }
 }

@@ -166,16 +166,26 @@ public enum CredentialCheck {
         }
     }
 
-    /// `authorization: Bearer <non-empty token>` is present (not checked further). Allocates
-    /// nothing: it runs on every authenticated call.
-    public static func hasBearer(_ metadata: Metadata) -> Bool {
-        guard let value = metadata["authorization"] else { return false }
-        var bytes = value.utf8.makeIterator()
-        for expected in "bearer ".utf8 {
-            guard let b = bytes.next(), b | 0x20 == expected else { return false }  // ASCII case-insensitive
+    /// `authorization: Bearer <non-empty token>` is present (not checked further).
+    public static func hasBearer(_ metadata: Metadata) -> Bool { bearerToken(metadata) != nil }
+
+    /// The token of `authorization: Bearer <token>`: the scheme in any case, spaces around the
+    /// token dropped; nil when absent, empty or another scheme. Byte-wise, allocating nothing: it
+    /// runs on every call that carries a token.
+    public static func bearerToken(_ metadata: Metadata) -> Substring? {
+        guard let value = metadata["authorization"] else { return nil }
+        let utf8 = value.utf8
+        guard utf8.count > 7 else { return nil }
+        var i = utf8.startIndex
+        for expected in "bearer".utf8 {
+            guard utf8[i] | 0x20 == expected else { return nil }  // ASCII case-insensitive (letters only here)
+            i = utf8.index(after: i)
         }
-        while let b = bytes.next() { if b != UInt8(ascii: " ") { return true } }
-        return false
+        guard utf8[i] == UInt8(ascii: " ") else { return nil }
+        var token = utf8[utf8.index(after: i)...]
+        while token.first == UInt8(ascii: " ") { token = token.dropFirst() }
+        while token.last == UInt8(ascii: " ") { token = token.dropLast() }
+        return token.isEmpty ? nil : Substring(token)
     }
 }
 

@@ -120,6 +120,7 @@ public enum ServiceHost {
         if let t = try optionalTimer("max.connection.age.ms") { config.maxConnectionAge = t }
         if let n = try int("max.connection.age.grace.ms", 0...Int(Int32.max)) { config.maxConnectionAgeGrace = .milliseconds(n) }
         if let t = try optionalTimer("http1.idle.timeout.ms") { config.http1IdleTimeout = t }
+        if let n = try int("tcp.keepalive.s", 0...86_400) { config.tcpKeepaliveIdle = n == 0 ? nil : .seconds(n) }
     }
 
     /// A client for another service of the cluster, carrying the service credential.

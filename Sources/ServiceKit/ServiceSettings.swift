@@ -93,10 +93,12 @@ public struct ServiceSettings: Sendable {
             if let addr = settings.string("\(peer).addr"), ChannelConfiguration.address(addr) == nil {
                 throw ValidationError("\(Settings.variable("\(peer).addr"))='\(addr)' is not host:port")
             }
+            _ = try settings.int("\(peer).port", range: 0...65535)
         }
         // Likewise the peer keepalive (a malformed value used to fall back to the default unsaid).
-        peerKeepaliveMilliseconds = try settings.int("peer.keepalive.time.ms", range: 0...Int(Int32.max)) ?? 30_000
-        peerKeepaliveTimeoutMilliseconds = try settings.int("peer.keepalive.timeout.ms", range: 1...Int(Int32.max)) ?? 10_000
+        peerKeepaliveMilliseconds = try settings.int("peer.keepalive.time.ms", range: 0...Int(Int32.max)) ?? peerKeepaliveMilliseconds
+        peerKeepaliveTimeoutMilliseconds =
+            try settings.int("peer.keepalive.timeout.ms", range: 1...Int(Int32.max)) ?? peerKeepaliveTimeoutMilliseconds
     }
 
     /// `PEER_KEEPALIVE_TIME_MS` (0 = off) and `PEER_KEEPALIVE_TIMEOUT_MS`, checked at start.

@@ -101,7 +101,7 @@ import Testing
         #expect(c.maxDeadline == .milliseconds(1500))
         #expect(c.gatewayToken == "t")
         var server = ServerConfiguration(host: "127.0.0.1", port: 0)
-        c.applyConnectionSettings(to: &server)
+        c.adjustServer(&server)
         #expect(server.keepaliveTime == .seconds(15))
         #expect(server.maxConnectionAge == nil, "0 turns it off")
         #expect(server.tcpKeepaliveIdle == .seconds(30))
@@ -110,7 +110,9 @@ import Testing
             try GatewayConfiguration.from(settings: settings, environment: ["GATEWAY_UPSTREAMS": "bogus"])
         }
         #expect(throws: (any Error).self) {
-            try GatewayConfiguration.from(settings: settings, environment: ["GATEWAY_MAX_CONNECTION_IDLE_MS": "5 min"])
+            let bad = env.merging(["GATEWAY_MAX_CONNECTION_IDLE_MS": "5 min"]) { _, b in b }
+            _ = try GatewayConfiguration.from(
+                settings: try ServiceSettings(name: "gateway", options: options, environment: bad, credentials: .gateway), environment: bad)
         }
     }
 }

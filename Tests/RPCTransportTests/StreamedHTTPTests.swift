@@ -71,6 +71,28 @@ struct StreamingHTTP: HTTPHandler {
         #expect(h2.hasSuffix("one,two,three"), "\(h2)")
     }
 
+    /// A graceful shutdown ends streamed bodies at once (their handlers are cancelled and write
+    /// their last frame) instead of holding the drain for the grace period and being cut off.
+    @Test func aGracefulShutdownEndsStreamedBodiesCleanly() async throws {
+        for version in ["--http1.1", "--http2-prior-knowledge"] {
+            let handler = StreamingHTTP()
+            var config = ServerConfiguration(host: "127.0.0.1", port: 0)
+            config.threads = 1
+            config.httpHandler = handler
+            config.acceptHTTP1 = true
+            config.shutdownGracePeriod = .seconds(60)
+            let server = RPCServer(configuration: config, services: [EchoService()])
+            let port = try await server.start()
+            let client = try startCurl([version, "http://127.0.0.1:\(port)/endless"])
+            #expect(try await waitFor { handler.record.started.withLock { $0 } == 1 })
+            await server.shutdownGracefully()
+            let out = curlOutput(client)
+            #expect(client.0.terminationStatus == 0, "\(version): the body was cut off, not ended (curl \(client.0.terminationStatus))")
+            #expect(out.hasPrefix("tick\n"))
+            #expect(handler.record.cancelled.withLock { $0 } + handler.record.writeFailed.withLock { $0 } == 1)
+        }
+    }
+
     /// A client that goes away mid-stream cancels the body (its task), over both protocols: a
     /// handler's upstream call ends with the browser tab.
     @Test func aClientThatGoesCancelsTheStreamedBody() async throws {

@@ -53,6 +53,7 @@ import Testing
         }
         #expect { try settings(["PEER_KEEPALIVE_TIME_MS": "30s"]) } throws: { "\($0)".contains("PEER_KEEPALIVE_TIME_MS must be an integer") }
         #expect { try settings(["PEER_KEEPALIVE_TIMEOUT_MS": "0"]) } throws: { "\($0)".contains("PEER_KEEPALIVE_TIMEOUT_MS must be in") }
+        #expect { try settings(["TASKS_PORT": "91o2"]) } throws: { "\($0)".contains("TASKS_PORT must be an integer") }
         let off = try settings(["PEER_KEEPALIVE_TIME_MS": "0"]).peerChannelConfiguration(host: "127.0.0.1", port: 1)
         #expect(off.keepaliveTime == nil)
         let set = try settings(["PEER_KEEPALIVE_TIME_MS": "5000", "PEER_KEEPALIVE_TIMEOUT_MS": "2000"])

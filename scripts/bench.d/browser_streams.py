@@ -46,11 +46,14 @@ def http1_streams():
     for s in socks:
         got = b""
         while b"\r\n\r\n" not in got or len(got.split(b"\r\n\r\n", 1)[1]) < 8:
+            if b"\r\n\r\n" in got and b"grpc-status:" in got.split(b"\r\n\r\n", 1)[0].lower():
+                break  # trailers-only: refused (reported below)
             chunk = s.recv(4096)
             if not chunk:
                 raise SystemExit(f"bench: an HTTP/1.1 browser stream closed early: {got[:200]!r}")
             got += chunk
-        if not got.startswith(b"HTTP/1.1 200"):
+        head = got.split(b"\r\n\r\n", 1)[0].lower()
+        if not got.startswith(b"HTTP/1.1 200") or b"grpc-status:" in head:
             raise SystemExit(f"bench: HTTP/1.1 browser stream refused: {got[:300]!r}")
     return socks
 
@@ -82,6 +85,8 @@ def http2_streams():
             for ev in conn.receive_data(data):
                 if isinstance(ev, h2.events.DataReceived):
                     conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+                    if ev.data[:1] == b"\x02":  # Connect's end-of-stream envelope: the call ended
+                        raise SystemExit(f"bench: HTTP/2 browser stream ended: {ev.data[5:300]!r}")
                     waiting.discard(ev.stream_id)
                 elif isinstance(ev, h2.events.ResponseReceived):
                     status = dict(ev.headers).get(":status")

@@ -179,6 +179,7 @@ PYEOF
   wait_port "$BGW_PORT" || { tail -20 "$WORK/browser-gateway.log" >&2; exit 1; }
   BROWSER_RESULT=$("$PY" "$ROOT/scripts/bench.d/browser_streams.py" "$BGW_PORT" "$BGW_PID" "$WORK/social-tokens.txt" "$BROWSER_STREAMS") ||
     { echo "bench: browser streams failed" >&2; tail -n 20 "$WORK/browser-gateway.log" >&2; exit 1; }
+  kill -TERM "$BGW_PID" 2>/dev/null; wait "$BGW_PID" 2>/dev/null  # not beside the rows that follow
   br_value() { printf '%s\n' "$BROWSER_RESULT" | awk -F= -v k="$1" '$1 == k {print $2}'; }
   IFS='|' read -r BR1_0 BR1_1 BR1_PER <<<"$(br_value h1)"
   IFS='|' read -r BR2_0 BR2_1 BR2_PER <<<"$(br_value h2)"

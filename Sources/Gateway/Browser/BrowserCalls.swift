@@ -61,14 +61,13 @@ extension ConnectHandler {
                 RPCError(.unimplemented, "\(path) streams requests from the client, which gRPC-Web cannot: call it with gRPC"),
                 format: format, initial: Metadata())
         }
+        // The policy first (as for gRPC and Connect), then the body is read.
         let input: [UInt8]
-        let deadline: ContinuousClock.Instant?
-        do { (input, deadline) = try grpcWebRequest(request, method, format) } catch {
-            return Self.grpcWebTrailersOnly(Self.rpcError(error), format: format, initial: Metadata())
-        }
-
         let context: ServerContext
-        do { context = try await admit(method, request, deadline: deadline) } catch {
+        do {
+            context = try await admit(method, request, deadline: try Self.grpcWebDeadline(request))
+            input = try grpcWebMessage(request, method, format)
+        } catch {
             return Self.grpcWebTrailersOnly(Self.rpcError(error), format: format, initial: Metadata())
         }
 
@@ -95,23 +94,22 @@ extension ConnectHandler {
             }
             do {
                 let output = try await unary(input, context)
-                return Self.grpcWebUnaryResponse(.success(output), context, format, gzip: Self.acceptsGzip(request))
+                return Self.grpcWebUnaryResponse(.success(output), context, format, acceptEncoding: request.header("accept-encoding"))
             } catch {
-                return Self.grpcWebUnaryResponse(.failure(error), context, format, gzip: false)
+                return Self.grpcWebUnaryResponse(.failure(error), context, format, acceptEncoding: nil)
             }
         }
     }
 
-    /// The one request message of a gRPC-Web call and its deadline, from the body and headers.
-    func grpcWebRequest(_ request: HTTPRequest, _ method: ServerMethod, _ format: GRPCWeb.Format) throws -> ([UInt8], ContinuousClock.Instant?) {
+    /// The one request message of a gRPC-Web call, from the body.
+    func grpcWebMessage(_ request: HTTPRequest, _ method: ServerMethod, _ format: GRPCWeb.Format) throws -> [UInt8] {
         var body = request.body
         if let encoding = request.header("content-encoding"), encoding != "identity" {
             guard encoding == "gzip" else {
                 throw RPCError(.unimplemented, "content-encoding '\(encoding)' is not supported: send gzip or identity")
             }
-            do { body = try Gzip.decompress(body, limit: ConnectHandler.bodyLimit(forRequestLimit: requestLimit(method))) } catch {
-                throw RPCError(.invalidArgument, "the request body is not valid gzip or decompresses past the limit")
-            }
+            body = try Gzip.inflateRequest(
+                body, limit: ConnectHandler.bodyLimit(forRequestLimit: requestLimit(method)), what: "the request body", path: method.descriptor.path)
         }
         if format == .text {
             guard let decoded = GRPCWeb.decodeText(body) else {
@@ -119,32 +117,46 @@ extension ConnectHandler {
             }
             body = decoded
         }
-        let input = try GRPCWeb.singleMessage(
-            body, limit: requestLimit(method), path: method.descriptor.path, encoding: request.header("grpc-encoding"))
-        var deadline: ContinuousClock.Instant? = nil
-        if let t = request.header("grpc-timeout") {
-            guard let d = GRPCTimeout.parse(t) else {
-                throw RPCError(.invalidArgument, "malformed grpc-timeout '\(t)': up to 8 digits and a unit (H, M, S, m, u, n)")
-            }
-            deadline = .now + d
+        return try GRPCWeb.singleMessage(body, limit: requestLimit(method), path: method.descriptor.path, encoding: request.header("grpc-encoding"))
+    }
+
+    /// `grpc-timeout`: the call's deadline.
+    static func grpcWebDeadline(_ request: HTTPRequest) throws -> ContinuousClock.Instant? {
+        guard let t = request.header("grpc-timeout") else { return nil }
+        guard let d = GRPCTimeout.parse(t) else {
+            throw RPCError(.invalidArgument, "malformed grpc-timeout '\(t)': up to 8 digits and a unit (H, M, S, m, u, n)")
         }
-        return (input, deadline)
+        return .now + d
+    }
+
+    /// Connect's headers of a call: `connect-protocol-version` (1 when sent) and the deadline,
+    /// `connect-timeout-ms`.
+    static func connectDeadline(_ request: HTTPRequest) throws -> ContinuousClock.Instant? {
+        if let version = request.header("connect-protocol-version"), version != "1" {
+            throw RPCError(.invalidArgument, "connect-protocol-version must be 1, got '\(version)'")
+        }
+        guard let t = request.header("connect-timeout-ms") else { return nil }
+        guard t.utf8.count <= 10, let ms = Int64(t), ms >= 0 else {
+            throw RPCError(.invalidArgument, "connect-timeout-ms must be a non-negative integer of at most 10 digits")
+        }
+        return .now + .milliseconds(ms)
     }
 
     /// A unary call's answer: its message and the trailers frame, or trailers-only on failure.
     static func grpcWebUnaryResponse(
-        _ result: Result<[UInt8], any Error>, _ context: ServerContext, _ format: GRPCWeb.Format, gzip: Bool
+        _ result: Result<[UInt8], any Error>, _ context: ServerContext, _ format: GRPCWeb.Format, acceptEncoding: String?
     ) -> HTTPResponse {
-        guard case .success(let output) = result else {
-            if case .failure(let error) = result { return grpcWebTrailersOnly(rpcError(error), format: format, initial: context.initialMetadata) }
-            return grpcWebTrailersOnly(RPCError(.internal, "internal error"), format: format, initial: context.initialMetadata)
+        let output: [UInt8]
+        switch result {
+        case .success(let o): output = o
+        case .failure(let error): return grpcWebTrailersOnly(rpcError(error), format: format, initial: context.initialMetadata)
         }
         var body = GRPCWeb.frame(output)
         body.append(contentsOf: GRPCWeb.trailersFrame(RPCError(.ok, ""), trailers: context.trailers))
         var headers: [(name: String, value: String)] = [("content-type", format.contentType)]
         append(context.initialMetadata, to: &headers, prefix: "")
         var wire = format.wire(body)
-        if gzip, wire.count > 1024 {
+        if wire.count > 1024, let acceptEncoding, acceptsGzip(acceptEncoding) {
             wire = Gzip.compress(wire)
             headers.append(("content-encoding", "gzip"))
             headers.append(("vary", "Accept-Encoding"))
@@ -160,7 +172,7 @@ extension ConnectHandler {
     /// authenticated method without any credential (the gRPC path's header-time check: an
     /// anonymous client cannot make the gateway buffer a body it would refuse anyway).
     func respondAtHead(_ request: HTTPRequest) -> HTTPResponse? {
-        guard request.method == "POST", case .success(let method) = router.lookup(String(request.path)) else { return nil }
+        guard request.method == "POST", let method = router.methods[String(request.path)] else { return nil }
         let media = Self.mediaType(request)
         guard let browser = BrowserProtocol(media: media) else { return nil }
         var refusal: RPCError?
@@ -194,10 +206,8 @@ extension ConnectHandler {
     /// A body over the limit, answered in the request's protocol (a plain 413 would reach a
     /// gRPC-Web client as UNKNOWN, and a page without CORS headers as a network error).
     func bodyTooLarge(_ request: HTTPRequest, limit: Int) -> HTTPResponse {
-        guard case .success(let method) = router.lookup(String(request.path)),
-            let browser = BrowserProtocol(media: Self.mediaType(request))
-        else {
-            return HTTPResponse(status: 413, headers: [("content-type", "text/plain")], body: Array("request body exceeds \(limit) bytes\n".utf8))
+        guard let method = router.methods[String(request.path)], let browser = BrowserProtocol(media: Self.mediaType(request)) else {
+            return .bodyTooLarge(limit: limit)
         }
         let e = RPCError(
             .resourceExhausted,
@@ -231,7 +241,8 @@ extension ConnectHandler {
     func handleImmediately(
         _ request: HTTPRequest, cancellation: CallCancellation, respond: @escaping @Sendable (HTTPResponse) -> Void
     ) -> Bool {
-        guard request.method == "POST", case .success(let method) = router.lookup(String(request.path)),
+        // Bodies over 64 KiB are decoded in handle()'s task, not on the event loop.
+        guard request.method == "POST", request.body.count <= 64 * 1024, let method = router.methods[String(request.path)],
             case .unaryForwarding(let forward) = method.handler
         else { return false }
         let media = Self.mediaType(request)
@@ -246,44 +257,38 @@ extension ConnectHandler {
                 respond(r)
             }
         }
-        let input: [UInt8]
         let context: ServerContext
         let finish: @Sendable (Result<[UInt8], any Error>) -> HTTPResponse
+        // Reads the request message once the policy has let the call through (as for gRPC).
+        let message: @Sendable () throws -> [UInt8]
         if let format = GRPCWeb.format(mediaType: media) {
-            let deadline: ContinuousClock.Instant?
-            do { (input, deadline) = try grpcWebRequest(request, method, format) } catch {
+            do { context = try Self.context(method, request, deadline: try Self.grpcWebDeadline(request)) } catch {
                 send(Self.grpcWebTrailersOnly(Self.rpcError(error), format: format, initial: Metadata()))
                 return true
             }
-            guard let c = try? Self.context(method, request, deadline: deadline) else { return false }
-            context = c
-            let gzip = Self.acceptsGzip(request)
-            finish = { result in Self.grpcWebUnaryResponse(result, c, format, gzip: gzip) }
+            let acceptEncoding = request.header("accept-encoding")
+            finish = { result in Self.grpcWebUnaryResponse(result, context, format, acceptEncoding: acceptEncoding) }
+            message = { try self.grpcWebMessage(request, method, format) }
         } else if media == "application/json" || media == "application/proto" {
             // The plain case only; anything else gets handle()'s detailed answer.
             guard request.header("content-encoding").map({ $0 == "identity" }) ?? true,
-                request.header("connect-protocol-version").map({ $0 == "1" }) ?? true,
                 request.header("content-type").map({ !$0.utf8.contains(UInt8(ascii: ";")) }) ?? true
             else { return false }
-            var deadline: ContinuousClock.Instant? = nil
-            if let t = request.header("connect-timeout-ms") {
-                guard t.count <= 10, let ms = Int64(t), ms >= 0 else { return false }
-                deadline = .now + .milliseconds(ms)
-            }
-            guard let c = try? Self.context(method, request, deadline: deadline) else { return false }
-            context = c
             let json = media == "application/json"
-            if json {
-                do { input = try transcoder.encode(json: request.body, as: method.descriptor.inputType) } catch {
-                    send(Self.error(Self.badRequest(error, message: method.descriptor.inputType), transcoder: transcoder))
-                    return true
-                }
-            } else {
-                input = request.body
-            }
             let transcoder = self.transcoder
+            do { context = try Self.context(method, request, deadline: try Self.connectDeadline(request)) } catch {
+                send(Self.error(Self.rpcError(error), transcoder: transcoder))
+                return true
+            }
             let logger = self.logger
-            finish = { result in Self.connectUnaryResponse(result, c, json: json, transcoder: transcoder, logger: logger) }
+            finish = { result in Self.connectUnaryResponse(result, context, json: json, transcoder: transcoder, logger: logger) }
+            let inputType = method.descriptor.inputType
+            message = {
+                guard json else { return request.body }
+                do { return try transcoder.encode(json: request.body, as: inputType) } catch let e as TranscodingError {
+                    throw Self.badRequest(e, message: inputType)
+                }
+            }
         } else {
             return false
         }
@@ -299,8 +304,13 @@ extension ConnectHandler {
             send(finish(.failure(error)))
             return true
         }
-        if pending.isEmpty {
+        let relay = { @Sendable in
+            let input: [UInt8]
+            do { input = try message() } catch { return send(finish(.failure(error))) }
             forward(input, context, cancellation) { result in send(finish(result)) }
+        }
+        if pending.isEmpty {
+            relay()
             return true
         }
         let rest = Array(pending)
@@ -311,7 +321,9 @@ extension ConnectHandler {
                 send(finish(.failure(error)))
                 return
             }
-            forward(input, context, cancellation) { result in send(finish(result)) }
+            // The client may have gone while the policy waited (a key fetch): nothing goes upstream.
+            guard !cancellation.isCancelled else { return send(finish(.failure(RPCError.cancelled("the client went away")))) }
+            relay()
         }
         return true
     }
@@ -322,16 +334,14 @@ extension ConnectHandler {
     ) -> HTTPResponse {
         var headers: [(name: String, value: String)] = [("content-type", format.contentType)]
         append(initial, to: &headers, prefix: "")
+        // The status lines carry the error's trailers too (retry-after with a limit's RetryInfo).
         headers.append(contentsOf: GRPCWeb.statusLines(status, trailers: trailers))
-        if let retry = status.trailers["retry-after"], !headers.contains(where: { $0.name == "retry-after" }) {
-            headers.append(("retry-after", retry))
-        }
         return HTTPResponse(status: httpStatus, headers: headers)
     }
 
-    static func acceptsGzip(_ request: HTTPRequest) -> Bool {
-        guard let accept = request.header("accept-encoding") else { return false }
-        return accept.lowercased().split(separator: ",").contains { $0.trimmingCharacters(in: " ").hasPrefix("gzip") }
+    /// Whether an `accept-encoding` value lists gzip (asked only of answers worth compressing).
+    static func acceptsGzip(_ accept: String) -> Bool {
+        accept.lowercased().split(separator: ",").contains { $0.trimmingCharacters(in: " ").hasPrefix("gzip") }
     }
 
     /// Any error as the status a client sees (unknown errors are not described).
@@ -369,18 +379,11 @@ extension ConnectHandler {
                 status: 200, headers: [("content-type", contentType)],
                 body: ConnectEnvelope.endStream(error, trailers: metadata, transcoder: transcoder))
         }
+        // The policy first (as for gRPC and Connect unary), then the body is read.
         let input: [UInt8]
-        var deadline: ContinuousClock.Instant? = nil
+        let context: ServerContext
         do {
-            if let version = request.header("connect-protocol-version"), version != "1" {
-                throw RPCError(.invalidArgument, "connect-protocol-version must be 1, got '\(version)'")
-            }
-            if let t = request.header("connect-timeout-ms") {
-                guard t.count <= 10, let ms = Int64(t), ms >= 0 else {
-                    throw RPCError(.invalidArgument, "connect-timeout-ms must be a non-negative integer of at most 10 digits")
-                }
-                deadline = .now + .milliseconds(ms)
-            }
+            context = try await admit(method, request, deadline: try Self.connectDeadline(request))
             let limit = requestLimit(method)
             let payload = try ConnectEnvelope.single(
                 request.body, limit: json ? ConnectHandler.bodyLimit(forRequestLimit: limit) : limit, path: path,
@@ -396,10 +399,6 @@ extension ConnectHandler {
                 input = payload
             }
         } catch {
-            return endOnly(Self.rpcError(error), Metadata())
-        }
-        let context: ServerContext
-        do { context = try await admit(method, request, deadline: deadline) } catch {
             return endOnly(Self.rpcError(error), Metadata())
         }
         let outputType = method.descriptor.outputType
@@ -460,9 +459,7 @@ extension ConnectHandler {
         switch query["compression"] {
         case nil, "identity": break
         case "gzip":
-            do { body = try Gzip.decompress(body, limit: limit) } catch {
-                throw RPCError(.invalidArgument, "message is not valid gzip or decompresses past \(limit) bytes")
-            }
+            body = try Gzip.inflateRequest(body, limit: limit, what: "message", path: method.descriptor.path)
         case let other?:
             throw RPCError(.unimplemented, "compression '\(other)' is not supported: use gzip or identity")
         }
@@ -520,9 +517,7 @@ enum ConnectEnvelope {
         guard flags == 1 else { return message }
         switch encoding {
         case "gzip":
-            do { return try Gzip.decompress(message, limit: limit) } catch {
-                throw RPCError(.invalidArgument, "the request message is not valid gzip or decompresses past \(limit) bytes")
-            }
+            return try Gzip.inflateRequest(message, limit: limit, what: "the request message", path: path)
         case nil, "identity":
             throw RPCError(.invalidArgument, "a compressed message needs connect-content-encoding")
         case let other?:

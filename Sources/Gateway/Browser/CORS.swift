@@ -89,6 +89,8 @@ public struct CORSPolicy: Sendable {
             h.append(("vary", "Origin"))
         } else {
             h.append(("access-control-allow-origin", "*"))
+            // With exact origins listed too, the answer still depends on the origin.
+            if !origins.isEmpty { h.append(("vary", "Origin")) }
         }
         h.append(("access-control-expose-headers", Self.exposedHeaders))
         return h

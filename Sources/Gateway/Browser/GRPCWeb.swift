@@ -49,54 +49,28 @@ enum GRPCWeb {
         }
     }
 
-    /// A base64 body that may be several padded chunks one after another (each 4-character
-    /// group decoded on its own). Nil when it is not base64.
+    /// A base64 body that may be several padded chunks one after another (a chunk ends with its
+    /// padding), each decoded by `Base64.decode`; line breaks are ignored. Nil when it is not base64.
     static func decodeText(_ body: [UInt8]) -> [UInt8]? {
         var out: [UInt8] = []
         out.reserveCapacity(body.count * 3 / 4)
-        var group: [UInt8] = []
-        group.reserveCapacity(4)
+        var chunk: [UInt8] = []
         func flush() -> Bool {
-            var values: [UInt32] = []
-            var pads = 0
-            for c in group {
-                if c == UInt8(ascii: "=") {
-                    pads += 1
-                    continue
-                }
-                guard pads == 0, let v = value(c) else { return false }
-                values.append(v)
-            }
-            guard values.count >= 2 else { return false }
-            var n: UInt32 = 0
-            for (i, v) in values.enumerated() { n |= v << (18 - 6 * UInt32(i)) }
-            out.append(UInt8(n >> 16 & 0xFF))
-            if values.count >= 3 { out.append(UInt8(n >> 8 & 0xFF)) }
-            if values.count == 4 { out.append(UInt8(n & 0xFF)) }
-            group.removeAll(keepingCapacity: true)
+            // A padded chunk is whole groups of 4; any chunk holds at least 2 characters of data.
+            if chunk.last == UInt8(ascii: "="), chunk.count % 4 != 0 { return false }
+            guard chunk.lazy.filter({ $0 != UInt8(ascii: "=") }).count >= 2,
+                let bytes = Base64.decode(String(decoding: chunk, as: UTF8.self))
+            else { return false }
+            out.append(contentsOf: bytes)
+            chunk.removeAll(keepingCapacity: true)
             return true
         }
-        for c in body {
-            if c == 13 || c == 10 { continue }  // line breaks some encoders insert
-            group.append(c)
-            if group.count == 4, !flush() { return nil }
+        for c in body where c != 13 && c != 10 {
+            if c != UInt8(ascii: "="), chunk.last == UInt8(ascii: "="), !flush() { return nil }
+            chunk.append(c)
         }
-        if !group.isEmpty {
-            // An unpadded last chunk: 2 or 3 characters.
-            guard group.count >= 2, !group.contains(UInt8(ascii: "=")), flush() else { return nil }
-        }
+        if !chunk.isEmpty, !flush() { return nil }
         return out
-    }
-
-    private static func value(_ c: UInt8) -> UInt32? {
-        switch c {
-        case 65...90: UInt32(c - 65)
-        case 97...122: UInt32(c - 71)
-        case 48...57: UInt32(c + 4)
-        case 43, 45: 62  // + (and URL-safe -)
-        case 47, 95: 63  // / (and URL-safe _)
-        default: nil
-        }
     }
 
     /// One length-prefixed frame.
@@ -173,10 +147,18 @@ enum GRPCWeb {
         guard encoding == "gzip" else {
             throw RPCError(.unimplemented, "message encoding '\(encoding)' is not supported; use gzip or identity")
         }
-        do { return try Gzip.decompress(message, limit: limit) } catch is Gzip.TooLarge {
-            throw RPCError(.resourceExhausted, "decompressed request message exceeds the limit of \(limit) bytes for \(path)")
+        return try Gzip.inflateRequest(message, limit: limit, what: "request message", path: path)
+    }
+}
+
+extension Gzip {
+    /// A gzip'd request body or message, inflated within `limit`: past it RESOURCE_EXHAUSTED (as
+    /// gRPC answers), not gzip INVALID_ARGUMENT; `what` names it in the message.
+    static func inflateRequest(_ bytes: [UInt8], limit: Int, what: String, path: String) throws -> [UInt8] {
+        do { return try decompress(bytes, limit: limit) } catch is TooLarge {
+            throw RPCError(.resourceExhausted, "decompressed \(what) exceeds the limit of \(limit) bytes for \(path)")
         } catch {
-            throw RPCError(.invalidArgument, "request message is not valid gzip")
+            throw RPCError(.invalidArgument, "\(what) is not valid gzip")
         }
     }
 }

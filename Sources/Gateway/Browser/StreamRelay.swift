@@ -86,10 +86,10 @@ final class StreamRelay: ServerResponseSink, Sendable {
         }
     }
 
-    /// The response body is ready (nil: the client has gone); messages waiting for it go on.
-    func attach(_ writer: (any HTTPBodyWriter)?) {
+    /// The response body is ready; messages waiting for it go on.
+    func attach(_ writer: any HTTPBodyWriter) {
         let waiters = state.withLock { s in
-            if let writer { s.writer = writer } else { s.writerGone = true }
+            s.writer = writer
             let w = s.writerWaiters
             s.writerWaiters = []
             return w
@@ -140,17 +140,14 @@ final class StreamRelay: ServerResponseSink, Sendable {
 
     private func finish(_ outcome: Result<Void, any Error>) {
         if case .failure(let e) = outcome { decide(.ended(e)) } else { decide(.ended(nil)) }
-        let (waiter, writerWaiters) = state.withLock { s in
+        // (No message can wait for the body here: the call's writes are awaited inside it.)
+        let waiter = state.withLock { s in
             s.outcome = outcome
             let w = s.endWaiter
             s.endWaiter = nil
-            // Nothing more will be written: messages still waiting for the body give up.
-            let ww = s.writerWaiters
-            s.writerWaiters = []
-            return (w, ww)
+            return w
         }
         waiter?.resume(returning: outcome)
-        for w in writerWaiters { w.resume(returning: nil) }
     }
 
     // MARK: ServerResponseSink (called by the relay)

@@ -84,8 +84,7 @@ struct ConnectHandler: HTTPHandler {
     private func serveRPC(_ request: HTTPRequest, _ method: ServerMethod) async -> HTTPResponse {
         let path = method.descriptor.path
         let contentType = request.header("content-type") ?? ""
-        let mediaParts = contentType.lowercased().split(separator: ";").map { $0.trimmingCharacters(in: " ") }
-        let media = mediaParts.first ?? ""
+        let media = Self.mediaType(request)
         if GRPCWeb.isGRPCWeb(mediaType: media) { return await serveGRPCWeb(request, method, mediaType: media) }
         if media == "application/connect+json" || media == "application/connect+proto" {
             return await serveConnectStream(request, method, json: media == "application/connect+json")
@@ -134,7 +133,9 @@ struct ConnectHandler: HTTPHandler {
                 ("accept-post", "application/json, application/proto, application/connect+json, application/connect+proto, application/grpc-web"))
             return r
         }
-        if json, let charset = mediaParts.dropFirst().first(where: { $0.hasPrefix("charset=") }),
+        if json, contentType.utf8.contains(UInt8(ascii: ";")),
+            let charset = contentType.lowercased().split(separator: ";").dropFirst().map({ $0.trimmingCharacters(in: " ") })
+                .first(where: { $0.hasPrefix("charset=") }),
             !["charset=utf-8", "charset=\"utf-8\""].contains(charset)
         {
             return Self.error(RPCError(.unimplemented, "JSON must be UTF-8 (got \(charset))"), status: 415)
@@ -153,18 +154,8 @@ struct ConnectHandler: HTTPHandler {
         guard let body = method.handler.asyncUnary else {
             return Self.error(RPCError(.unimplemented, "\(path) is a streaming method: call it with application/connect+json"))
         }
-        if let version = request.header("connect-protocol-version"), version != "1" {
-            return Self.error(RPCError(.invalidArgument, "connect-protocol-version must be 1, got '\(version)'"))
-        }
-        var deadline: ContinuousClock.Instant? = nil
-        if let t = request.header("connect-timeout-ms") {
-            guard t.count <= 10, let ms = Int64(t), ms >= 0 else {
-                return Self.error(RPCError(.invalidArgument, "connect-timeout-ms must be a non-negative integer of at most 10 digits"))
-            }
-            deadline = .now + .milliseconds(ms)
-        }
         let context: ServerContext
-        do { context = try await admit(method, request, deadline: deadline) } catch {
+        do { context = try await admit(method, request, deadline: try Self.connectDeadline(request)) } catch {
             return Self.connectUnaryResponse(.failure(error), nil, json: json, transcoder: transcoder, logger: logger)
         }
         let input: [UInt8]

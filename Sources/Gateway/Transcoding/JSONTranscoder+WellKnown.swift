@@ -137,14 +137,14 @@ extension JSONTranscoder {
     // MARK: binary → JSON
 
     func decodeWellKnown(_ bytes: ArraySlice<UInt8>, _ schema: MessageSchema, path: String, depth: Int) throws(TranscodingError) -> JSONValue? {
+        guard schema.isWellKnown else { return nil }
         let name = schema.fullName
-        guard name.hasPrefix("google.protobuf.") else { return nil }
         switch name {
         case "google.protobuf.Timestamp", "google.protobuf.Duration":
             let values = try readFields(bytes, schema, path: path)
             var secs: Int64 = 0, nanos: Int32 = 0
-            if let si = schema.byNumber[1], case .varint(let s)? = values[si].last { secs = Int64(bitPattern: s) }
-            if let ni = schema.byNumber[2], case .varint(let n)? = values[ni].last { nanos = Int32(truncatingIfNeeded: n) }
+            if let si = schema.index(ofNumber: 1), case .varint(let s)? = values[si].last { secs = Int64(bitPattern: s) }
+            if let ni = schema.index(ofNumber: 2), case .varint(let n)? = values[ni].last { nanos = Int32(truncatingIfNeeded: n) }
             if name == "google.protobuf.Timestamp" {
                 guard let s = Self.formatTimestamp(secs, nanos) else {
                     throw TranscodingError(field: path, reason: "timestamp out of range")
@@ -248,11 +248,6 @@ extension JSONTranscoder {
         if nanos % 1_000_000 == 0 { return "." + digits.prefix(3) }
         if nanos % 1_000 == 0 { return "." + digits.prefix(6) }
         return "." + digits
-    }
-
-    static func pad(_ v: Int64, _ width: Int) -> String {
-        let s = String(v)
-        return s.count >= width ? s : String(repeating: "0", count: width - s.count) + s
     }
 
     static func formatTimestamp(_ secs: Int64, _ nanos: Int32) -> String? {

@@ -422,48 +422,17 @@ public struct JSONTranscoder: Sendable {
         return values
     }
 
-    /// Fields are named relative to `path` as errors rise (`within`), not built on the way down.
+    /// A message as a value (for well-known types, maps, `Any` and error details): the direct
+    /// writer's output read back, so there is one decoder. Fields are named relative to `path`
+    /// as errors rise (`within`), not built on the way down.
     func decodeMessage(_ bytes: ArraySlice<UInt8>, _ schema: MessageSchema, path: String, depth: Int) throws(TranscodingError) -> JSONValue {
-        try within(path) { () throws(TranscodingError) -> JSONValue in try decodeFields(bytes, schema, depth: depth) }
-    }
-
-    private func decodeFields(_ bytes: ArraySlice<UInt8>, _ schema: MessageSchema, depth: Int) throws(TranscodingError) -> JSONValue {
-        guard depth < Self.maxDepth else { throw fail("", "message nested more than \(Self.maxDepth) levels") }
-        if let wkt = try decodeWellKnown(bytes, schema, path: "", depth: depth) { return wkt }
-        let values = try readFields(bytes, schema, path: "")
-        var members: [(String, JSONValue)] = []
-        for (index, field) in schema.fields.enumerated() {
-            let raws = values[index]
-            if raws.isEmpty { continue }
-            if field.isRepeated, field.type == .message, let entry = registry.message(field.typeName), entry.isMapEntry {
-                members.append((field.jsonName, try mapObject(raws, entry, field, depth: depth)))
-            } else if field.isRepeated {
-                var items: [JSONValue] = []
-                items.reserveCapacity(raws.count)
-                for (i, raw) in raws.enumerated() {
-                    items.append(
-                        try within("\(field.name)[\(i)]") { () throws(TranscodingError) -> JSONValue in
-                            try decodeScalar(raw, field, path: "", depth: depth)
-                        })
-                }
-                members.append((field.jsonName, .array(items)))
-            } else if field.type == .message {
-                let merged = Self.merged(raws)
-                members.append(
-                    (
-                        field.jsonName,
-                        try within(field.name) { () throws(TranscodingError) -> JSONValue in try decodeScalar(merged, field, path: "", depth: depth) }
-                    ))
-            } else {
-                let last = raws[raws.count - 1]
-                let value = try within(field.name) { () throws(TranscodingError) -> JSONValue in try decodeScalar(last, field, path: "", depth: depth)
-                }
-                let hasPresence = field.oneofIndex != nil
-                if !hasPresence && Self.isDefault(last) { continue }
-                members.append((field.jsonName, value))
+        try within(path) { () throws(TranscodingError) -> JSONValue in
+            var w = JSONWriter()
+            try writeMessage(bytes, schema, depth: depth, into: &w)
+            do { return try JSONParser.parse(w.bytes) } catch {
+                throw TranscodingError(field: "", reason: "the decoder wrote JSON it cannot read back: \(error)")
             }
         }
-        return .object(members)
     }
 
     static func isDefault(_ raw: RawValue) -> Bool {

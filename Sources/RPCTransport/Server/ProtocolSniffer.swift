@@ -271,6 +271,7 @@ final class HTTP1RequestHandler: RegisteredConnectionHandler, ChannelInboundHand
                         guard ctx.channel.isActive, !Task.isCancelled else { return c.resume(returning: false) }
                         h.streaming = true
                         h.writeStreamHead(ctx, response, version: version)
+                        if h.draining { h.task?.cancel() }  // the drain began while it waited for its head
                         c.resume(returning: true)
                     }
                 }
@@ -386,10 +387,6 @@ extension ChannelHandlerContext {
 }
 
 extension HTTPResponse {
-    /// 413 for a plain-HTTP request body over the request's limit (HTTP/1.1 and HTTP/2).
-    static func bodyTooLarge(limit: Int) -> HTTPResponse {
-        HTTPResponse(status: 413, headers: [("content-type", "text/plain")], body: Array("request body exceeds \(limit) bytes\n".utf8))
-    }
     /// 429 for a large body while the process holds its budget of request bytes.
     static let busy = HTTPResponse(
         status: 429, headers: [("content-type", "text/plain"), ("retry-after", "1")],

@@ -279,6 +279,11 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         nghttp2_submit_goaway(
             session, UInt8(NGHTTP2_FLAG_NONE.rawValue), nghttp2_session_get_last_proc_stream_id(session),
             NGHTTP2_NO_ERROR.rawValue, nil, 0)
+        // Streamed HTTP responses (browser streams) would hold the connection for as long as
+        // they live: their handlers are cancelled, so each ends with its protocol's last frame.
+        for stream in streams.all where stream.isHTTP && stream.phase == .running && stream.headersSent && !stream.httpComplete {
+            stream.cancelHandler()
+        }
         flush()
     }
 
@@ -965,6 +970,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
                     let h = bound.value
                     guard let s = h.streams[id], s.phase == .running else { return c.resume(returning: false) }
                     h.respondHTTPStreamHead(s, response)
+                    if h.shuttingDown { s.cancelHandler() }  // the drain began while it waited for its head
                     h.scheduleFlush()
                     c.resume(returning: true)
                 }
