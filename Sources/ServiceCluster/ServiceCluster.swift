@@ -333,10 +333,14 @@ final class Gate: ServerInterceptor {
 
 /// A loopback port bound but never listening, held until `close()`: a connection to it is
 /// refused, and no other socket can take the port meanwhile.
-final class ClosedPort: Sendable {
-    let port: Int
+public final class ClosedPort: Sendable {
+    /// One held for the whole test process: a peer that is down, for tests that need a port only
+    /// (a port found by binding and closing again can be taken by another test's server).
+    public static let process: Int = (try? ClosedPort())?.port ?? 9
+
+    public let port: Int
     private let fd: Int32
-    init() throws {
+    public init() throws {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var addr = sockaddr_in()
         addr.sin_family = sa_family_t(AF_INET)
@@ -352,5 +356,5 @@ final class ClosedPort: Sendable {
         self.fd = fd
         self.port = Int(UInt16(bigEndian: addr.sin_port))
     }
-    func close() { Glibc.close(fd) }
+    public func close() { Glibc.close(fd) }
 }

@@ -95,11 +95,28 @@ public final class ServiceStore: Sendable {
     /// time `eventID` is seen, and the id is recorded in the same transaction (needs
     /// `Migration.inbox`). Returns true when it was a redelivery (the `replayed` of the answer).
     public func receiveOnce(eventID: String, _ effect: @escaping @Sendable (Transaction) throws -> Void) async throws -> Bool {
+        try await applyOnce(eventID: eventID, effect) == nil
+    }
+
+    /// `receiveOnce` for an effect with a result: nil when it was a redelivery (nothing done).
+    public func applyOnce<T: Sendable>(eventID: String, _ effect: @escaping @Sendable (Transaction) throws -> T) async throws -> T? {
         try await write { tx in
-            guard try tx.markProcessedOnce(eventID: eventID) else { return true }
-            try effect(tx)
-            return false
+            guard try tx.markProcessedOnce(eventID: eventID) else { return nil }
+            return try effect(tx)
         }
+    }
+
+    /// The answer stored for an earlier request with `key` (`SQLReader.storedAnswer`), read before
+    /// a handler's slow part (a retry costs no peer call); nil when there is no key or it is new.
+    public func storedAnswer<Response: ProtoMessage>(_ key: Idempotency.Key?, as _: Response.Type = Response.self) async throws -> Response? {
+        guard let key else { return nil }
+        return try await storedAnswer(scope: key.scope, key: key.key, fingerprint: key.fingerprint, as: Response.self)
+    }
+
+    public func storedAnswer<Response: ProtoMessage>(
+        scope: String, key: String, fingerprint: [UInt8], as _: Response.Type = Response.self
+    ) async throws -> Response? {
+        try await read { c in try c.storedAnswer(scope: scope, key: key, fingerprint: fingerprint, as: Response.self) }
     }
 
     // MARK: Upkeep
@@ -147,10 +164,20 @@ public enum Idempotency {
     /// was offline for days).
     public static let keepFor: Duration = .seconds(7 * 24 * 3600)
 
-    /// A stored answer, or the request that made it differs.
-    public enum Lookup<Response: ProtoMessage>: Sendable {
-        case none
-        case replay(Response)
+    /// A request's key: scoped to the method and the caller (the caller's id last, which erasure
+    /// relies on), bound to the request's bytes.
+    public struct Key: Sendable {
+        public let scope: String
+        public let key: String
+        public let fingerprint: [UInt8]
+
+        /// Nil when the request has no key (where the key is optional, every such request is a new one).
+        public init?(_ method: String, caller: String, key: String, request: some ProtoMessage) {
+            guard !key.isEmpty else { return nil }
+            scope = "\(method):\(caller)"
+            self.key = key
+            fingerprint = Idempotency.fingerprint(request)
+        }
     }
 
     /// The fingerprint a key is bound to: SHA-256 of the request's bytes (our encoder writes
@@ -188,17 +215,8 @@ extension Transaction {
         scope: String, key: String, fingerprint: [UInt8], field: String = "idempotency_key",
         now: Int64 = SystemClock.nowMilliseconds(), _ make: () throws -> Response
     ) throws -> (response: Response, replayed: Bool) {
-        if let row = try queryOne("SELECT request_hash, response FROM idempotency_keys WHERE scope = ? AND key = ?", scope, key) {
-            guard try row.get("request_hash", as: [UInt8].self) == fingerprint else {
-                throw FieldErrors.single(
-                    .failedPrecondition, field: field,
-                    "was used for a different request: choose a new key for a new operation")
-            }
-            do {
-                return (try Response(serializedBytes: try row.get("response", as: [UInt8].self)), true)
-            } catch {
-                throw RPCError(.internal, "internal error", cause: error)
-            }
+        if let stored = try storedAnswer(scope: scope, key: key, fingerprint: fingerprint, field: field, as: Response.self) {
+            return (stored, true)
         }
         let response = try make()
         try execute(

@@ -20,7 +20,7 @@ extension SocialService {
         }
         FieldRules.idempotencyKey(request.idempotencyKey, required: false, into: &errors)
         try errors.throwIfAny()
-        let retry = RetryKey("CreateHousehold", caller: caller, key: request.idempotencyKey, request: request)
+        let retry = Self.retryKey("CreateHousehold", caller: caller, key: request.idempotencyKey, request: request)
         if let earlier = try await storedAnswer(retry, as: Social_V1_CreateHouseholdResponse.self) { return earlier }
 
         let me = try await me(caller)
@@ -160,7 +160,7 @@ extension SocialService {
         let email = FieldRules.email(request.email, into: &errors)
         FieldRules.idempotencyKey(request.idempotencyKey, required: false, into: &errors)
         try errors.throwIfAny()
-        let retry = RetryKey("InviteHousemate", caller: caller, key: request.idempotencyKey, request: request)
+        let retry = Self.retryKey("InviteHousemate", caller: caller, key: request.idempotencyKey, request: request)
         if let earlier = try await storedAnswer(retry, as: Social_V1_InviteHousemateResponse.self) { return earlier }
         // Membership first (no lookups for strangers), then whose login email it is.
         try await core.store.read { c in try Households.requireMember(c, householdID: householdID, user: caller.userID) }
@@ -417,10 +417,7 @@ enum Households {
         try tx.enqueueCall(Tasks_V1_TasksInternalMethods.endHouseholdChores, end, eventID: end.eventId)
     }
 
-    /// A new single-use invite for `email`, mailed through accounts' outbox (SendMail, queued in
-    /// this transaction), and an in-app notification when the email is a user's login email. An
-    /// earlier pending invite of the same household to the same address is revoked.
-    /// Refuses (RESOURCE_EXHAUSTED with RetryInfo) a batch of `count` invite mails from `inviter`
+    /// Refuses (RESOURCE_EXHAUSTED with RetryInfo) a batch of invite mails to `emails` from `inviter`
     /// past the sender's quota, or one to an `email` past the address's quota, both counted over
     /// the invites made in the last `window` (revoked ones included: each was a mail). Checked in
     /// the write transaction, so concurrent invites cannot overshoot.
@@ -452,6 +449,9 @@ enum Households {
         }
     }
 
+    /// A new single-use invite for `email`, mailed through accounts' outbox (SendMail, queued in
+    /// this transaction), and an in-app notification when the email is a user's login email. An
+    /// earlier pending invite of the same household to the same address is revoked.
     static func invite(
         _ tx: Transaction, householdID: String, householdName: String, email: String, by inviter: Common_V1_UserRef,
         invitee: Common_V1_UserRef?, now: Int64, lifetime: Duration, out: inout Outbound

@@ -25,31 +25,16 @@ public struct SocialService: Social_V1_SocialService {
 
     /// The `idempotency_key` of a creation a client may retry (CreateTeam, CreateHousehold,
     /// InviteHousemate): optional in social, so nil when the request has none (then every request
-    /// is a new one, as before the key existed). Scoped to the method and the caller, bound to the
-    /// request's bytes (`Idempotency.fingerprint`), kept `Idempotency.keepFor` (hourly upkeep).
-    struct RetryKey: Sendable {
-        let scope: String
-        let key: String
-        let fingerprint: [UInt8]
-
-        init?(_ method: String, caller: CallerIdentity, key: String, request: some ProtoMessage) {
-            guard !key.isEmpty else { return nil }
-            scope = "\(method):\(caller.userID)"
-            self.key = key
-            fingerprint = Idempotency.fingerprint(request)
-        }
+    /// is a new one, as before the key existed); kept `Idempotency.keepFor` (hourly upkeep).
+    static func retryKey(_ method: String, caller: CallerIdentity, key: String, request: some ProtoMessage) -> Idempotency.Key? {
+        Idempotency.Key(method, caller: caller.userID, key: key, request: request)
     }
 
     /// The answer stored for an earlier request with `retry`'s key, read before any peer is asked
-    /// (a retry is answered while accounts is down, and resolves nobody again). Nil when there is
-    /// no key or it is new; FAILED_PRECONDITION naming `idempotency_key` when it was used for a
-    /// different request. The write decides again (`Transaction.once`): a concurrent first
-    /// request may store the key meanwhile.
-    func storedAnswer<Response: ProtoMessage>(_ retry: RetryKey?, as _: Response.Type) async throws -> Response? {
-        guard let retry else { return nil }
-        return try await core.store.read { c in
-            try c.storedAnswer(scope: retry.scope, key: retry.key, fingerprint: retry.fingerprint, as: Response.self)
-        }
+    /// (a retry is answered while accounts is down, and resolves nobody again). The write decides
+    /// again (`Transaction.once`): a concurrent first request may store the key meanwhile.
+    func storedAnswer<Response: ProtoMessage>(_ retry: Idempotency.Key?, as _: Response.Type) async throws -> Response? {
+        try await core.store.storedAnswer(retry, as: Response.self)
     }
 
     // MARK: Teams (seed A)
@@ -71,7 +56,7 @@ public struct SocialService: Social_V1_SocialService {
         }
         FieldRules.idempotencyKey(request.idempotencyKey, required: false, into: &errors)
         try errors.throwIfAny()
-        let retry = RetryKey("CreateTeam", caller: caller, key: request.idempotencyKey, request: request)
+        let retry = Self.retryKey("CreateTeam", caller: caller, key: request.idempotencyKey, request: request)
         if let earlier = try await storedAnswer(retry, as: Social_V1_CreateTeamResponse.self) { return earlier }
 
         let me = try await me(caller)
@@ -274,7 +259,7 @@ extension Transaction {
     /// `make` once per `retry` key (the kit's `idempotent`: the answer is stored with the effects
     /// in this transaction; a repeat gets it back and `make` does not run, so its notifications
     /// and outbox calls happen once), or every time when the request has no key.
-    func once<Response: ProtoMessage>(_ retry: SocialService.RetryKey?, now: Int64, _ make: () throws -> Response) throws -> Response {
+    func once<Response: ProtoMessage>(_ retry: Idempotency.Key?, now: Int64, _ make: () throws -> Response) throws -> Response {
         guard let retry else { return try make() }
         return try idempotent(scope: retry.scope, key: retry.key, fingerprint: retry.fingerprint, now: now, make).response
     }

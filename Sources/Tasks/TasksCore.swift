@@ -67,13 +67,6 @@ public final class TasksCore: Sendable {
     /// The verified caller's user id.
     func caller(_ context: ServerContext) throws -> String { try context.requireIdentity().userID }
 
-    /// The answer stored for an idempotency key, read before any peer is asked (a retry costs
-    /// no peer call): nil when the key is new; FAILED_PRECONDITION when it was used for another
-    /// request. The write still runs `tx.idempotent`, which settles concurrent first tries.
-    func storedAnswer<Response: ProtoMessage>(scope: String, key: String, fingerprint: [UInt8], as: Response.Type) async throws -> Response? {
-        try await read { c in try c.storedAnswer(scope: scope, key: key, fingerprint: fingerprint, as: Response.self) }
-    }
-
     /// Queues a notification to `recipients` (social's SendNotification through the outbox, in
     /// this transaction). Nothing is queued for an empty list.
     func notify(

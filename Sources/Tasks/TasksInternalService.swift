@@ -39,12 +39,12 @@ public struct TasksInternalService: Tasks_V1_TasksInternalService {
         let eventID = FieldRules.eventID(request.eventId, into: &errors)
         let household = FieldRules.id(request.householdId, field: "household_id", into: &errors)
         try errors.throwIfAny()
-        let (replayed, ended) = try await core.write { tx -> (Bool, Int) in
-            guard try tx.markProcessedOnce(eventID: eventID) else { return (true, 0) }
+        let result = try await core.store.applyOnce(eventID: eventID) { tx -> Int in
             // ACTIVE and WAITING chores end; DONE ones stay DONE (finished history, read-only anyway).
             try tx.execute("UPDATE chores SET status = 4, revision = revision + 1 WHERE household_id = ? AND status IN (1, 2)", household)
-            return (false, tx.changes)
+            return tx.changes
         }
+        let (replayed, ended) = (result == nil, result ?? 0)
         core.logger.notice(
             replayed ? "end-household-chores replayed" : "household chores ended",
             metadata: ["event": "\(eventID)", "household": "\(household)", "ended": "\(ended)"])
@@ -72,9 +72,8 @@ public struct TasksInternalService: Tasks_V1_TasksInternalService {
         // what they hold now. Social answers UNAVAILABLE → the sender's outbox tries again.
         let rejoined = try await core.peers.membership(household: household, users: [user])?.memberships[user] == .member
         let heir = remaining.first
-        let (replayed, changed) = try await core.write { tx -> (Bool, Int) in
-            guard try tx.markProcessedOnce(eventID: eventID) else { return (true, 0) }
-            if rejoined { return (false, 0) }
+        let result = try await core.store.applyOnce(eventID: eventID) { tx -> Int in
+            if rejoined { return 0 }
             // Open chores only (ACTIVE, WAITING): finished ones are history, read as they were.
             let chores = try tx.query(
                 """
@@ -83,8 +82,9 @@ public struct TasksInternalService: Tasks_V1_TasksInternalService {
                 """, user, household
             ).map { try $0.get(0, as: String.self) }
             try Self.closeRotations(tx, chores: chores, leaving: user, heir: heir)
-            return (false, chores.count)
+            return chores.count
         }
+        let (replayed, changed) = (result == nil, result ?? 0)
         core.logger.notice(
             replayed ? "remove-housemate-chores replayed" : "housemate's chores handed on",
             metadata: ["event": "\(eventID)", "household": "\(household)", "chores": "\(changed)"])

@@ -19,19 +19,8 @@ import Testing
 // test runs without it); social under test on a manual clock; every outbox delivered to its
 // peers as the host does it.
 
-/// A port nothing listens on (a peer that is down).
-func closedPort() -> Int {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    var addr = sockaddr_in()
-    addr.sin_family = sa_family_t(AF_INET)
-    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-    addr.sin_port = 0
-    var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-    _ = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) } }
-    _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
-    close(fd)
-    return Int(UInt16(bigEndian: addr.sin_port))
-}
+/// A port nothing listens on (a peer that is down), held for the whole test process.
+func closedPort() -> Int { ClosedPort.process }
 
 /// A signed-up user: id, username, email, access token.
 typealias User = ClusterUser

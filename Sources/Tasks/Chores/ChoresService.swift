@@ -91,7 +91,7 @@ extension TasksService {
         guard let due, let recurrence, zone != nil else { throw RPCError(.invalidArgument, "invalid request") }
 
         let scope = "CreateChore:\(me)", fingerprint = Idempotency.fingerprint(request)
-        if var replay = try await core.storedAnswer(scope: scope, key: key, fingerprint: fingerprint, as: Tasks_V1_CreateChoreResponse.self) {
+        if var replay = try await core.store.storedAnswer(scope: scope, key: key, fingerprint: fingerprint, as: Tasks_V1_CreateChoreResponse.self) {
             replay.replayed = true
             return replay
         }

@@ -80,7 +80,7 @@ extension TasksService {
         try errors.throwIfAny()
         guard let start else { throw RPCError(.invalidArgument, "invalid request: start_date") }
         let scope = "CreateHabit:\(me)", fingerprint = Idempotency.fingerprint(request)
-        if var replay = try await core.storedAnswer(scope: scope, key: key, fingerprint: fingerprint, as: Tasks_V1_CreateHabitResponse.self) {
+        if var replay = try await core.store.storedAnswer(scope: scope, key: key, fingerprint: fingerprint, as: Tasks_V1_CreateHabitResponse.self) {
             replay.replayed = true
             return replay
         }
@@ -296,7 +296,9 @@ extension TasksService {
         let zone = RequestZone.zone(request.timeZone, into: &errors)
         try errors.throwIfAny()
         let scope = "CreateHabitEvent:\(me)", fingerprint = Idempotency.fingerprint(request)
-        if var replay = try await core.storedAnswer(scope: scope, key: key, fingerprint: fingerprint, as: Tasks_V1_CreateHabitEventResponse.self) {
+        if var replay = try await core.store.storedAnswer(
+            scope: scope, key: key, fingerprint: fingerprint, as: Tasks_V1_CreateHabitEventResponse.self)
+        {
             replay.replayed = true
             return replay
         }

@@ -75,7 +75,9 @@ extension TasksService {
         try errors.throwIfAny()
 
         let scope = "CreateMarketTask:\(me)", fingerprint = Idempotency.fingerprint(request)
-        if var replay = try await core.storedAnswer(scope: scope, key: key, fingerprint: fingerprint, as: Tasks_V1_CreateMarketTaskResponse.self) {
+        if var replay = try await core.store.storedAnswer(
+            scope: scope, key: key, fingerprint: fingerprint, as: Tasks_V1_CreateMarketTaskResponse.self)
+        {
             replay.replayed = true
             return replay
         }
@@ -322,7 +324,7 @@ extension TasksService {
         try errors.throwIfAny()
         guard let amount else { throw RPCError(.invalidArgument, "invalid request: amount") }
         let scope = "PlaceBid:\(me)", fingerprint = Idempotency.fingerprint(request)
-        if var replay = try await core.storedAnswer(scope: scope, key: key, fingerprint: fingerprint, as: Tasks_V1_PlaceBidResponse.self) {
+        if var replay = try await core.store.storedAnswer(scope: scope, key: key, fingerprint: fingerprint, as: Tasks_V1_PlaceBidResponse.self) {
             replay.replayed = true
             return replay
         }
@@ -554,7 +556,7 @@ extension TasksService {
             guard t.status == .assigned else {
                 throw RPCError(
                     .failedPrecondition,
-                    t.status == .done ? "the task is done (and settled): it cannot be reopened" : "only an assigned task can be marked not complete")
+                    t.status == .done ? "the task is done: it cannot be reopened" : "only an assigned task can be marked not complete")
             }
             try Self.reopen(core, tx, t, actor: me, now: now, reason: "marked \"\(t.title)\" not complete")
             guard let after = try MarketStore.one(tx, id: id) else { throw RPCError(.notFound, Self.marketTaskNotFound) }

@@ -32,7 +32,8 @@ extension TasksService {
         try errors.throwIfAny()
 
         let scope = "CreateTeamTask:\(me)", fingerprint = Idempotency.fingerprint(request)
-        if var replay = try await core.storedAnswer(scope: scope, key: key, fingerprint: fingerprint, as: Tasks_V1_CreateTeamTaskResponse.self) {
+        if var replay = try await core.store.storedAnswer(scope: scope, key: key, fingerprint: fingerprint, as: Tasks_V1_CreateTeamTaskResponse.self)
+        {
             replay.replayed = true
             return replay
         }
