@@ -189,7 +189,7 @@ final class HTTP1RequestHandler: RegisteredConnectionHandler, ChannelInboundHand
             // closes: the body that may follow is not read).
             let pairs = h.headers.map { ($0.name.lowercased(), $0.value) }
             headerPairs = pairs
-            let peer = context.channel.remoteAddress.map(ServerConnectionHandler.describe) ?? "unknown"
+            let peer = peer(context)
             let request = HTTPRequest(method: h.method.rawValue, target: h.uri, headers: pairs, body: [], peer: peer)
             if let declared = h.headers.first(name: "content-length").flatMap(Int.init), declared > limit {
                 refuse(context, tooLarge(request), version: h.version)
@@ -204,8 +204,7 @@ final class HTTP1RequestHandler: RegisteredConnectionHandler, ChannelInboundHand
             guard !refused, let head else { return }
             let total = body.count + chunk.readableBytes
             if total > limit {
-                let peer = context.channel.remoteAddress.map(ServerConnectionHandler.describe) ?? "unknown"
-                let request = HTTPRequest(method: head.method.rawValue, target: head.uri, headers: headerPairs, body: [], peer: peer)
+                let request = HTTPRequest(method: head.method.rawValue, target: head.uri, headers: headerPairs, body: [], peer: peer(context))
                 return refuse(context, tooLarge(request), version: head.version)
             }
             let over = max(0, total - Int(HTTP2Setting.window(shared.configuration.initialWindowSize))) - charged
@@ -231,7 +230,7 @@ final class HTTP1RequestHandler: RegisteredConnectionHandler, ChannelInboundHand
             let request = HTTPRequest(
                 method: head.method.rawValue, target: head.uri,
                 headers: headerPairs, body: body,
-                peer: context.channel.remoteAddress.map(ServerConnectionHandler.describe) ?? "unknown")
+                peer: peer(context))
             body = []
             releaseCharge()
             handling = true
@@ -317,6 +316,15 @@ final class HTTP1RequestHandler: RegisteredConnectionHandler, ChannelInboundHand
             let channel = context.channel
             done.whenComplete { _ in channel.close(promise: nil) }
         }
+    }
+
+    /// The client's address, described once per connection.
+    private var describedPeer: String?
+    private func peer(_ context: ChannelHandlerContext) -> String {
+        if let describedPeer { return describedPeer }
+        let p = context.channel.remoteAddress.map(ServerConnectionHandler.describe) ?? "unknown"
+        describedPeer = p
+        return p
     }
 
     private func tooLarge(_ request: HTTPRequest) -> HTTPResponse {
