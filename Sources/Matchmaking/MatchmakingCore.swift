@@ -262,8 +262,10 @@ enum Notify {
         r.eventId = eventID
         r.recipientUserIds = recipients
         r.kind = kind
-        r.title = String(title.prefix(100))
-        r.body = String(body.prefix(500))
+        // Social checks 1...100 and 0...500 Unicode scalars, not characters (an emoji can be
+        // several scalars): a longer title would be refused and the notification lost.
+        r.title = FieldRules.clip(title, to: 100)
+        r.body = FieldRules.clip(body, to: 500)
         r.actorUserId = actor
         if !matchID.isEmpty {
             var t = Social_V1_NotificationTarget()

@@ -56,6 +56,25 @@ public enum FieldRules {
         return v
     }
 
+    /// `s` cut to at most `maximum` Unicode scalars (the unit every contract counts in), ending in
+    /// "…" when it was cut: text one service builds for a field another service validates (a
+    /// notification's title and body). The cut falls between characters, so an emoji sequence is
+    /// kept whole or left out whole. Unchanged when it fits.
+    public static func clip(_ s: String, to maximum: Int) -> String {
+        guard length(s) > maximum else { return s }
+        guard maximum > 1 else { return maximum == 1 ? "…" : "" }
+        var out = String.UnicodeScalarView()
+        var kept = 0
+        for c in s {
+            let n = c.unicodeScalars.count
+            if kept + n > maximum - 1 { break }
+            out.append(contentsOf: c.unicodeScalars)
+            kept += n
+        }
+        out.append("…")
+        return String(out)
+    }
+
     /// An id naming something (never parsed: only presence and length are checked).
     @discardableResult
     public static func id(_ raw: String, field: String, required: Bool = true, into errors: inout FieldErrors) -> String {

@@ -355,6 +355,28 @@ struct GameTests {
         }
     }
 
+    @Test func aChatNotificationOfEmojiFitsSocialsTitleLimit() async throws {
+        try await withMatchmaking { env in
+            let (a, b, m) = try await env.friendlyMatch(rated: false)
+            // 40 family emoji: 40 characters but 200 Unicode scalars (the most chat allows). The
+            // title "Name: text" clipped by characters was > 100 scalars, which social refuses.
+            let family = "👨\u{200D}👩\u{200D}👧"
+            var chat = Matchmaking_V1_SendChatMessageRequest()
+            chat.matchId = m.matchId
+            chat.text = String(repeating: family, count: 40)
+            chat.idempotencyKey = "emoji"
+            _ = try await env.mm.sendChatMessage(chat, options: a.options)
+            let n = try await env.waitForNotification(b, kind: .matchChatMessage)
+            #expect(n != nil)
+            if let n {
+                let prefix = a.username.capitalized + ": "
+                #expect(FieldRules.length(n.title) <= 100 && n.title.hasPrefix(prefix) && n.title.hasSuffix("…"))
+                let kept = n.title.dropFirst(prefix.count).dropLast()
+                #expect(!kept.isEmpty && kept.allSatisfy { $0 == Character(family) })  // no emoji cut in half
+            }
+        }
+    }
+
     /// The random driver through the server: every illegal variation the driver generates is
     /// refused with INVALID_ARGUMENT and changes nothing; the legal move is then accepted.
     @Test func theServerRefusesEveryIllegalMoveOfTheRandomDriver() async throws {

@@ -62,6 +62,23 @@ import Testing
         #expect(m.violations.map(\.field) == ["user_ids", "more"])
     }
 
+    @Test func clipCountsScalarsAndKeepsCharactersWhole() {
+        #expect(FieldRules.clip("short", to: 100) == "short")
+        #expect(FieldRules.clip("abcdef", to: 4) == "abc…")
+        // A family emoji is one character of 5 scalars (three people joined by two ZWJs).
+        let family = "👨\u{200D}👩\u{200D}👧"
+        #expect(family.count == 1 && FieldRules.length(family) == 5)
+        let title = "Ann: " + String(repeating: family, count: 40)  // 45 characters, 205 scalars
+        let clipped = FieldRules.clip(title, to: 100)
+        #expect(FieldRules.length(clipped) <= 100 && clipped.hasSuffix("…"))
+        #expect(clipped == "Ann: " + String(repeating: family, count: 18) + "…")  // 5 + 90 + 1 scalars; no half family
+        // What a receiving service checks (1...100 scalars) accepts it.
+        var e = FieldErrors()
+        FieldRules.text(clipped, field: "title", 1...100, into: &e)
+        #expect(e.isEmpty)
+        #expect(FieldRules.clip("ab", to: 1) == "…" && FieldRules.clip("ab", to: 0).isEmpty)
+    }
+
     @Test func emails() {
         for good in ["a@b.co", "first.last+tag@example.org", "ü@bücher.de"] { #expect(FieldRules.isWellFormedEmail(good), "\(good)") }
         for bad in ["", "a", "a@b", "@b.co", "a@.co", "a@b..co", "a b@c.de", "a@b.co\u{0000}", "a@-b.co", "a@@b.co"] {
