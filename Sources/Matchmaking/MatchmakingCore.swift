@@ -171,21 +171,27 @@ public final class MatchmakingCore: Sendable {
             do {
                 try await startRandomMatch(first, second, now: now)
             } catch {
-                // A player who started a match (a challenge) while queued leaves the queue (its
-                // stream hears CANCELLED); the other waits on with their time kept.
-                let busy =
-                    (try? await store.read { c in
-                        try [first, second].filter { try MatchStore.activeNonLocalMatch(c, $0.userID) != nil }.map(\.userID)
-                    }) ?? []
-                if busy.isEmpty { logger.warning("could not start a random match", metadata: ["error": "\(error)"]) }
-                let keep = [first, second].filter { !busy.contains($0.userID) }
-                queue.putBack(keep)
-                for t in [first, second] where busy.contains(t.userID) {
-                    t.stream.deliver(.cancelled)
-                    t.stream.finish()
-                }
+                await pairingFailed([first, second], error)
             }
         }
+    }
+
+    /// A queue pair whose match was not made. A player who left meanwhile (stream closed, CancelQueue)
+    /// is gone; a player who started a match (a challenge) while queued leaves the queue (its
+    /// stream hears CANCELLED); the other waits on with their time kept.
+    private func pairingFailed(_ pair: [MatchQueue.Ticket], _ error: any Error) async {
+        let out =
+            (try? await store.read { c in
+                try pair.filter { try MatchStore.activeNonLocalMatch(c, $0.userID) != nil }.map(\.userID)
+            }) ?? []
+        if out.isEmpty && pair.allSatisfy(\.stream.isOpen) {
+            logger.warning("could not start a random match", metadata: ["error": "\(error)"])
+        }
+        for t in pair where out.contains(t.userID) {
+            t.stream.deliver(.cancelled)
+            t.stream.finish()
+        }
+        queue.putBack(pair)
     }
 
     private func askRelationship(_ a: String, _ b: String) {
@@ -198,25 +204,39 @@ public final class MatchmakingCore: Sendable {
         }
     }
 
-    /// Makes the match of a queue pair (the earlier joiner is FIRST) and tells both streams.
+    /// A player of a queue pair left (stream closed or cancelled) before its match was written.
+    struct PlayerLeft: Error {}
+
+    /// Makes the match of a queue pair (the earlier joiner is FIRST) and tells both streams. The
+    /// transaction claims both streams first: a player who left by then gets no match (`PlayerLeft`).
     func startRandomMatch(_ first: MatchQueue.Ticket, _ second: MatchQueue.Ticket, now: Int64) async throws {
+        guard first.stream.isOpen, second.stream.isOpen else { throw PlayerLeft() }
         let refs = [await directory.bestEffort(id: first.userID), await directory.bestEffort(id: second.userID)]
         let id = ULID.make(now: now)
         let configuration = self.configuration
-        let match = try await write { tx, effects -> MatchRecord in
-            for t in [first, second] where try MatchStore.activeNonLocalMatch(tx, t.userID) != nil {
-                throw RPCError(.failedPrecondition, "a player is already in an active match")
+        let match: MatchRecord
+        do {
+            match = try await write { tx, effects -> MatchRecord in
+                for t in [first, second] where try MatchStore.activeNonLocalMatch(tx, t.userID) != nil {
+                    throw RPCError(.failedPrecondition, "a player is already in an active match")
+                }
+                guard first.stream.claim(), second.stream.claim() else { throw PlayerLeft() }
+                let m = try MatchStore.create(
+                    tx, id: id, kind: .random, rated: true, players: [first.userID, second.userID], columns: GameState.defaultSize,
+                    rows: GameState.defaultSize, rematchOf: "", now: now, configuration: configuration, effects: &effects)
+                for (seat, t) in [(GameSeat.first, first), (GameSeat.second, second)] {
+                    try Notify.send(
+                        tx, eventID: "matchmaking:match-found:\(id):\(seat.rawValue)", to: [t.userID], kind: .matchFound,
+                        title: "Opponent found: \(Names.name(refs[seat.other.index]))", actor: refs[seat.other.index].userId, matchID: id)
+                }
+                return m
             }
-            let m = try MatchStore.create(
-                tx, id: id, kind: .random, rated: true, players: [first.userID, second.userID], columns: GameState.defaultSize,
-                rows: GameState.defaultSize, rematchOf: "", now: now, configuration: configuration, effects: &effects)
-            for (seat, t) in [(GameSeat.first, first), (GameSeat.second, second)] {
-                try Notify.send(
-                    tx, eventID: "matchmaking:match-found:\(id):\(seat.rawValue)", to: [t.userID], kind: .matchFound,
-                    title: "Opponent found: \(Names.name(refs[seat.other.index]))", actor: refs[seat.other.index].userId, matchID: id)
-            }
-            return m
+        } catch {
+            first.stream.unclaim()
+            second.stream.unclaim()
+            throw error
         }
+        queue.paired([first, second])
         first.stream.deliver(.matched(matchID: match.id, opponent: refs[1], seat: .first))
         second.stream.deliver(.matched(matchID: match.id, opponent: refs[0], seat: .second))
         first.stream.finish()

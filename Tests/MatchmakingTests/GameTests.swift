@@ -4,6 +4,7 @@ import GRPCContracts
 import RPCCore
 import ServiceKit
 import ServiceKitTesting
+import Synchronization
 import Testing
 
 @testable import Matchmaking
@@ -553,6 +554,63 @@ struct GameTests {
         }
     }
 
+    @Test func aPlayerWhoLeavesWhileBeingPairedGetsNoMatchAndTheOtherWaitsOn() async throws {
+        try await withMatchmaking { env in
+            let a = try await env.player("a"), b = try await env.player("b"), c = try await env.player("c")
+            let queue = env.core.queue
+            // Tickets queued directly (as open JoinQueue streams carry them), so that the writer can
+            // be held while the pairing pass takes them and waits to write their match.
+            let sa = MatchQueue.Stream(), sb = MatchQueue.Stream(), sc = MatchQueue.Stream()
+
+            // A's stream ends (client closed it) while the pair's match waits for the writer.
+            var gate = await env.holdWriter()
+            _ = queue.join(userID: a.id, rating: 1500, ticketID: "t-a", now: env.clock.nowMilliseconds(), stream: sa)
+            _ = queue.join(userID: b.id, rating: 1500, ticketID: "t-b", now: env.clock.nowMilliseconds(), stream: sb)
+            #expect(await eventually { queue.ticket(of: a.id) == nil && queue.ticket(of: b.id) == nil })  // taken to be paired
+            sa.finish()
+            queue.streamEnded(userID: a.id, stream: sa)
+            gate.signal()
+            #expect(await eventually { queue.ticket(of: b.id)?.ticketID == "t-b" })  // B waits on, same ticket
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(try await env.matchCount([a.id, b.id]) == 0)
+            #expect(queue.ticket(of: a.id) == nil && sb.isOpen)
+
+            // C cancels (CancelQueue) while being paired with B: cancelled, no match, B waits on.
+            gate = await env.holdWriter()
+            _ = queue.join(userID: c.id, rating: 1500, ticketID: "t-c", now: env.clock.nowMilliseconds(), stream: sc)
+            #expect(await eventually { queue.ticket(of: b.id) == nil && queue.ticket(of: c.id) == nil })
+            #expect(try await env.mm.cancelQueue(Matchmaking_V1_CancelQueueRequest(), options: c.options).cancelled)
+            gate.signal()
+            let told = await sc.next()
+            #expect({ if case .cancelled? = told { true } else { false } }())
+            #expect(await sc.next() == nil)
+            #expect(await eventually { queue.ticket(of: b.id)?.ticketID == "t-b" })
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(try await env.matchCount([a.id, b.id, c.id]) == 0)
+            #expect(queue.ticket(of: c.id) == nil && sb.isOpen)
+
+            // C joins again and, while being paired with B, joins once more (a reconnect): the
+            // newer stream carries the ticket, the older one hears CANCELLED, and the pair is
+            // made on a later pass with the newer stream.
+            gate = await env.holdWriter()
+            let sc2 = MatchQueue.Stream(), sc3 = MatchQueue.Stream()
+            _ = queue.join(userID: c.id, rating: 1500, ticketID: "t-c2", now: env.clock.nowMilliseconds(), stream: sc2)
+            #expect(await eventually { queue.ticket(of: b.id) == nil && queue.ticket(of: c.id) == nil })
+            let again = queue.join(userID: c.id, rating: 1500, ticketID: "t-c3", now: env.clock.nowMilliseconds(), stream: sc3)
+            #expect(again?.ticketID == "t-c2")
+            gate.signal()
+            let superseded = await sc2.next()
+            #expect({ if case .cancelled? = superseded { true } else { false } }())
+            let matchedB = await sb.next(), matchedC = await sc3.next()
+            guard case .matched(let idB, let opponentOfB, _)? = matchedB, case .matched(let idC, _, _)? = matchedC else {
+                Issue.record("B and C were not matched: \(String(describing: matchedB)), \(String(describing: matchedC))")
+                return
+            }
+            #expect(idB == idC && opponentOfB.userId == c.id)
+            #expect(try await env.matchCount([b.id, c.id]) == 2)
+        }
+    }
+
     // MARK: Leaderboard
 
     @Test func leaderboardTopNAndMyRank() async throws {
@@ -665,5 +723,32 @@ extension Matchmaking_V1_GetPlayerStatsRequest {
         var r = Self()
         r.userId = user
         return r
+    }
+}
+
+extension MatchEnv {
+    /// Occupies matchmaking's single writer (a transaction ahead of every other write) until the
+    /// returned gate is signalled. Returns once the writer is held.
+    func holdWriter() async -> DispatchSemaphore {
+        let gate = DispatchSemaphore(value: 0)
+        let held = Mutex(false)
+        let store = core.store
+        Task {
+            try? await store.write { _ in
+                held.withLock { $0 = true }
+                gate.wait()
+            }
+        }
+        _ = await eventually { held.withLock { $0 } }
+        return gate
+    }
+
+    /// How many matches `ids` play or played.
+    func matchCount(_ ids: [String]) async throws -> Int {
+        try await core.store.read { c in
+            try ids.reduce(0) { n, id in
+                n + (try c.queryOne("SELECT COUNT(*) AS n FROM matches WHERE first_id = ? OR second_id = ?", id, id)!.get("n", as: Int.self))
+            }
+        }
     }
 }
