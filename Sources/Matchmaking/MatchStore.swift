@@ -85,11 +85,25 @@ enum MatchStore {
         effects.events.append(MatchEvent(matchID: m.id, event: e))
     }
 
+    /// Whether `userID`'s account was erased (EraseUser): never in a new match, never rated again.
+    static func isErased(_ db: some SQLReader, _ userID: String) throws -> Bool {
+        try db.queryOne("SELECT 1 FROM erased_users WHERE id = ?", userID) != nil
+    }
+
+    /// The caller's account was erased while its access token is still valid.
+    static let callerErased = RPCError(.unauthenticated, "the account of this access token no longer exists")
+
     /// Creates and stores a new match (ratings before from the ratings table; local matches 0).
+    /// A player whose account was erased (a still-valid access token, a queue ticket taken at the
+    /// moment of erasure) gets no match: UNAUTHENTICATED when it is `caller` (empty: the queue),
+    /// FAILED_PRECONDITION for the other player.
     static func create(
-        _ tx: Transaction, id: String, kind: Matchmaking_V1_MatchKind, rated: Bool, players: [String], columns: Int, rows: Int,
-        rematchOf: String, now: Int64, configuration: MatchmakingConfiguration, effects: inout Effects
+        _ tx: Transaction, id: String, kind: Matchmaking_V1_MatchKind, rated: Bool, players: [String], caller: String, columns: Int,
+        rows: Int, rematchOf: String, now: Int64, configuration: MatchmakingConfiguration, effects: inout Effects
     ) throws -> MatchRecord {
+        for p in Set(players) where try isErased(tx, p) {
+            throw p == caller ? callerErased : RPCError(.failedPrecondition, "the other player's account was deleted")
+        }
         let local = kind == .local || players[0] == players[1]
         let before = local ? [0.0, 0.0] : try players.map { try RatingRecord.load(tx, $0).rating.rating }
         let seed = UInt64.random(in: 0...UInt64.max)
@@ -160,7 +174,10 @@ enum MatchStore {
         outcome.reason = reason
         outcome.loserByForfeit = forfeit?.proto ?? .unspecified
 
-        if m.rated && !m.isLocal && reason != .accountDeleted && !m.players.contains("") {
+        // An erased player (emptied id, or a match that somehow outlived the erasure) is never
+        // rated nor counted again.
+        let erased = try m.players.map { try $0.isEmpty || isErased(tx, $0) }
+        if m.rated && !m.isLocal && reason != .accountDeleted && !erased.contains(true) {
             let before = try m.players.map { try RatingRecord.load(tx, $0) }
             for seat in GameSeat.allCases {
                 let me = before[seat.index], them = before[seat.other.index]
@@ -194,7 +211,7 @@ enum MatchStore {
                 turns[i] += 1
                 steps[i] += move.steps.count
             }
-            for seat in GameSeat.allCases where !m.players[seat.index].isEmpty {
+            for seat in GameSeat.allCases where !erased[seat.index] {
                 let won = winner == seat, lost = winner == seat.other, drew = winner == nil
                 try tx.execute(
                     """

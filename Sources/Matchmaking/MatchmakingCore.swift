@@ -177,12 +177,13 @@ public final class MatchmakingCore: Sendable {
     }
 
     /// A queue pair whose match was not made. A player who left meanwhile (stream closed, CancelQueue)
-    /// is gone; a player who started a match (a challenge) while queued leaves the queue (its
-    /// stream hears CANCELLED); the other waits on with their time kept.
+    /// is gone; a player who started a match (a challenge) while queued, or whose account was
+    /// erased, leaves the queue (its stream hears CANCELLED); the other waits on with their time kept.
     private func pairingFailed(_ pair: [MatchQueue.Ticket], _ error: any Error) async {
         let out =
             (try? await store.read { c in
-                try pair.filter { try MatchStore.activeNonLocalMatch(c, $0.userID) != nil }.map(\.userID)
+                try pair.filter { t in try MatchStore.activeNonLocalMatch(c, t.userID) != nil || MatchStore.isErased(c, t.userID) }
+                    .map(\.userID)
             }) ?? []
         if out.isEmpty && pair.allSatisfy(\.stream.isOpen) {
             logger.warning("could not start a random match", metadata: ["error": "\(error)"])
@@ -222,7 +223,7 @@ public final class MatchmakingCore: Sendable {
                 }
                 guard first.stream.claim(), second.stream.claim() else { throw PlayerLeft() }
                 let m = try MatchStore.create(
-                    tx, id: id, kind: .random, rated: true, players: [first.userID, second.userID], columns: GameState.defaultSize,
+                    tx, id: id, kind: .random, rated: true, players: [first.userID, second.userID], caller: "", columns: GameState.defaultSize,
                     rows: GameState.defaultSize, rematchOf: "", now: now, configuration: configuration, effects: &effects)
                 for (seat, t) in [(GameSeat.first, first), (GameSeat.second, second)] {
                     try Notify.send(

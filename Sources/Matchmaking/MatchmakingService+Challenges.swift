@@ -105,7 +105,11 @@ extension MatchmakingService {
 
         let now = core.now(), id = ULID.make(now: now), lifetime = core.configuration.challengeLifetime.milliseconds
         let (response, replayed) = try await core.write { tx, _ in
-            try tx.idempotent(
+            // An erased account (its access token still valid) challenges nobody; an opponent
+            // erased since the lookup is no user any more.
+            if try MatchStore.isErased(tx, caller.userID) { throw MatchStore.callerErased }
+            if try MatchStore.isErased(tx, opponent.userId) { throw FieldErrors.single(.notFound, field: field, "no such user") }
+            return try tx.idempotent(
                 scope: scope, key: key, fingerprint: fingerprint, now: now
             ) {
                 let low = min(caller.userID, opponent.userId), high = max(caller.userID, opponent.userId)
@@ -157,8 +161,9 @@ extension MatchmakingService {
             }
             try Self.requirePending(c, now: now)
             let m = try MatchStore.create(
-                tx, id: matchID, kind: .challenge, rated: c.rated, players: [c.challenger, c.challenged], columns: GameState.defaultSize,
-                rows: GameState.defaultSize, rematchOf: "", now: now, configuration: configuration, effects: &effects)
+                tx, id: matchID, kind: .challenge, rated: c.rated, players: [c.challenger, c.challenged], caller: caller.userID,
+                columns: GameState.defaultSize, rows: GameState.defaultSize, rematchOf: "", now: now, configuration: configuration,
+                effects: &effects)
             try tx.execute("UPDATE challenges SET status = 2, match_id = ? WHERE id = ?", matchID, id)
             let users = try UserNames.refs(tx, ids: [c.challenger, c.challenged])
             try Notify.send(

@@ -42,8 +42,8 @@ public struct MatchmakingService: Matchmaking_V1_MatchmakingService {
                 scope: "StartLocalMatch:\(caller.userID)", key: request.idempotencyKey, fingerprint: Idempotency.fingerprint(request), now: now
             ) {
                 let m = try MatchStore.create(
-                    tx, id: id, kind: .local, rated: false, players: [caller.userID, caller.userID], columns: columns, rows: rows,
-                    rematchOf: "", now: now, configuration: configuration, effects: &effects)
+                    tx, id: id, kind: .local, rated: false, players: [caller.userID, caller.userID], caller: caller.userID, columns: columns,
+                    rows: rows, rematchOf: "", now: now, configuration: configuration, effects: &effects)
                 var r = Matchmaking_V1_StartLocalMatchResponse()
                 r.match = try MatchStore.proto(tx, m, hub: hub)
                 return r
@@ -296,8 +296,8 @@ public struct MatchmakingService: Matchmaking_V1_MatchmakingService {
                 let kind: Matchmaking_V1_MatchKind = m.isLocal ? .local : .rematch
                 let b = m.board
                 let next = try MatchStore.create(
-                    tx, id: newID, kind: kind, rated: m.rated, players: players, columns: Int(b.columns), rows: Int(b.rows), rematchOf: m.id,
-                    now: now, configuration: configuration, effects: &effects)
+                    tx, id: newID, kind: kind, rated: m.rated, players: players, caller: caller.userID, columns: Int(b.columns),
+                    rows: Int(b.rows), rematchOf: m.id, now: now, configuration: configuration, effects: &effects)
                 m.rematchRequested[seat.index] = true
                 m.rematchState = .started
                 m.rematchID = newID

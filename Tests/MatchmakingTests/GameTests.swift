@@ -706,6 +706,56 @@ struct GameTests {
         }
     }
 
+    @Test func anErasedAccountGetsNoNewMatchNorRating() async throws {
+        try await withMatchmaking { env in
+            let a = try await env.player("a"), b = try await env.player("b")
+            try await env.befriend(a, b)
+            var erase = Matchmaking_V1_EraseUserRequest()
+            erase.eventId = "accounts:erase-a"
+            erase.userId = a.id
+            _ = try await env.internalAPI.eraseUser(erase)
+
+            // A's access token is still valid for a while: nothing new is made for A.
+            await expectFailure(.unauthenticated) { try await env.local(a) }
+            await expectFailure(.unauthenticated) { try await env.challenge(a, b) }
+            let qa = env.joinQueue(a)
+            #expect(await qa.waitUntilFinished()?.code == .unauthenticated)
+
+            // A ticket of A's that was queued at the moment of erasure: the match's transaction
+            // refuses it; A's stream hears CANCELLED, B waits on.
+            let queue = env.core.queue
+            let sa = MatchQueue.Stream(), sb = MatchQueue.Stream()
+            _ = queue.join(userID: a.id, rating: 1500, ticketID: "t-a", now: env.clock.nowMilliseconds(), stream: sa)
+            _ = queue.join(userID: b.id, rating: 1500, ticketID: "t-b", now: env.clock.nowMilliseconds(), stream: sb)
+            let told = await sa.next()
+            #expect({ if case .cancelled? = told { true } else { false } }(), "\(String(describing: told))")
+            #expect(await eventually { queue.ticket(of: b.id)?.ticketID == "t-b" && queue.ticket(of: a.id) == nil })
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(try await env.matchCount([a.id, b.id]) == 0)
+
+            // A rated match that names A (written before any of these checks could refuse it):
+            // its end rates nobody and counts nothing for A.
+            let id = ULID.make()
+            try await env.core.store.write { tx in
+                try MatchRecord(
+                    id: id, kind: .challenge, rated: true, players: [a.id, b.id], ratingBefore: [1500, 1500], seed: 1, columns: 9, rows: 9,
+                    now: env.clock.nowMilliseconds(), deadline: nil, rematchOf: ""
+                ).insert(tx)
+            }
+            var quit = Matchmaking_V1_QuitMatchRequest()
+            quit.matchId = id
+            let ended = try await env.mm.quitMatch(quit, options: b.options).match
+            #expect(ended.outcome.reason == .quit && ended.outcome.ratingChanges.isEmpty)
+            let rows = try await env.core.store.read { c in
+                (
+                    try c.queryOne("SELECT COUNT(*) AS n FROM ratings WHERE user_id IN (?, ?)", a.id, b.id)!.get("n", as: Int.self),
+                    try c.queryOne("SELECT COUNT(*) AS n FROM stats WHERE user_id = ?", a.id)!.get("n", as: Int.self)
+                )
+            }
+            #expect(rows.0 == 0 && rows.1 == 0)
+        }
+    }
+
     @Test func theAccessPolicy() async throws {
         try await withMatchmaking { env in
             await expectFailure(.unauthenticated) { try await env.mm.getLeaderboard(Matchmaking_V1_GetLeaderboardRequest()) }
