@@ -656,6 +656,31 @@ struct GameTests {
         }
     }
 
+    // MARK: Shutdown
+
+    @Test func shutdownEndsWatchersWithoutPresenceWrites() async throws {
+        try await withMatchmaking { env in
+            let (a, b, m) = try await env.friendlyMatch()
+            let wa = env.watch(m.matchId, a), wb = env.watch(m.matchId, b)
+            #expect(await wa.waitFor { !$0.isEmpty })
+            #expect(await wb.waitFor { !$0.isEmpty })
+            let presence = { @Sendable () async throws -> [Matchmaking_V1_PlayerPresence] in
+                try await env.core.store.read { c in
+                    try MatchStore.events(c, matchID: m.matchId, after: 0, through: .max).compactMap {
+                        if case .presence(let p)? = $0.event { p } else { nil }
+                    }
+                }
+            }
+            #expect(await eventually { (try? await presence().count) == 2 })  // both connected
+            env.core.shutDownStreams()
+            #expect(await wa.waitUntilFinished()?.code == .unavailable)
+            #expect(await wb.waitUntilFinished()?.code == .unavailable)
+            // No write raced the database's close: no "disconnected" presence was started.
+            try await Task.sleep(for: .milliseconds(500))
+            #expect(try await presence().allSatisfy(\.connected))
+        }
+    }
+
     // MARK: Account deletion
 
     @Test func eraseUserEndsMatchesAndAnonymises() async throws {
