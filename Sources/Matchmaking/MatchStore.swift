@@ -246,6 +246,15 @@ enum MatchStore {
         }
     }
 
+    /// Deletes the event logs of matches finished in [`from`, `before`) (a range of the
+    /// `matches_finished` index).
+    static func purgeEventLogs(_ tx: Transaction, finishedFrom from: Int64, before: Int64) throws {
+        try tx.execute(purgeEventLogsSQL, from, before)
+    }
+
+    static let purgeEventLogsSQL =
+        "DELETE FROM match_events WHERE match_id IN (SELECT id FROM matches WHERE status = 2 AND finished_at >= ? AND finished_at < ?)"
+
     /// Ends `m` by the turn deadline when it has passed (the seat to move loses).
     @discardableResult
     static func expireTurnIfDue(

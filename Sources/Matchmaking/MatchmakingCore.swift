@@ -244,16 +244,20 @@ public final class MatchmakingCore: Sendable {
         second.stream.finish()
     }
 
-    /// Hourly: finished matches' event logs past their keeping time, the kit's tables.
+    /// Hourly: finished matches' event logs past their keeping time, the kit's tables. The first
+    /// pass of the process reads every finished match (through the `matches_finished` index); later
+    /// ones only those finished since the previous cutoff, less a day (a match's log can still grow
+    /// a little after its end: the rematch window's close), so each pass reads about an hour's
+    /// matches.
     func maintenance() async {
+        var purgedBefore = Int64.min
         while !Task.isCancelled {
             do {
                 let now = self.now()
                 let before = now - configuration.keepEventsFor.milliseconds
-                try await store.write { tx in
-                    try tx.execute(
-                        "DELETE FROM match_events WHERE match_id IN (SELECT id FROM matches WHERE status = 2 AND finished_at < ?)", before)
-                }
+                let from = purgedBefore == .min ? .min : purgedBefore - MatchStore.day
+                try await store.write { tx in try MatchStore.purgeEventLogs(tx, finishedFrom: from, before: before) }
+                purgedBefore = max(purgedBefore, before)
                 try await store.purgeKitTables(now: now)
             } catch {
                 logger.error("maintenance failed", metadata: ["error": "\(error)"])

@@ -656,6 +656,45 @@ struct GameTests {
         }
     }
 
+    // MARK: Upkeep
+
+    @Test func theEventLogPurgeReadsARangeOfFinishedMatches() async throws {
+        try await withMatchmaking { env in
+            // The plan: a range of the matches_finished index, not a scan of every match.
+            let plan = try await env.core.store.read { c in
+                try c.query("EXPLAIN QUERY PLAN " + MatchStore.purgeEventLogsSQL, Int64(0), Int64(1)).map {
+                    try $0.get("detail", as: String.self)
+                }
+            }
+            #expect(plan.contains { $0.contains("USING INDEX matches_finished") }, "\(plan)")
+            #expect(!plan.contains { $0.hasPrefix("SCAN matches") }, "\(plan)")
+
+            // Matches finished at t+100, t+200, t+300 and an active one, each with an event: a purge
+            // of [t+150, t+300) empties only the log of the one finished at t+200. (t is now: the
+            // service's own hourly purge, which runs at its start, leaves them alone.)
+            let ids = (0..<4).map { _ in ULID.make() }
+            let t = env.clock.nowMilliseconds()
+            try await env.core.store.write { tx in
+                for (i, id) in ids.enumerated() {
+                    var m = MatchRecord(
+                        id: id, kind: .challenge, rated: false, players: ["x", "y"], ratingBefore: [1500, 1500], seed: 1, columns: 9, rows: 9,
+                        now: 50, deadline: nil, rematchOf: "")
+                    if i < 3 {
+                        m.status = .finished
+                        m.finishedAt = t + Int64(100 * (i + 1))
+                    }
+                    try m.insert(tx)
+                    try tx.execute("INSERT INTO match_events (match_id, sequence, event) VALUES (?, 1, ?)", id, [UInt8]())
+                }
+                try MatchStore.purgeEventLogs(tx, finishedFrom: t + 150, before: t + 300)
+            }
+            let left = try await env.core.store.read { c in
+                try ids.map { try c.queryOne("SELECT COUNT(*) AS n FROM match_events WHERE match_id = ?", $0)!.get("n", as: Int.self) }
+            }
+            #expect(left == [1, 0, 1, 1])
+        }
+    }
+
     // MARK: Shutdown
 
     @Test func shutdownEndsWatchersWithoutPresenceWrites() async throws {
