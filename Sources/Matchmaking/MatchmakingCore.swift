@@ -4,7 +4,6 @@ import Logging
 import RPCCore
 import ServiceKit
 import Storage
-import Synchronization
 
 /// The state both matchmaking services share: the database (through the kit's `ServiceStore`),
 /// the clock, page tokens, peers (accounts for names, social for relationships), the live match
@@ -25,7 +24,7 @@ public final class MatchmakingCore: Sendable {
     let relations: Relations
     let chatThrottle: SlidingWindowThrottle
     /// Relationship questions the queue is waiting for (asked once at a time per pair).
-    private let asking = Mutex<Set<String>>([])
+    private let asking = InFlightKeys()
 
     static let uniqueFields: [String: ServiceStore.UniqueField] = [
         "challenges.pair_low": .init(field: "opponent", message: "a pending challenge between you already exists"),
@@ -197,11 +196,11 @@ public final class MatchmakingCore: Sendable {
 
     private func askRelationship(_ a: String, _ b: String) {
         let key = Relations.key(a, b)
-        guard asking.withLock({ $0.insert(key).inserted }) else { return }
-        let relations = self.relations
+        guard asking.claim(key) else { return }
+        let relations = self.relations, asking = self.asking
         Task {
             _ = try? await relations.fresh(a, b)
-            self.asking.withLock { _ = $0.remove(key) }
+            asking.release(key)
         }
     }
 

@@ -36,8 +36,8 @@ extension MatchmakingService {
             switch core.chatThrottle.reserve("\(caller.userID)|\(id)") {
             case .success: break
             case .failure(let wait):
-                throw RPCError.retryLater(
-                    "at most \(core.configuration.chatLimit) messages per 10 seconds: wait a moment", after: .milliseconds(wait.milliseconds))
+                let c = core.configuration
+                throw RPCError.throttled("at most \(c.chatLimit) messages per \(c.chatWindow.components.seconds) seconds", wait: wait)
             }
         }
         let messageID = ULID.make(now: now), hub = core.hub

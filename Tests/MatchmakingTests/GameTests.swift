@@ -301,6 +301,7 @@ struct GameTests {
             chat.idempotencyKey = "c4"
             let limited = await expectFailure(.resourceExhausted) { try await mm.sendChatMessage(chat, options: a.options) }
             #expect(limited?.retryDelaySeconds != nil)
+            #expect(limited?.message.hasPrefix("at most 3 messages per 10 seconds: try again in ") == true, "\(String(describing: limited))")
             var history = Matchmaking_V1_ListChatMessagesRequest()
             history.matchId = m.matchId
             history.pageSize = 2
