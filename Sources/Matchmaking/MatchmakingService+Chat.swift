@@ -84,21 +84,15 @@ extension MatchmakingService {
         let caller = try core.caller(context)
         var errors = FieldErrors()
         let id = Self.matchID(request.matchId, into: &errors)
-        var size = 100
-        if request.pageSize < 0 {
-            errors.add("page_size", "must not be negative")
-        } else if request.pageSize > 0 {
-            size = min(200, Int(request.pageSize))
-        }
+        let size = FieldRules.pageSize(request.pageSize, defaultSize: 100, maximum: 200, into: &errors)  // the contract: 1..200, 0 = 100
         let cursor = core.pageTokens.cursor(request.pageToken, filters: "chat:\(id)", parts: 1, into: &errors)
         try errors.throwIfAny()
-        let limit = size
         let messages = try await core.store.read { c -> [Matchmaking_V1_ChatMessage] in
             let m = try Self.playerMatch(c, id, caller.userID)
             let users = try UserNames.refs(c, ids: m.players)
             return try c.query(
                 "SELECT id, seat, sender_id, text, sent_at FROM chat_messages WHERE match_id = ? AND id > ? ORDER BY id LIMIT ?", id,
-                cursor?.first ?? "", limit + 1
+                cursor?.first ?? "", size + 1
             ).map { row in
                 var message = Matchmaking_V1_ChatMessage()
                 message.messageId = try row.get("id")

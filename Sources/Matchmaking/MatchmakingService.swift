@@ -370,19 +370,13 @@ public struct MatchmakingService: Matchmaking_V1_MatchmakingService {
         let caller = try core.caller(context)
         var errors = FieldErrors()
         let id = Self.matchID(request.matchId, into: &errors)
-        var size = 200
-        if request.pageSize < 0 {
-            errors.add("page_size", "must not be negative")
-        } else if request.pageSize > 0 {
-            size = min(200, Int(request.pageSize))
-        }
+        let size = FieldRules.pageSize(request.pageSize, defaultSize: 200, maximum: 200, into: &errors)  // the contract: 1..200, 0 = 200
         let cursor = core.pageTokens.cursor(request.pageToken, filters: "moves:\(id)", parts: 1, into: &errors)
         try errors.throwIfAny()
         let after = Int(cursor?.first ?? "0") ?? 0
-        let limit = size
         let moves = try await core.store.read { c in
             let m = try Self.playerMatch(c, id, caller.userID)
-            return try MatchStore.moves(c, m, users: try UserNames.refs(c, ids: m.players), after: after, limit: limit + 1)
+            return try MatchStore.moves(c, m, users: try UserNames.refs(c, ids: m.players), after: after, limit: size + 1)
         }
         var r = Matchmaking_V1_ListMatchMovesResponse()
         r.moves = Array(moves.prefix(size))

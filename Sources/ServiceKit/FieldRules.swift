@@ -104,16 +104,17 @@ public enum FieldRules {
         return out
     }
 
-    /// Page size rule of every list: negative rejected, 0 = `defaultSize`, clamped to 100.
+    /// Page size rule of every list: negative rejected, 0 = `defaultSize`, clamped to `maximum`
+    /// (100 unless the contract allows more for the list).
     public static func pageSize(
-        _ requested: Int32, field: String = "page_size", defaultSize: Int = 20,
+        _ requested: Int32, field: String = "page_size", defaultSize: Int = 20, maximum: Int = maxPageSize,
         into errors: inout FieldErrors
     ) -> Int {
         if requested < 0 {
             errors.add(field, "must not be negative")
             return defaultSize
         }
-        return requested == 0 ? defaultSize : min(Int(requested), maxPageSize)
+        return requested == 0 ? defaultSize : min(Int(requested), maximum)
     }
 
     /// `idempotency_key`: 1..64 printable ASCII characters (0x20...0x7E, space included, as the

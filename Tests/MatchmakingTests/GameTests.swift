@@ -168,6 +168,10 @@ struct GameTests {
             var moves = Matchmaking_V1_ListMatchMovesRequest()
             moves.matchId = m.matchId
             #expect(try await mm.listMatchMoves(moves, options: b.options).moves.count == 1)
+            moves.pageSize = 500  // clamped to the contract's 200
+            #expect(try await mm.listMatchMoves(moves, options: b.options).moves.count == 1)
+            moves.pageSize = -1
+            await expectFailure(.invalidArgument, fields: ["page_size"]) { try await mm.listMatchMoves(moves, options: b.options) }
 
             // Timeout: SECOND misses the deadline.
             env.clock.advance(by: .seconds(61))
@@ -307,6 +311,11 @@ struct GameTests {
             history.pageSize = 2
             let page = try await mm.listChatMessages(history, options: b.options)
             #expect(page.messages.count == 2 && !page.nextPageToken.isEmpty && page.messages[0].messageId == sent.message.messageId)
+            history.pageSize = 1000  // clamped to the contract's 200
+            #expect(try await mm.listChatMessages(history, options: b.options).messages.count == 3)
+            history.pageSize = -1
+            await expectFailure(.invalidArgument, fields: ["page_size"]) { try await mm.listChatMessages(history, options: b.options) }
+            history.pageSize = 2
 
             // Quit = loss, unrated here; a retried quit answers the same.
             var quit = Matchmaking_V1_QuitMatchRequest()
