@@ -350,6 +350,14 @@ struct GameTests {
             env.clock.advance(by: .seconds(121))
             chat.idempotencyKey = "c5"
             await expectFailure(.failedPrecondition) { try await mm.sendChatMessage(chat, options: b.options) }
+            // A retry is still answered from its key (no other check runs); the key with another
+            // text is refused naming it.
+            chat.idempotencyKey = "c1"
+            let retried = try await mm.sendChatMessage(chat, options: a.options)
+            #expect(retried.replayed && retried.message.messageId == sent.message.messageId)
+            chat.text = "something else"
+            await expectFailure(.failedPrecondition, fields: ["idempotency_key"]) { try await mm.sendChatMessage(chat, options: a.options) }
+            chat.text = "hi!"
             let stranger = try await env.player("s")
             await expectFailure(.notFound) { try await mm.listChatMessages(history, options: stranger.options) }
             await expectFailure(.permissionDenied) {
