@@ -116,7 +116,13 @@ enum MatchStore {
 
     /// The match as the contract shows it, names from the cache, presence from the hub.
     static func proto(_ db: some SQLReader, _ m: MatchRecord, hub: MatchHub) throws -> Match {
-        m.proto(users: try UserNames.refs(db, ids: m.players), connected: hub.connected(m.id))
+        proto(m, users: try UserNames.refs(db, ids: m.players), hub: hub)
+    }
+
+    /// The same with the players' names already read (`users` holds them: a handler that read
+    /// them for its own use, or a page's names read at once).
+    static func proto(_ m: MatchRecord, users: [String: Common_V1_UserRef], hub: MatchHub) -> Match {
+        m.proto(users: users, connected: hub.connected(m.id))
     }
 
     /// The id of an ACTIVE non-local match `userID` plays, if any.

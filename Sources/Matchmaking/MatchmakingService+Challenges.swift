@@ -154,9 +154,10 @@ extension MatchmakingService {
         return try await core.write { tx, effects in
             let c = try Self.challengeToAnswer(tx, id, caller.userID)
             var r = Matchmaking_V1_AcceptChallengeResponse()
+            let users = try UserNames.refs(tx, ids: [c.challenger, c.challenged])  // the match's players too
             if c.status == .accepted, let m = try MatchRecord.load(tx, c.matchID) {  // a retried accept
-                r.challenge = c.proto(try UserNames.refs(tx, ids: [c.challenger, c.challenged]), now: now)
-                r.match = try MatchStore.proto(tx, m, hub: hub)
+                r.challenge = c.proto(users, now: now)
+                r.match = MatchStore.proto(m, users: users, hub: hub)
                 return r
             }
             try Self.requirePending(c, now: now)
@@ -165,13 +166,12 @@ extension MatchmakingService {
                 columns: GameState.defaultSize, rows: GameState.defaultSize, rematchOf: "", now: now, configuration: configuration,
                 effects: &effects)
             try tx.execute("UPDATE challenges SET status = 2, match_id = ? WHERE id = ?", matchID, id)
-            let users = try UserNames.refs(tx, ids: [c.challenger, c.challenged])
             try Notify.send(
                 tx, eventID: "matchmaking:challenge-answered:\(id)", to: [c.challenger], kind: .challengeAnswered,
                 title: "\(Names.name(MatchRecord.ref(c.challenged, users))) accepted your challenge", actor: c.challenged, matchID: matchID,
                 data: ["answer": "accepted", "challenge_id": id])
             r.challenge = try ChallengeRecord.load(tx, id)!.proto(users, now: now)
-            r.match = try MatchStore.proto(tx, m, hub: hub)
+            r.match = MatchStore.proto(m, users: users, hub: hub)
             return r
         }
     }

@@ -111,7 +111,9 @@ public struct MatchmakingService: Matchmaking_V1_MatchmakingService {
             sql += " ORDER BY id DESC LIMIT ?"
             args.append(.integer(Int64(size + 1)))
             let records = try c.query(sql, arguments: args).map(MatchRecord.init(row:))
-            return (try records.prefix(size).map { try MatchStore.proto(c, $0, hub: hub) }, records.count > size)
+            let page = records.prefix(size)
+            let users = try UserNames.refs(c, ids: page.flatMap(\.players))  // the page's names, each read once
+            return (page.map { MatchStore.proto($0, users: users, hub: hub) }, records.count > size)
         }
         var r = Matchmaking_V1_ListMyMatchesResponse()
         r.matches = matches
@@ -146,7 +148,7 @@ public struct MatchmakingService: Matchmaking_V1_MatchmakingService {
                 }
                 var r = Matchmaking_V1_SubmitMoveResponse()
                 r.move = stored
-                r.match = try MatchStore.proto(tx, m, hub: hub)
+                r.match = MatchStore.proto(m, users: users, hub: hub)
                 r.replayed = true
                 return (r, false)
             }
@@ -199,7 +201,7 @@ public struct MatchmakingService: Matchmaking_V1_MatchmakingService {
             try m.save(tx)
             var r = Matchmaking_V1_SubmitMoveResponse()
             r.move = move
-            r.match = try MatchStore.proto(tx, m, hub: hub)
+            r.match = MatchStore.proto(m, users: users, hub: hub)
             return (r, false)
         }
         if notify { throw RPCError(.failedPrecondition, "the turn deadline passed: the match ended (TIMEOUT)") }
@@ -311,7 +313,7 @@ public struct MatchmakingService: Matchmaking_V1_MatchmakingService {
                 }
                 try m.save(tx)
                 r.state = .started
-                r.newMatch = try MatchStore.proto(tx, next, hub: hub)
+                r.newMatch = MatchStore.proto(next, users: users, hub: hub)  // the same players, seats swapped
                 return r
             }
             if !m.rematchRequested[seat.index] {
@@ -399,10 +401,11 @@ public struct MatchmakingService: Matchmaking_V1_MatchmakingService {
             guard !m.isActive else {
                 throw RPCError(.failedPrecondition, "the match is still being played: review its moves with ListMatchMoves")
             }
+            let users = try UserNames.refs(c, ids: m.players)
             var r = Matchmaking_V1_GetMatchReplayResponse()
-            r.match = try MatchStore.proto(c, m, hub: hub)
+            r.match = MatchStore.proto(m, users: users, hub: hub)
             r.initialBoard = MatchRecord.board(GameState(columns: Int(m.board.columns), rows: Int(m.board.rows)))
-            r.moves = try MatchStore.moves(c, m, users: try UserNames.refs(c, ids: m.players))
+            r.moves = try MatchStore.moves(c, m, users: users)
             let played = r.moves.map { Int($0.turnNumber) }.max() ?? 0
             r.dealtShapes = played > 0 ? (1...played).map { m.dealt(turn: $0).proto } : []
             return r

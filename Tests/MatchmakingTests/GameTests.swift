@@ -229,6 +229,7 @@ struct GameTests {
             replay.matchId = m.matchId
             let rp = try await mm.getMatchReplay(replay, options: a.options)
             #expect(rp.moves.map(\.turnNumber) == played.map(\.turnNumber))
+            #expect(rp.match.first.user.username == a.username && rp.moves.allSatisfy { [a.username, b.username].contains($0.player.username) })
             #expect(rp.moves.map(\.steps) == played.map(\.steps))
             #expect(rp.moves.map(\.placement.cells) == played.map(\.placement.cells))
             #expect(rp.dealtShapes.count == played.count && rp.dealtShapes.first == m.nextShape)
@@ -271,6 +272,7 @@ struct GameTests {
             mine.pageSize = 1
             let page1 = try await mm.listMyMatches(mine, options: a.options)
             #expect(page1.matches.map(\.matchId) == [started.newMatch.matchId] && !page1.nextPageToken.isEmpty)
+            #expect(page1.matches[0].first.user.username == b.username && page1.matches[0].second.user.username == a.username)
             mine.pageToken = page1.nextPageToken
             #expect(try await mm.listMyMatches(mine, options: a.options).matches.map(\.matchId) == [m.matchId])
             mine.pageToken = "forged"
