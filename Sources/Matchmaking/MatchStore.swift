@@ -93,6 +93,21 @@ enum MatchStore {
     /// The caller's account was erased while its access token is still valid.
     static let callerErased = RPCError(.unauthenticated, "the account of this access token no longer exists")
 
+    /// Appends a RematchUpdate to `m`'s log: `state`, by `seat` when a player did it, the new
+    /// match when STARTED. `m` must be saved after.
+    static func appendRematch(
+        _ tx: Transaction, _ m: inout MatchRecord, _ state: Matchmaking_V1_RematchState, by seat: GameSeat? = nil, newMatchID: String = "",
+        now: Int64, effects: inout Effects
+    ) throws {
+        try appendEvent(tx, &m, now: now, effects: &effects) { e in
+            var u = Matchmaking_V1_RematchUpdate()
+            u.state = state
+            if let seat { u.bySeat = seat.proto }
+            u.newMatchId = newMatchID
+            e.rematch = u
+        }
+    }
+
     /// Creates and stores a new match (ratings before from the ratings table; local matches 0).
     /// A player whose account was erased (a still-valid access token, a queue ticket taken at the
     /// moment of erasure) gets no match: UNAUTHENTICATED when it is `caller` (empty: the queue),
@@ -281,11 +296,7 @@ enum MatchStore {
         m.windowClosesAt = nil
         if m.rematchState == .unspecified || m.rematchState == .waiting {
             m.rematchState = .declined
-            try appendEvent(tx, &m, now: now, effects: &effects) { e in
-                var u = Matchmaking_V1_RematchUpdate()
-                u.state = .declined
-                e.rematch = u
-            }
+            try appendRematch(tx, &m, .declined, now: now, effects: &effects)
         }
         try m.save(tx)
         return true

@@ -304,13 +304,7 @@ public struct MatchmakingService: Matchmaking_V1_MatchmakingService {
                 m.rematchState = .started
                 m.rematchID = newID
                 m.windowClosesAt = nil
-                try MatchStore.appendEvent(tx, &m, now: now, effects: &effects) { e in
-                    var u = Matchmaking_V1_RematchUpdate()
-                    u.state = .started
-                    u.bySeat = seat.proto
-                    u.newMatchId = newID
-                    e.rematch = u
-                }
+                try MatchStore.appendRematch(tx, &m, .started, by: seat, newMatchID: newID, now: now, effects: &effects)
                 try m.save(tx)
                 r.state = .started
                 r.newMatch = MatchStore.proto(next, users: users, hub: hub)  // the same players, seats swapped
@@ -319,12 +313,7 @@ public struct MatchmakingService: Matchmaking_V1_MatchmakingService {
             if !m.rematchRequested[seat.index] {
                 m.rematchRequested[seat.index] = true
                 m.rematchState = .waiting
-                try MatchStore.appendEvent(tx, &m, now: now, effects: &effects) { e in
-                    var u = Matchmaking_V1_RematchUpdate()
-                    u.state = .waiting
-                    u.bySeat = seat.proto
-                    e.rematch = u
-                }
+                try MatchStore.appendRematch(tx, &m, .waiting, by: seat, now: now, effects: &effects)
                 try m.save(tx)
                 try Notify.send(
                     tx, eventID: "matchmaking:rematch-request:\(m.id):\(seat.rawValue)", to: [m.players[seat.other.index]],
@@ -353,12 +342,7 @@ public struct MatchmakingService: Matchmaking_V1_MatchmakingService {
             let seat = m.seat(of: caller.userID)!
             m.rematchState = .declined
             m.windowClosesAt = nil
-            try MatchStore.appendEvent(tx, &m, now: now, effects: &effects) { e in
-                var u = Matchmaking_V1_RematchUpdate()
-                u.state = .declined
-                u.bySeat = seat.proto
-                e.rematch = u
-            }
+            try MatchStore.appendRematch(tx, &m, .declined, by: seat, now: now, effects: &effects)
             try m.save(tx)
         }
         return Matchmaking_V1_DeclineRematchResponse()

@@ -70,6 +70,9 @@ struct GameTests {
             reject.challengeId = first.challenge.challengeId
             let rejected = try await mm.rejectChallenge(reject, options: b.options)
             #expect(rejected.challenge.status == .rejected)
+            #expect(try await mm.rejectChallenge(reject, options: b.options).challenge.status == .rejected)  // a retry
+            await expectFailure(.permissionDenied, fields: ["challenge_id"]) { try await mm.rejectChallenge(reject, options: a.options) }
+            await expectFailure(.notFound, fields: ["challenge_id"]) { try await mm.rejectChallenge(reject, options: stranger.options) }
             _ = try await env.waitForNotification(a, kind: .challengeAnswered)
             await expectFailure(.failedPrecondition, fields: ["challenge_id"]) { try await mm.acceptChallenge(accept, options: b.options) }
 
@@ -78,6 +81,10 @@ struct GameTests {
             cancel.challengeId = second.challengeId
             await expectFailure(.permissionDenied) { try await mm.cancelChallenge(cancel, options: b.options) }
             #expect(try await mm.cancelChallenge(cancel, options: a.options).challenge.status == .cancelled)
+            #expect(try await mm.cancelChallenge(cancel, options: a.options).challenge.status == .cancelled)  // a retry
+            await expectFailure(.notFound, fields: ["challenge_id"]) { try await mm.cancelChallenge(cancel, options: stranger.options) }
+            reject.challengeId = second.challengeId
+            await expectFailure(.failedPrecondition, fields: ["challenge_id"]) { try await mm.rejectChallenge(reject, options: b.options) }
 
             // Expiry after 10 minutes.
             let third = try await env.challenge(a, b)
