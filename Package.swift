@@ -338,7 +338,7 @@ let package = Package(
             dependencies: [
                 "Matchmaking", "matchmaking-service", "Social", "social-service", "Accounts", "accounts-service", "ServiceKit",
                 "ServiceKitTesting", "Storage", "Security", "Contracts", "GRPCContracts", "RPCCore", "RPCTransport", "RPCServices",
-                "RPCProtobuf", "ContractTesting",
+                "RPCProtobuf", "ContractTesting", "ServiceCluster",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

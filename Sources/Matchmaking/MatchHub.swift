@@ -188,6 +188,9 @@ final class MatchHub: Sendable {
         for sub in registry.withLock({ $0.byUser[userID] ?? [] }) { sub.close(error) }
     }
 
+    /// Whether `shutDown` ran (the server is stopping: no presence is recorded any more).
+    var isClosed: Bool { registry.withLock { $0.closedReason != nil } }
+
     /// Ends every stream (UNAVAILABLE: the server is shutting down; watchers reconnect with
     /// after_sequence) and refuses new ones.
     func shutDown() {

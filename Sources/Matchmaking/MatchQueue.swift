@@ -10,6 +10,13 @@ import Synchronization
 /// closed or cancelled it, its connection died (the transport's keepalive PING cancels the stream
 /// of a peer that stopped answering), or the server shut down. A ticket that waited out its
 /// lifetime expires.
+///
+/// **Leaving while being paired.** A pair taken out by `pass` stays visible (`pairing`) until its
+/// match is written or given up: CancelQueue still finds the ticket, and the transaction that
+/// writes the match first claims both streams (`Stream.claim`), refusing the pair when either has
+/// ended. A stream that ended (or was cancelled) before the claim gets no match; the other player
+/// goes back to the queue with their waiting time kept. After the claim the match stands (CancelQueue
+/// answers false: already matched).
 final class MatchQueue: Sendable {
     /// What a stream is told.
     enum Update: Sendable {
@@ -26,8 +33,42 @@ final class MatchQueue: Sendable {
             var queue: [Update] = []
             var waiter: CheckedContinuation<Update?, Never>?
             var finished = false
+            /// A match for this stream is being written (set inside its transaction).
+            var claimed = false
         }
         private let state = Mutex(State())
+
+        /// Whether the stream is still open (its client still waits for a match).
+        var isOpen: Bool { state.withLock { !$0.finished } }
+
+        /// Called inside the transaction that writes this stream's match: false when the stream has
+        /// ended (no match may be made for it); from now on CancelQueue cannot take it back.
+        func claim() -> Bool {
+            state.withLock { s in
+                if s.finished { return false }
+                s.claimed = true
+                return true
+            }
+        }
+
+        /// The match was not written after all.
+        func unclaim() { state.withLock { $0.claimed = false } }
+
+        /// Ends the stream with CANCELLED unless its match is being written. True when it did.
+        func cancelUnlessClaimed() -> Bool {
+            let (cancelled, w): (Bool, CheckedContinuation<Update?, Never>?) = state.withLock { s in
+                if s.finished || s.claimed { return (false, nil) }
+                s.finished = true
+                if let w = s.waiter {
+                    s.waiter = nil
+                    return (true, w)
+                }
+                s.queue.append(.cancelled)
+                return (true, nil)
+            }
+            w?.resume(returning: .cancelled)
+            return cancelled
+        }
 
         func deliver(_ u: Update) {
             let w: CheckedContinuation<Update?, Never>? = state.withLock { s in
@@ -86,7 +127,10 @@ final class MatchQueue: Sendable {
     }
 
     private struct State {
+        /// Tickets waiting for an opponent.
         var byUser: [String: Ticket] = [:]
+        /// Tickets taken out by `pass` whose match is being made (back to `byUser` if it is not).
+        var pairing: [String: Ticket] = [:]
         var nextNumber: UInt64 = 1
         var closed = false
     }
@@ -115,6 +159,15 @@ final class MatchQueue: Sendable {
                 s.byUser[userID] = existing
                 return (existing, old)
             }
+            // Being paired, its match not written yet: the older stream ends (CANCELLED), so the
+            // pairing gives up on it, and the ticket waits on with this stream.
+            if var existing = s.pairing[userID], existing.stream.cancelUnlessClaimed() {
+                s.pairing[userID] = nil
+                existing.stream = stream
+                existing.lastStatusAt = now
+                s.byUser[userID] = existing
+                return (existing, nil)
+            }
             let t = Ticket(
                 number: s.nextNumber, ticketID: ticketID, userID: userID, rating: rating, joinedAt: now, stream: stream,
                 lastStatusAt: now, lastHalfWidth: QueuePairing.halfWidth(waitedMilliseconds: 0))
@@ -137,28 +190,51 @@ final class MatchQueue: Sendable {
         }
     }
 
-    /// CancelQueue: removes the user's ticket (any, or the one named). True when one was removed.
+    /// CancelQueue: removes the user's ticket (any, or the one named). True when one was removed
+    /// (a ticket being paired too, unless its match is already being written).
     func cancel(userID: String, ticketID: String) -> Bool {
-        let removed: Ticket? = state.withLock { s in
-            guard let t = s.byUser[userID], ticketID.isEmpty || t.ticketID == ticketID else { return nil }
-            s.byUser[userID] = nil
-            return t
+        let (removed, pairing): (Ticket?, Ticket?) = state.withLock { s in
+            if let t = s.byUser[userID], ticketID.isEmpty || t.ticketID == ticketID {
+                s.byUser[userID] = nil
+                return (t, nil)
+            }
+            if let t = s.pairing[userID], ticketID.isEmpty || t.ticketID == ticketID { return (nil, t) }
+            return (nil, nil)
         }
+        // A ticket being paired: its ended stream makes the pairing give up on it.
+        if let pairing { return pairing.stream.cancelUnlessClaimed() }
         guard let removed else { return false }
         removed.stream.deliver(.cancelled)
         removed.stream.finish()
         return true
     }
 
-    /// Takes tickets out to be paired (the core creates their match, then `matched` or `putBack`).
+    /// Takes tickets out to be paired (the core writes their match, then `paired` or `putBack`).
     private func take(_ users: [String]) -> [Ticket] {
-        state.withLock { s in users.compactMap { s.byUser.removeValue(forKey: $0) } }
+        state.withLock { s in
+            users.compactMap { user in
+                guard let t = s.byUser.removeValue(forKey: user) else { return nil }
+                s.pairing[user] = t
+                return t
+            }
+        }
     }
 
-    /// Returns tickets whose match could not be made (their streams still open).
+    /// The match of tickets taken by `pass` was written.
+    func paired(_ tickets: [Ticket]) {
+        state.withLock { s in
+            for t in tickets where s.pairing[t.userID]?.number == t.number { s.pairing[t.userID] = nil }
+        }
+    }
+
+    /// Returns tickets taken by `pass` whose match was not made. A ticket whose stream ended
+    /// meanwhile (closed, cancelled) is not returned: it is gone.
     func putBack(_ tickets: [Ticket]) {
         state.withLock { s in
-            for t in tickets where s.byUser[t.userID] == nil && !s.closed { s.byUser[t.userID] = t }
+            for t in tickets {
+                if s.pairing[t.userID]?.number == t.number { s.pairing[t.userID] = nil }
+                if s.byUser[t.userID] == nil && !s.closed && t.stream.isOpen { s.byUser[t.userID] = t }
+            }
         }
     }
 
@@ -215,12 +291,13 @@ final class MatchQueue: Sendable {
         return (pairs, plan.unknown)
     }
 
-    /// Ends every stream (server shutting down) and refuses new tickets.
+    /// Ends every stream (server shutting down; a pair being written whose stream ended first gets
+    /// no match) and refuses new tickets.
     func shutDown() {
         let all: [Ticket] = state.withLock { s in
             s.closed = true
             defer { s.byUser = [:] }
-            return Array(s.byUser.values)
+            return Array(s.byUser.values) + Array(s.pairing.values)
         }
         for t in all { t.stream.finish() }
     }

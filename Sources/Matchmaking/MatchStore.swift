@@ -85,11 +85,40 @@ enum MatchStore {
         effects.events.append(MatchEvent(matchID: m.id, event: e))
     }
 
+    /// Whether `userID`'s account was erased (EraseUser): never in a new match, never rated again.
+    static func isErased(_ db: some SQLReader, _ userID: String) throws -> Bool {
+        try db.queryOne("SELECT 1 FROM erased_users WHERE id = ?", userID) != nil
+    }
+
+    /// The caller's account was erased while its access token is still valid.
+    static let callerErased = RPCError(.unauthenticated, "the account of this access token no longer exists")
+
+    /// Appends a RematchUpdate to `m`'s log: `state`, by `seat` when a player did it, the new
+    /// match when STARTED. `m` must be saved after.
+    static func appendRematch(
+        _ tx: Transaction, _ m: inout MatchRecord, _ state: Matchmaking_V1_RematchState, by seat: GameSeat? = nil, newMatchID: String = "",
+        now: Int64, effects: inout Effects
+    ) throws {
+        try appendEvent(tx, &m, now: now, effects: &effects) { e in
+            var u = Matchmaking_V1_RematchUpdate()
+            u.state = state
+            if let seat { u.bySeat = seat.proto }
+            u.newMatchId = newMatchID
+            e.rematch = u
+        }
+    }
+
     /// Creates and stores a new match (ratings before from the ratings table; local matches 0).
+    /// A player whose account was erased (a still-valid access token, a queue ticket taken at the
+    /// moment of erasure) gets no match: UNAUTHENTICATED when it is `caller` (empty: the queue),
+    /// FAILED_PRECONDITION for the other player.
     static func create(
-        _ tx: Transaction, id: String, kind: Matchmaking_V1_MatchKind, rated: Bool, players: [String], columns: Int, rows: Int,
-        rematchOf: String, now: Int64, configuration: MatchmakingConfiguration, effects: inout Effects
+        _ tx: Transaction, id: String, kind: Matchmaking_V1_MatchKind, rated: Bool, players: [String], caller: String, columns: Int,
+        rows: Int, rematchOf: String, now: Int64, configuration: MatchmakingConfiguration, effects: inout Effects
     ) throws -> MatchRecord {
+        for p in Set(players) where try isErased(tx, p) {
+            throw p == caller ? callerErased : RPCError(.failedPrecondition, "the other player's account was deleted")
+        }
         let local = kind == .local || players[0] == players[1]
         let before = local ? [0.0, 0.0] : try players.map { try RatingRecord.load(tx, $0).rating.rating }
         let seed = UInt64.random(in: 0...UInt64.max)
@@ -102,7 +131,13 @@ enum MatchStore {
 
     /// The match as the contract shows it, names from the cache, presence from the hub.
     static func proto(_ db: some SQLReader, _ m: MatchRecord, hub: MatchHub) throws -> Match {
-        m.proto(users: try UserNames.refs(db, ids: m.players), connected: hub.connected(m.id))
+        proto(m, users: try UserNames.refs(db, ids: m.players), hub: hub)
+    }
+
+    /// The same with the players' names already read (`users` holds them: a handler that read
+    /// them for its own use, or a page's names read at once).
+    static func proto(_ m: MatchRecord, users: [String: Common_V1_UserRef], hub: MatchHub) -> Match {
+        m.proto(users: users, connected: hub.connected(m.id))
     }
 
     /// The id of an ACTIVE non-local match `userID` plays, if any.
@@ -160,7 +195,10 @@ enum MatchStore {
         outcome.reason = reason
         outcome.loserByForfeit = forfeit?.proto ?? .unspecified
 
-        if m.rated && !m.isLocal && reason != .accountDeleted && !m.players.contains("") {
+        // An erased player (emptied id, or a match that somehow outlived the erasure) is never
+        // rated nor counted again.
+        let erased = try m.players.map { try $0.isEmpty || isErased(tx, $0) }
+        if m.rated && !m.isLocal && reason != .accountDeleted && !erased.contains(true) {
             let before = try m.players.map { try RatingRecord.load(tx, $0) }
             for seat in GameSeat.allCases {
                 let me = before[seat.index], them = before[seat.other.index]
@@ -194,7 +232,7 @@ enum MatchStore {
                 turns[i] += 1
                 steps[i] += move.steps.count
             }
-            for seat in GameSeat.allCases where !m.players[seat.index].isEmpty {
+            for seat in GameSeat.allCases where !erased[seat.index] {
                 let won = winner == seat, lost = winner == seat.other, drew = winner == nil
                 try tx.execute(
                     """
@@ -229,6 +267,15 @@ enum MatchStore {
         }
     }
 
+    /// Deletes the event logs of matches finished in [`from`, `before`) (a range of the
+    /// `matches_finished` index).
+    static func purgeEventLogs(_ tx: Transaction, finishedFrom from: Int64, before: Int64) throws {
+        try tx.execute(purgeEventLogsSQL, from, before)
+    }
+
+    static let purgeEventLogsSQL =
+        "DELETE FROM match_events WHERE match_id IN (SELECT id FROM matches WHERE status = 2 AND finished_at >= ? AND finished_at < ?)"
+
     /// Ends `m` by the turn deadline when it has passed (the seat to move loses).
     @discardableResult
     static func expireTurnIfDue(
@@ -249,11 +296,7 @@ enum MatchStore {
         m.windowClosesAt = nil
         if m.rematchState == .unspecified || m.rematchState == .waiting {
             m.rematchState = .declined
-            try appendEvent(tx, &m, now: now, effects: &effects) { e in
-                var u = Matchmaking_V1_RematchUpdate()
-                u.state = .declined
-                e.rematch = u
-            }
+            try appendRematch(tx, &m, .declined, now: now, effects: &effects)
         }
         try m.save(tx)
         return true

@@ -25,8 +25,9 @@ public struct MatchmakingConfiguration: Sendable {
     // Choices.
     /// Deadline of synchronous reads of social and accounts.
     public var peerDeadline: Duration = .milliseconds(1500)
-    /// How long a relationship answer from social is trusted by the queue and chat (blocks made
-    /// meanwhile take effect after at most this long). Challenges always ask afresh.
+    /// How long a relationship answer from social is trusted by the queue (a block made meanwhile
+    /// stops pairings after at most this long). Challenges and chat always ask afresh (chat falls
+    /// back to the last answer known while social is down).
     public var relationshipCacheFor: Duration = .seconds(30)
     /// How often the upkeep loop looks at deadlines, expiries, rematch windows and the queue.
     public var tick: Duration = .milliseconds(200)

@@ -4,7 +4,6 @@ import Logging
 import RPCCore
 import ServiceKit
 import Storage
-import Synchronization
 
 /// The state both matchmaking services share: the database (through the kit's `ServiceStore`),
 /// the clock, page tokens, peers (accounts for names, social for relationships), the live match
@@ -25,7 +24,7 @@ public final class MatchmakingCore: Sendable {
     let relations: Relations
     let chatThrottle: SlidingWindowThrottle
     /// Relationship questions the queue is waiting for (asked once at a time per pair).
-    private let asking = Mutex<Set<String>>([])
+    private let asking = InFlightKeys()
 
     static let uniqueFields: [String: ServiceStore.UniqueField] = [
         "challenges.pair_low": .init(field: "opponent", message: "a pending challenge between you already exists"),
@@ -171,68 +170,93 @@ public final class MatchmakingCore: Sendable {
             do {
                 try await startRandomMatch(first, second, now: now)
             } catch {
-                // A player who started a match (a challenge) while queued leaves the queue (its
-                // stream hears CANCELLED); the other waits on with their time kept.
-                let busy =
-                    (try? await store.read { c in
-                        try [first, second].filter { try MatchStore.activeNonLocalMatch(c, $0.userID) != nil }.map(\.userID)
-                    }) ?? []
-                if busy.isEmpty { logger.warning("could not start a random match", metadata: ["error": "\(error)"]) }
-                let keep = [first, second].filter { !busy.contains($0.userID) }
-                queue.putBack(keep)
-                for t in [first, second] where busy.contains(t.userID) {
-                    t.stream.deliver(.cancelled)
-                    t.stream.finish()
-                }
+                await pairingFailed([first, second], error)
             }
         }
+    }
+
+    /// A queue pair whose match was not made. A player who left meanwhile (stream closed, CancelQueue)
+    /// is gone; a player who started a match (a challenge) while queued, or whose account was
+    /// erased, leaves the queue (its stream hears CANCELLED); the other waits on with their time kept.
+    private func pairingFailed(_ pair: [MatchQueue.Ticket], _ error: any Error) async {
+        let out =
+            (try? await store.read { c in
+                try pair.filter { t in try MatchStore.activeNonLocalMatch(c, t.userID) != nil || MatchStore.isErased(c, t.userID) }
+                    .map(\.userID)
+            }) ?? []
+        if out.isEmpty && pair.allSatisfy(\.stream.isOpen) {
+            logger.warning("could not start a random match", metadata: ["error": "\(error)"])
+        }
+        for t in pair where out.contains(t.userID) {
+            t.stream.deliver(.cancelled)
+            t.stream.finish()
+        }
+        queue.putBack(pair)
     }
 
     private func askRelationship(_ a: String, _ b: String) {
         let key = Relations.key(a, b)
-        guard asking.withLock({ $0.insert(key).inserted }) else { return }
-        let relations = self.relations
+        guard asking.claim(key) else { return }
+        let relations = self.relations, asking = self.asking
         Task {
             _ = try? await relations.fresh(a, b)
-            self.asking.withLock { _ = $0.remove(key) }
+            asking.release(key)
         }
     }
 
-    /// Makes the match of a queue pair (the earlier joiner is FIRST) and tells both streams.
+    /// A player of a queue pair left (stream closed or cancelled) before its match was written.
+    struct PlayerLeft: Error {}
+
+    /// Makes the match of a queue pair (the earlier joiner is FIRST) and tells both streams. The
+    /// transaction claims both streams first: a player who left by then gets no match (`PlayerLeft`).
     func startRandomMatch(_ first: MatchQueue.Ticket, _ second: MatchQueue.Ticket, now: Int64) async throws {
+        guard first.stream.isOpen, second.stream.isOpen else { throw PlayerLeft() }
         let refs = [await directory.bestEffort(id: first.userID), await directory.bestEffort(id: second.userID)]
         let id = ULID.make(now: now)
         let configuration = self.configuration
-        let match = try await write { tx, effects -> MatchRecord in
-            for t in [first, second] where try MatchStore.activeNonLocalMatch(tx, t.userID) != nil {
-                throw RPCError(.failedPrecondition, "a player is already in an active match")
+        let match: MatchRecord
+        do {
+            match = try await write { tx, effects -> MatchRecord in
+                for t in [first, second] where try MatchStore.activeNonLocalMatch(tx, t.userID) != nil {
+                    throw RPCError(.failedPrecondition, "a player is already in an active match")
+                }
+                guard first.stream.claim(), second.stream.claim() else { throw PlayerLeft() }
+                let m = try MatchStore.create(
+                    tx, id: id, kind: .random, rated: true, players: [first.userID, second.userID], caller: "", columns: GameState.defaultSize,
+                    rows: GameState.defaultSize, rematchOf: "", now: now, configuration: configuration, effects: &effects)
+                for (seat, t) in [(GameSeat.first, first), (GameSeat.second, second)] {
+                    try Notify.send(
+                        tx, eventID: "matchmaking:match-found:\(id):\(seat.rawValue)", to: [t.userID], kind: .matchFound,
+                        title: "Opponent found: \(Names.name(refs[seat.other.index]))", actor: refs[seat.other.index].userId, matchID: id)
+                }
+                return m
             }
-            let m = try MatchStore.create(
-                tx, id: id, kind: .random, rated: true, players: [first.userID, second.userID], columns: GameState.defaultSize,
-                rows: GameState.defaultSize, rematchOf: "", now: now, configuration: configuration, effects: &effects)
-            for (seat, t) in [(GameSeat.first, first), (GameSeat.second, second)] {
-                try Notify.send(
-                    tx, eventID: "matchmaking:match-found:\(id):\(seat.rawValue)", to: [t.userID], kind: .matchFound,
-                    title: "Opponent found: \(Names.name(refs[seat.other.index]))", actor: refs[seat.other.index].userId, matchID: id)
-            }
-            return m
+        } catch {
+            first.stream.unclaim()
+            second.stream.unclaim()
+            throw error
         }
+        queue.paired([first, second])
         first.stream.deliver(.matched(matchID: match.id, opponent: refs[1], seat: .first))
         second.stream.deliver(.matched(matchID: match.id, opponent: refs[0], seat: .second))
         first.stream.finish()
         second.stream.finish()
     }
 
-    /// Hourly: finished matches' event logs past their keeping time, the kit's tables.
+    /// Hourly: finished matches' event logs past their keeping time, the kit's tables. The first
+    /// pass of the process reads every finished match (through the `matches_finished` index); later
+    /// ones only those finished since the previous cutoff, less a day (a match's log can still grow
+    /// a little after its end: the rematch window's close), so each pass reads about an hour's
+    /// matches.
     func maintenance() async {
+        var purgedBefore = Int64.min
         while !Task.isCancelled {
             do {
                 let now = self.now()
                 let before = now - configuration.keepEventsFor.milliseconds
-                try await store.write { tx in
-                    try tx.execute(
-                        "DELETE FROM match_events WHERE match_id IN (SELECT id FROM matches WHERE status = 2 AND finished_at < ?)", before)
-                }
+                let from = purgedBefore == .min ? .min : purgedBefore - MatchStore.day
+                try await store.write { tx in try MatchStore.purgeEventLogs(tx, finishedFrom: from, before: before) }
+                purgedBefore = max(purgedBefore, before)
                 try await store.purgeKitTables(now: now)
             } catch {
                 logger.error("maintenance failed", metadata: ["error": "\(error)"])
@@ -262,8 +286,10 @@ enum Notify {
         r.eventId = eventID
         r.recipientUserIds = recipients
         r.kind = kind
-        r.title = String(title.prefix(100))
-        r.body = String(body.prefix(500))
+        // Social checks 1...100 and 0...500 Unicode scalars, not characters (an emoji can be
+        // several scalars): a longer title would be refused and the notification lost.
+        r.title = FieldRules.clip(title, to: 100)
+        r.body = FieldRules.clip(body, to: 500)
         r.actorUserId = actor
         if !matchID.isEmpty {
             var t = Social_V1_NotificationTarget()

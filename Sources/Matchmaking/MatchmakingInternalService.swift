@@ -16,7 +16,7 @@ public struct MatchmakingInternalService: Matchmaking_V1_MatchmakingInternalServ
     public func eraseUser(request: Matchmaking_V1_EraseUserRequest, context: ServerContext) async throws -> Matchmaking_V1_EraseUserResponse {
         let core = self.core
         let now = core.now(), configuration = core.configuration
-        let effects = Mutex2<Effects>(Effects())
+        let effects = Mutex(Effects())
         let replayed = try await EraseUser.receive(eventID: request.eventId, userID: request.userId, store: core.store) { tx, user in
             var fx = Effects()
             // Local matches are the user's alone.
@@ -54,10 +54,10 @@ public struct MatchmakingInternalService: Matchmaking_V1_MatchmakingInternalServ
             try tx.execute("DELETE FROM stats WHERE user_id = ?", user)
             try tx.execute("DELETE FROM users WHERE id = ?", user)
             try tx.execute("INSERT OR IGNORE INTO erased_users (id, erased_at) VALUES (?, ?)", user, now)
-            effects.set(fx)
+            effects.withLock { $0 = fx }
         }
         if !replayed {
-            core.apply(effects.get())
+            core.apply(effects.withLock { $0 })
             core.queue.remove(userID: request.userId)
             core.ranks.remove(userID: request.userId)
             core.relations.forget(userID: request.userId)
@@ -67,12 +67,4 @@ public struct MatchmakingInternalService: Matchmaking_V1_MatchmakingInternalServ
         r.replayed = replayed
         return r
     }
-}
-
-/// A value set inside a transaction body and read after it.
-final class Mutex2<T: Sendable>: Sendable {
-    private let m: Mutex<T>
-    init(_ v: T) { m = Mutex(v) }
-    func set(_ v: T) { m.withLock { $0 = v } }
-    func get() -> T { m.withLock { $0 } }
 }

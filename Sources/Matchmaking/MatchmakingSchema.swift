@@ -125,6 +125,13 @@ public enum MatchmakingSchema {
                         best_streak INTEGER NOT NULL DEFAULT 0,
                         last_played_at INTEGER
                     ) WITHOUT ROWID;
-                    """)
+                    """),
+            Migration(
+                name: "002-matches-finished",
+                sql: """
+                    -- The hourly purge of finished matches' event logs (MatchStore.purgeEventLogs)
+                    -- reads a range of finished_at instead of scanning every match.
+                    CREATE INDEX matches_finished ON matches(finished_at) WHERE status = 2;
+                    """),
         ]
 }

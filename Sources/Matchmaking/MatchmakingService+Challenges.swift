@@ -105,7 +105,11 @@ extension MatchmakingService {
 
         let now = core.now(), id = ULID.make(now: now), lifetime = core.configuration.challengeLifetime.milliseconds
         let (response, replayed) = try await core.write { tx, _ in
-            try tx.idempotent(
+            // An erased account (its access token still valid) challenges nobody; an opponent
+            // erased since the lookup is no user any more.
+            if try MatchStore.isErased(tx, caller.userID) { throw MatchStore.callerErased }
+            if try MatchStore.isErased(tx, opponent.userId) { throw FieldErrors.single(.notFound, field: field, "no such user") }
+            return try tx.idempotent(
                 scope: scope, key: key, fingerprint: fingerprint, now: now
             ) {
                 let low = min(caller.userID, opponent.userId), high = max(caller.userID, opponent.userId)
@@ -148,25 +152,26 @@ extension MatchmakingService {
         }
         let now = core.now(), matchID = ULID.make(now: now), configuration = core.configuration, hub = core.hub
         return try await core.write { tx, effects in
-            let c = try Self.challengeToAnswer(tx, id, caller.userID)
+            let c = try Self.challenge(tx, id, caller.userID, as: .challenged)
             var r = Matchmaking_V1_AcceptChallengeResponse()
+            let users = try UserNames.refs(tx, ids: [c.challenger, c.challenged])  // the match's players too
             if c.status == .accepted, let m = try MatchRecord.load(tx, c.matchID) {  // a retried accept
-                r.challenge = c.proto(try UserNames.refs(tx, ids: [c.challenger, c.challenged]), now: now)
-                r.match = try MatchStore.proto(tx, m, hub: hub)
+                r.challenge = c.proto(users, now: now)
+                r.match = MatchStore.proto(m, users: users, hub: hub)
                 return r
             }
             try Self.requirePending(c, now: now)
             let m = try MatchStore.create(
-                tx, id: matchID, kind: .challenge, rated: c.rated, players: [c.challenger, c.challenged], columns: GameState.defaultSize,
-                rows: GameState.defaultSize, rematchOf: "", now: now, configuration: configuration, effects: &effects)
+                tx, id: matchID, kind: .challenge, rated: c.rated, players: [c.challenger, c.challenged], caller: caller.userID,
+                columns: GameState.defaultSize, rows: GameState.defaultSize, rematchOf: "", now: now, configuration: configuration,
+                effects: &effects)
             try tx.execute("UPDATE challenges SET status = 2, match_id = ? WHERE id = ?", matchID, id)
-            let users = try UserNames.refs(tx, ids: [c.challenger, c.challenged])
             try Notify.send(
                 tx, eventID: "matchmaking:challenge-answered:\(id)", to: [c.challenger], kind: .challengeAnswered,
                 title: "\(Names.name(MatchRecord.ref(c.challenged, users))) accepted your challenge", actor: c.challenged, matchID: matchID,
                 data: ["answer": "accepted", "challenge_id": id])
             r.challenge = try ChallengeRecord.load(tx, id)!.proto(users, now: now)
-            r.match = try MatchStore.proto(tx, m, hub: hub)
+            r.match = MatchStore.proto(m, users: users, hub: hub)
             return r
         }
     }
@@ -178,19 +183,12 @@ extension MatchmakingService {
         var errors = FieldErrors()
         let id = FieldRules.id(request.challengeId, field: "challenge_id", into: &errors)
         try errors.throwIfAny()
-        let now = core.now()
         var r = Matchmaking_V1_RejectChallengeResponse()
-        r.challenge = try await core.write { tx, _ in
-            let c = try Self.challengeToAnswer(tx, id, caller.userID)
-            let users = try UserNames.refs(tx, ids: [c.challenger, c.challenged])
-            if c.status == .rejected { return c.proto(users, now: now) }
-            try Self.requirePending(c, now: now)
-            try tx.execute("UPDATE challenges SET status = 3 WHERE id = ?", id)
+        r.challenge = try await close(challenge: id, by: caller.userID, as: .challenged, to: .rejected) { tx, c, users in
             try Notify.send(
                 tx, eventID: "matchmaking:challenge-answered:\(id)", to: [c.challenger], kind: .challengeAnswered,
                 title: "\(Names.name(MatchRecord.ref(c.challenged, users))) declined your challenge", actor: c.challenged, challengeID: id,
                 data: ["answer": "rejected"])
-            return try ChallengeRecord.load(tx, id)!.proto(users, now: now)
         }
         return r
     }
@@ -202,33 +200,46 @@ extension MatchmakingService {
         var errors = FieldErrors()
         let id = FieldRules.id(request.challengeId, field: "challenge_id", into: &errors)
         try errors.throwIfAny()
-        let now = core.now()
         var r = Matchmaking_V1_CancelChallengeResponse()
-        r.challenge = try await core.write { tx, _ in
-            guard let c = try ChallengeRecord.load(tx, id), c.challenger == caller.userID || c.challenged == caller.userID else {
-                throw FieldErrors.single(.notFound, field: "challenge_id", "no such challenge")
-            }
-            if c.challenger != caller.userID {
-                throw FieldErrors.single(.permissionDenied, field: "challenge_id", "only the challenger can withdraw a challenge: reject it instead")
-            }
-            let users = try UserNames.refs(tx, ids: [c.challenger, c.challenged])
-            if c.status == .cancelled { return c.proto(users, now: now) }
-            try Self.requirePending(c, now: now)
-            try tx.execute("UPDATE challenges SET status = 4 WHERE id = ?", id)
-            return try ChallengeRecord.load(tx, id)!.proto(users, now: now)
-        }
+        r.challenge = try await close(challenge: id, by: caller.userID, as: .challenger, to: .cancelled)
         return r
     }
 
-    /// A challenge addressed to the caller (NOT_FOUND for strangers, PERMISSION_DENIED for its sender).
-    static func challengeToAnswer(_ tx: Transaction, _ id: String, _ userID: String) throws -> ChallengeRecord {
+    /// Rejects (the challenged player) or withdraws (the challenger) a pending challenge, then
+    /// `then` in the same transaction; the same answer again returns the challenge (a retry).
+    func close(
+        challenge id: String, by userID: String, as side: ChallengeSide, to status: Matchmaking_V1_ChallengeStatus,
+        then: @escaping @Sendable (Transaction, ChallengeRecord, [String: Common_V1_UserRef]) throws -> Void = { _, _, _ in }
+    ) async throws -> Matchmaking_V1_Challenge {
+        let now = core.now()
+        return try await core.write { tx, _ in
+            let c = try Self.challenge(tx, id, userID, as: side)
+            let users = try UserNames.refs(tx, ids: [c.challenger, c.challenged])
+            if c.status == status { return c.proto(users, now: now) }
+            try Self.requirePending(c, now: now)
+            try tx.execute("UPDATE challenges SET status = ? WHERE id = ?", Int(status.rawValue), id)
+            try then(tx, c, users)
+            return try ChallengeRecord.load(tx, id)!.proto(users, now: now)
+        }
+    }
+
+    /// Who acts on a challenge: the challenged player answers it, the challenger withdraws it.
+    enum ChallengeSide { case challenged, challenger }
+
+    /// A challenge `userID` is part of, on `side` (NOT_FOUND for strangers, PERMISSION_DENIED for
+    /// the other side).
+    static func challenge(_ tx: Transaction, _ id: String, _ userID: String, as side: ChallengeSide) throws -> ChallengeRecord {
         guard let c = try ChallengeRecord.load(tx, id), c.challenger == userID || c.challenged == userID else {
             throw FieldErrors.single(.notFound, field: "challenge_id", "no such challenge")
         }
-        if c.challenged != userID {
+        switch side {
+        case .challenged where c.challenged != userID:
             throw FieldErrors.single(.permissionDenied, field: "challenge_id", "only the challenged player answers a challenge")
+        case .challenger where c.challenger != userID:
+            throw FieldErrors.single(.permissionDenied, field: "challenge_id", "only the challenger can withdraw a challenge: reject it instead")
+        default:
+            return c
         }
-        return c
     }
 
     static func requirePending(_ c: ChallengeRecord, now: Int64) throws {

@@ -17,34 +17,39 @@ extension MatchmakingService {
         FieldRules.idempotencyKey(request.idempotencyKey, into: &errors)
         try errors.throwIfAny()
         let now = core.now()
-        let m = try await core.store.read { c in try Self.playerMatch(c, id, caller.userID) }
-        if m.isLocal { throw RPCError(.failedPrecondition, "a local match has no chat") }
-        let opponent = m.players[m.seat(of: caller.userID)!.other.index]
-        // A replay of an earlier send is answered before any other check.
-        let replay = try await core.store.read { c in
-            try c.queryOne(
-                "SELECT response FROM idempotency_keys WHERE scope = ? AND key = ?", "SendChatMessage:\(caller.userID)", request.idempotencyKey)
-                != nil
+        let scope = "SendChatMessage:\(caller.userID)", key = request.idempotencyKey, fingerprint = Idempotency.fingerprint(request)
+        // One read: a retry is answered from its key before any other check (the same key with
+        // another request fails here, FAILED_PRECONDITION); else the match.
+        let (stored, match) = try await core.store.read { c -> (Matchmaking_V1_SendChatMessageResponse?, MatchRecord?) in
+            if let stored = try c.storedAnswer(scope: scope, key: key, fingerprint: fingerprint, as: Matchmaking_V1_SendChatMessageResponse.self) {
+                return (stored, nil)
+            }
+            return (nil, try Self.playerMatch(c, id, caller.userID))
         }
-        if !replay {
-            guard m.isActive || m.windowOpen(now: now) else {
-                throw RPCError(.failedPrecondition, "the chat of this match is closed (it is open while playing and 2 minutes after)")
-            }
-            if !opponent.isEmpty, try await core.relations.freshOrLastKnown(caller.userID, opponent).blocked {
-                throw RPCError(.permissionDenied, "you cannot message this player")
-            }
-            switch core.chatThrottle.reserve("\(caller.userID)|\(id)") {
-            case .success: break
-            case .failure(let wait):
-                throw RPCError.retryLater(
-                    "at most \(core.configuration.chatLimit) messages per 10 seconds: wait a moment", after: .milliseconds(wait.milliseconds))
-            }
+        if var replay = stored {
+            replay.replayed = true
+            return replay
+        }
+        let m = match!
+        if m.isLocal { throw RPCError(.failedPrecondition, "a local match has no chat") }
+        guard m.isActive || m.windowOpen(now: now) else {
+            throw RPCError(.failedPrecondition, "the chat of this match is closed (it is open while playing and 2 minutes after)")
+        }
+        let opponent = m.players[m.seat(of: caller.userID)!.other.index]
+        if !opponent.isEmpty, try await core.relations.freshOrLastKnown(caller.userID, opponent).blocked {
+            throw RPCError(.permissionDenied, "you cannot message this player")
+        }
+        switch core.chatThrottle.reserve("\(caller.userID)|\(id)") {
+        case .success: break
+        case .failure(let wait):
+            let c = core.configuration
+            throw RPCError.throttled("at most \(c.chatLimit) messages per \(c.chatWindow.components.seconds) seconds", wait: wait)
         }
         let messageID = ULID.make(now: now), hub = core.hub
+        // The write checks the match again (it may have ended meanwhile) and settles concurrent
+        // first tries of one key.
         let (response, replayed) = try await core.write { tx, effects in
-            try tx.idempotent(
-                scope: "SendChatMessage:\(caller.userID)", key: request.idempotencyKey, fingerprint: Idempotency.fingerprint(request), now: now
-            ) {
+            try tx.idempotent(scope: scope, key: key, fingerprint: fingerprint, now: now) {
                 var m = try Self.playerMatch(tx, id, caller.userID)
                 guard m.isActive || m.windowOpen(now: now) else { throw RPCError(.failedPrecondition, "the chat of this match is closed") }
                 let seat = m.seat(of: caller.userID)!
@@ -84,21 +89,15 @@ extension MatchmakingService {
         let caller = try core.caller(context)
         var errors = FieldErrors()
         let id = Self.matchID(request.matchId, into: &errors)
-        var size = 100
-        if request.pageSize < 0 {
-            errors.add("page_size", "must not be negative")
-        } else if request.pageSize > 0 {
-            size = min(200, Int(request.pageSize))
-        }
+        let size = FieldRules.pageSize(request.pageSize, defaultSize: 100, maximum: 200, into: &errors)  // the contract: 1..200, 0 = 100
         let cursor = core.pageTokens.cursor(request.pageToken, filters: "chat:\(id)", parts: 1, into: &errors)
         try errors.throwIfAny()
-        let limit = size
         let messages = try await core.store.read { c -> [Matchmaking_V1_ChatMessage] in
             let m = try Self.playerMatch(c, id, caller.userID)
             let users = try UserNames.refs(c, ids: m.players)
             return try c.query(
                 "SELECT id, seat, sender_id, text, sent_at FROM chat_messages WHERE match_id = ? AND id > ? ORDER BY id LIMIT ?", id,
-                cursor?.first ?? "", limit + 1
+                cursor?.first ?? "", size + 1
             ).map { row in
                 var message = Matchmaking_V1_ChatMessage()
                 message.messageId = try row.get("id")

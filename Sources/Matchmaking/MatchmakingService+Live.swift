@@ -23,8 +23,10 @@ extension MatchmakingService {
         let (sub, appeared) = try core.hub.register(matchID: id, userID: caller.userID, seats: seats)
         let core = self.core
         defer {
+            // At shutdown every stream ends at once: no write is started then (it would race the
+            // database's close); the snapshot after the restart shows who watches.
             let gone = core.hub.remove(sub)
-            if !gone.isEmpty { Task { await core.announcePresence(matchID: id, seats: gone, connected: false) } }
+            if !gone.isEmpty && !core.hub.isClosed { Task { await core.announcePresence(matchID: id, seats: gone, connected: false) } }
         }
         if !appeared.isEmpty { await core.announcePresence(matchID: id, seats: appeared, connected: true) }
 
@@ -90,7 +92,9 @@ extension MatchmakingService {
 
 extension MatchmakingCore {
     /// Presence changes go into the match's log like every event (a reconnecting watcher sees them).
+    /// Nothing once the hub is shut down (the server is stopping).
     func announcePresence(matchID: String, seats: [GameSeat], connected: Bool) async {
+        guard !hub.isClosed else { return }
         let now = self.now()
         do {
             try await write { tx, effects in

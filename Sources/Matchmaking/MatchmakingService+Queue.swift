@@ -13,9 +13,15 @@ extension MatchmakingService {
         request: Matchmaking_V1_JoinQueueRequest, responses: ResponseWriter<Matchmaking_V1_JoinQueueResponse>, context: ServerContext
     ) async throws {
         let caller = try core.caller(context)
-        let (active, rating) = try await core.store.read { c in
-            (try MatchStore.activeNonLocalMatch(c, caller.userID), try RatingRecord.load(c, caller.userID).rating.rating)
+        let (erased, active, rating) = try await core.store.read { c in
+            (
+                try MatchStore.isErased(c, caller.userID), try MatchStore.activeNonLocalMatch(c, caller.userID),
+                try RatingRecord.load(c, caller.userID).rating.rating
+            )
         }
+        // An erased account whose access token is still valid joins nothing (the match would be
+        // refused anyway).
+        if erased { throw MatchStore.callerErased }
         if let active {
             throw RPCError(.failedPrecondition, "you are playing a match (\(active)): finish it before joining the queue")
         }

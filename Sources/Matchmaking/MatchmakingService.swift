@@ -42,8 +42,8 @@ public struct MatchmakingService: Matchmaking_V1_MatchmakingService {
                 scope: "StartLocalMatch:\(caller.userID)", key: request.idempotencyKey, fingerprint: Idempotency.fingerprint(request), now: now
             ) {
                 let m = try MatchStore.create(
-                    tx, id: id, kind: .local, rated: false, players: [caller.userID, caller.userID], columns: columns, rows: rows,
-                    rematchOf: "", now: now, configuration: configuration, effects: &effects)
+                    tx, id: id, kind: .local, rated: false, players: [caller.userID, caller.userID], caller: caller.userID, columns: columns,
+                    rows: rows, rematchOf: "", now: now, configuration: configuration, effects: &effects)
                 var r = Matchmaking_V1_StartLocalMatchResponse()
                 r.match = try MatchStore.proto(tx, m, hub: hub)
                 return r
@@ -111,7 +111,9 @@ public struct MatchmakingService: Matchmaking_V1_MatchmakingService {
             sql += " ORDER BY id DESC LIMIT ?"
             args.append(.integer(Int64(size + 1)))
             let records = try c.query(sql, arguments: args).map(MatchRecord.init(row:))
-            return (try records.prefix(size).map { try MatchStore.proto(c, $0, hub: hub) }, records.count > size)
+            let page = records.prefix(size)
+            let users = try UserNames.refs(c, ids: page.flatMap(\.players))  // the page's names, each read once
+            return (page.map { MatchStore.proto($0, users: users, hub: hub) }, records.count > size)
         }
         var r = Matchmaking_V1_ListMyMatchesResponse()
         r.matches = matches
@@ -146,7 +148,7 @@ public struct MatchmakingService: Matchmaking_V1_MatchmakingService {
                 }
                 var r = Matchmaking_V1_SubmitMoveResponse()
                 r.move = stored
-                r.match = try MatchStore.proto(tx, m, hub: hub)
+                r.match = MatchStore.proto(m, users: users, hub: hub)
                 r.replayed = true
                 return (r, false)
             }
@@ -199,7 +201,7 @@ public struct MatchmakingService: Matchmaking_V1_MatchmakingService {
             try m.save(tx)
             var r = Matchmaking_V1_SubmitMoveResponse()
             r.move = move
-            r.match = try MatchStore.proto(tx, m, hub: hub)
+            r.match = MatchStore.proto(m, users: users, hub: hub)
             return (r, false)
         }
         if notify { throw RPCError(.failedPrecondition, "the turn deadline passed: the match ended (TIMEOUT)") }
@@ -296,33 +298,22 @@ public struct MatchmakingService: Matchmaking_V1_MatchmakingService {
                 let kind: Matchmaking_V1_MatchKind = m.isLocal ? .local : .rematch
                 let b = m.board
                 let next = try MatchStore.create(
-                    tx, id: newID, kind: kind, rated: m.rated, players: players, columns: Int(b.columns), rows: Int(b.rows), rematchOf: m.id,
-                    now: now, configuration: configuration, effects: &effects)
+                    tx, id: newID, kind: kind, rated: m.rated, players: players, caller: caller.userID, columns: Int(b.columns),
+                    rows: Int(b.rows), rematchOf: m.id, now: now, configuration: configuration, effects: &effects)
                 m.rematchRequested[seat.index] = true
                 m.rematchState = .started
                 m.rematchID = newID
                 m.windowClosesAt = nil
-                try MatchStore.appendEvent(tx, &m, now: now, effects: &effects) { e in
-                    var u = Matchmaking_V1_RematchUpdate()
-                    u.state = .started
-                    u.bySeat = seat.proto
-                    u.newMatchId = newID
-                    e.rematch = u
-                }
+                try MatchStore.appendRematch(tx, &m, .started, by: seat, newMatchID: newID, now: now, effects: &effects)
                 try m.save(tx)
                 r.state = .started
-                r.newMatch = try MatchStore.proto(tx, next, hub: hub)
+                r.newMatch = MatchStore.proto(next, users: users, hub: hub)  // the same players, seats swapped
                 return r
             }
             if !m.rematchRequested[seat.index] {
                 m.rematchRequested[seat.index] = true
                 m.rematchState = .waiting
-                try MatchStore.appendEvent(tx, &m, now: now, effects: &effects) { e in
-                    var u = Matchmaking_V1_RematchUpdate()
-                    u.state = .waiting
-                    u.bySeat = seat.proto
-                    e.rematch = u
-                }
+                try MatchStore.appendRematch(tx, &m, .waiting, by: seat, now: now, effects: &effects)
                 try m.save(tx)
                 try Notify.send(
                     tx, eventID: "matchmaking:rematch-request:\(m.id):\(seat.rawValue)", to: [m.players[seat.other.index]],
@@ -351,12 +342,7 @@ public struct MatchmakingService: Matchmaking_V1_MatchmakingService {
             let seat = m.seat(of: caller.userID)!
             m.rematchState = .declined
             m.windowClosesAt = nil
-            try MatchStore.appendEvent(tx, &m, now: now, effects: &effects) { e in
-                var u = Matchmaking_V1_RematchUpdate()
-                u.state = .declined
-                u.bySeat = seat.proto
-                e.rematch = u
-            }
+            try MatchStore.appendRematch(tx, &m, .declined, by: seat, now: now, effects: &effects)
             try m.save(tx)
         }
         return Matchmaking_V1_DeclineRematchResponse()
@@ -370,19 +356,13 @@ public struct MatchmakingService: Matchmaking_V1_MatchmakingService {
         let caller = try core.caller(context)
         var errors = FieldErrors()
         let id = Self.matchID(request.matchId, into: &errors)
-        var size = 200
-        if request.pageSize < 0 {
-            errors.add("page_size", "must not be negative")
-        } else if request.pageSize > 0 {
-            size = min(200, Int(request.pageSize))
-        }
+        let size = FieldRules.pageSize(request.pageSize, defaultSize: 200, maximum: 200, into: &errors)  // the contract: 1..200, 0 = 200
         let cursor = core.pageTokens.cursor(request.pageToken, filters: "moves:\(id)", parts: 1, into: &errors)
         try errors.throwIfAny()
         let after = Int(cursor?.first ?? "0") ?? 0
-        let limit = size
         let moves = try await core.store.read { c in
             let m = try Self.playerMatch(c, id, caller.userID)
-            return try MatchStore.moves(c, m, users: try UserNames.refs(c, ids: m.players), after: after, limit: limit + 1)
+            return try MatchStore.moves(c, m, users: try UserNames.refs(c, ids: m.players), after: after, limit: size + 1)
         }
         var r = Matchmaking_V1_ListMatchMovesResponse()
         r.moves = Array(moves.prefix(size))
@@ -405,10 +385,11 @@ public struct MatchmakingService: Matchmaking_V1_MatchmakingService {
             guard !m.isActive else {
                 throw RPCError(.failedPrecondition, "the match is still being played: review its moves with ListMatchMoves")
             }
+            let users = try UserNames.refs(c, ids: m.players)
             var r = Matchmaking_V1_GetMatchReplayResponse()
-            r.match = try MatchStore.proto(c, m, hub: hub)
+            r.match = MatchStore.proto(m, users: users, hub: hub)
             r.initialBoard = MatchRecord.board(GameState(columns: Int(m.board.columns), rows: Int(m.board.rows)))
-            r.moves = try MatchStore.moves(c, m, users: try UserNames.refs(c, ids: m.players))
+            r.moves = try MatchStore.moves(c, m, users: users)
             let played = r.moves.map { Int($0.turnNumber) }.max() ?? 0
             r.dealtShapes = played > 0 ? (1...played).map { m.dealt(turn: $0).proto } : []
             return r

@@ -97,9 +97,10 @@ final class UserDirectory: Sendable {
     }
 }
 
-/// How two users relate, from social's `CheckRelationship` (short deadline). Challenges always
-/// ask afresh (`fresh`); the queue and chat may use an answer up to `cacheFor` old (`recent`).
-/// While social is down nothing is assumed: callers refuse (challenges, chat) or wait (queue).
+/// How two users relate, from social's `CheckRelationship` (short deadline). Challenges and chat
+/// ask afresh (`fresh`); while social is down, chat uses the last answer known however old
+/// (`freshOrLastKnown`) and challenges refuse. The queue pairs only on an answer up to `cacheFor`
+/// old (`cached`), asking in the background for the others; while social is down it waits.
 final class Relations: Sendable {
     struct Answer: Sendable {
         var friends: Bool

@@ -56,6 +56,25 @@ public enum FieldRules {
         return v
     }
 
+    /// `s` cut to at most `maximum` Unicode scalars (the unit every contract counts in), ending in
+    /// "…" when it was cut: text one service builds for a field another service validates (a
+    /// notification's title and body). The cut falls between characters, so an emoji sequence is
+    /// kept whole or left out whole. Unchanged when it fits.
+    public static func clip(_ s: String, to maximum: Int) -> String {
+        guard length(s) > maximum else { return s }
+        guard maximum > 1 else { return maximum == 1 ? "…" : "" }
+        var out = String.UnicodeScalarView()
+        var kept = 0
+        for c in s {
+            let n = c.unicodeScalars.count
+            if kept + n > maximum - 1 { break }
+            out.append(contentsOf: c.unicodeScalars)
+            kept += n
+        }
+        out.append("…")
+        return String(out)
+    }
+
     /// An id naming something (never parsed: only presence and length are checked).
     @discardableResult
     public static func id(_ raw: String, field: String, required: Bool = true, into errors: inout FieldErrors) -> String {
@@ -85,16 +104,17 @@ public enum FieldRules {
         return out
     }
 
-    /// Page size rule of every list: negative rejected, 0 = `defaultSize`, clamped to 100.
+    /// Page size rule of every list: negative rejected, 0 = `defaultSize`, clamped to `maximum`
+    /// (100 unless the contract allows more for the list).
     public static func pageSize(
-        _ requested: Int32, field: String = "page_size", defaultSize: Int = 20,
+        _ requested: Int32, field: String = "page_size", defaultSize: Int = 20, maximum: Int = maxPageSize,
         into errors: inout FieldErrors
     ) -> Int {
         if requested < 0 {
             errors.add(field, "must not be negative")
             return defaultSize
         }
-        return requested == 0 ? defaultSize : min(Int(requested), maxPageSize)
+        return requested == 0 ? defaultSize : min(Int(requested), maximum)
     }
 
     /// `idempotency_key`: 1..64 printable ASCII characters (0x20...0x7E, space included, as the

@@ -4,6 +4,7 @@ import GRPCContracts
 import RPCCore
 import ServiceKit
 import ServiceKitTesting
+import Synchronization
 import Testing
 
 @testable import Matchmaking
@@ -69,6 +70,9 @@ struct GameTests {
             reject.challengeId = first.challenge.challengeId
             let rejected = try await mm.rejectChallenge(reject, options: b.options)
             #expect(rejected.challenge.status == .rejected)
+            #expect(try await mm.rejectChallenge(reject, options: b.options).challenge.status == .rejected)  // a retry
+            await expectFailure(.permissionDenied, fields: ["challenge_id"]) { try await mm.rejectChallenge(reject, options: a.options) }
+            await expectFailure(.notFound, fields: ["challenge_id"]) { try await mm.rejectChallenge(reject, options: stranger.options) }
             _ = try await env.waitForNotification(a, kind: .challengeAnswered)
             await expectFailure(.failedPrecondition, fields: ["challenge_id"]) { try await mm.acceptChallenge(accept, options: b.options) }
 
@@ -77,6 +81,10 @@ struct GameTests {
             cancel.challengeId = second.challengeId
             await expectFailure(.permissionDenied) { try await mm.cancelChallenge(cancel, options: b.options) }
             #expect(try await mm.cancelChallenge(cancel, options: a.options).challenge.status == .cancelled)
+            #expect(try await mm.cancelChallenge(cancel, options: a.options).challenge.status == .cancelled)  // a retry
+            await expectFailure(.notFound, fields: ["challenge_id"]) { try await mm.cancelChallenge(cancel, options: stranger.options) }
+            reject.challengeId = second.challengeId
+            await expectFailure(.failedPrecondition, fields: ["challenge_id"]) { try await mm.rejectChallenge(reject, options: b.options) }
 
             // Expiry after 10 minutes.
             let third = try await env.challenge(a, b)
@@ -167,6 +175,10 @@ struct GameTests {
             var moves = Matchmaking_V1_ListMatchMovesRequest()
             moves.matchId = m.matchId
             #expect(try await mm.listMatchMoves(moves, options: b.options).moves.count == 1)
+            moves.pageSize = 500  // clamped to the contract's 200
+            #expect(try await mm.listMatchMoves(moves, options: b.options).moves.count == 1)
+            moves.pageSize = -1
+            await expectFailure(.invalidArgument, fields: ["page_size"]) { try await mm.listMatchMoves(moves, options: b.options) }
 
             // Timeout: SECOND misses the deadline.
             env.clock.advance(by: .seconds(61))
@@ -224,6 +236,7 @@ struct GameTests {
             replay.matchId = m.matchId
             let rp = try await mm.getMatchReplay(replay, options: a.options)
             #expect(rp.moves.map(\.turnNumber) == played.map(\.turnNumber))
+            #expect(rp.match.first.user.username == a.username && rp.moves.allSatisfy { [a.username, b.username].contains($0.player.username) })
             #expect(rp.moves.map(\.steps) == played.map(\.steps))
             #expect(rp.moves.map(\.placement.cells) == played.map(\.placement.cells))
             #expect(rp.dealtShapes.count == played.count && rp.dealtShapes.first == m.nextShape)
@@ -266,6 +279,7 @@ struct GameTests {
             mine.pageSize = 1
             let page1 = try await mm.listMyMatches(mine, options: a.options)
             #expect(page1.matches.map(\.matchId) == [started.newMatch.matchId] && !page1.nextPageToken.isEmpty)
+            #expect(page1.matches[0].first.user.username == b.username && page1.matches[0].second.user.username == a.username)
             mine.pageToken = page1.nextPageToken
             #expect(try await mm.listMyMatches(mine, options: a.options).matches.map(\.matchId) == [m.matchId])
             mine.pageToken = "forged"
@@ -300,11 +314,17 @@ struct GameTests {
             chat.idempotencyKey = "c4"
             let limited = await expectFailure(.resourceExhausted) { try await mm.sendChatMessage(chat, options: a.options) }
             #expect(limited?.retryDelaySeconds != nil)
+            #expect(limited?.message.hasPrefix("at most 3 messages per 10 seconds: try again in ") == true, "\(String(describing: limited))")
             var history = Matchmaking_V1_ListChatMessagesRequest()
             history.matchId = m.matchId
             history.pageSize = 2
             let page = try await mm.listChatMessages(history, options: b.options)
             #expect(page.messages.count == 2 && !page.nextPageToken.isEmpty && page.messages[0].messageId == sent.message.messageId)
+            history.pageSize = 1000  // clamped to the contract's 200
+            #expect(try await mm.listChatMessages(history, options: b.options).messages.count == 3)
+            history.pageSize = -1
+            await expectFailure(.invalidArgument, fields: ["page_size"]) { try await mm.listChatMessages(history, options: b.options) }
+            history.pageSize = 2
 
             // Quit = loss, unrated here; a retried quit answers the same.
             var quit = Matchmaking_V1_QuitMatchRequest()
@@ -339,6 +359,14 @@ struct GameTests {
             env.clock.advance(by: .seconds(121))
             chat.idempotencyKey = "c5"
             await expectFailure(.failedPrecondition) { try await mm.sendChatMessage(chat, options: b.options) }
+            // A retry is still answered from its key (no other check runs); the key with another
+            // text is refused naming it.
+            chat.idempotencyKey = "c1"
+            let retried = try await mm.sendChatMessage(chat, options: a.options)
+            #expect(retried.replayed && retried.message.messageId == sent.message.messageId)
+            chat.text = "something else"
+            await expectFailure(.failedPrecondition, fields: ["idempotency_key"]) { try await mm.sendChatMessage(chat, options: a.options) }
+            chat.text = "hi!"
             let stranger = try await env.player("s")
             await expectFailure(.notFound) { try await mm.listChatMessages(history, options: stranger.options) }
             await expectFailure(.permissionDenied) {
@@ -352,6 +380,28 @@ struct GameTests {
             await expectFailure(.permissionDenied) { try await mm.sendChatMessage(chat, options: c.options) }
             replay.matchId = m2.matchId
             await expectFailure(.failedPrecondition) { try await mm.getMatchReplay(replay, options: c.options) }
+        }
+    }
+
+    @Test func aChatNotificationOfEmojiFitsSocialsTitleLimit() async throws {
+        try await withMatchmaking { env in
+            let (a, b, m) = try await env.friendlyMatch(rated: false)
+            // 40 family emoji: 40 characters but 200 Unicode scalars (the most chat allows). The
+            // title "Name: text" clipped by characters was > 100 scalars, which social refuses.
+            let family = "👨\u{200D}👩\u{200D}👧"
+            var chat = Matchmaking_V1_SendChatMessageRequest()
+            chat.matchId = m.matchId
+            chat.text = String(repeating: family, count: 40)
+            chat.idempotencyKey = "emoji"
+            _ = try await env.mm.sendChatMessage(chat, options: a.options)
+            let n = try await env.waitForNotification(b, kind: .matchChatMessage)
+            #expect(n != nil)
+            if let n {
+                let prefix = a.username.capitalized + ": "
+                #expect(FieldRules.length(n.title) <= 100 && n.title.hasPrefix(prefix) && n.title.hasSuffix("…"))
+                let kept = n.title.dropFirst(prefix.count).dropLast()
+                #expect(!kept.isEmpty && kept.allSatisfy { $0 == Character(family) })  // no emoji cut in half
+            }
         }
     }
 
@@ -531,6 +581,63 @@ struct GameTests {
         }
     }
 
+    @Test func aPlayerWhoLeavesWhileBeingPairedGetsNoMatchAndTheOtherWaitsOn() async throws {
+        try await withMatchmaking { env in
+            let a = try await env.player("a"), b = try await env.player("b"), c = try await env.player("c")
+            let queue = env.core.queue
+            // Tickets queued directly (as open JoinQueue streams carry them), so that the writer can
+            // be held while the pairing pass takes them and waits to write their match.
+            let sa = MatchQueue.Stream(), sb = MatchQueue.Stream(), sc = MatchQueue.Stream()
+
+            // A's stream ends (client closed it) while the pair's match waits for the writer.
+            var gate = await env.holdWriter()
+            _ = queue.join(userID: a.id, rating: 1500, ticketID: "t-a", now: env.clock.nowMilliseconds(), stream: sa)
+            _ = queue.join(userID: b.id, rating: 1500, ticketID: "t-b", now: env.clock.nowMilliseconds(), stream: sb)
+            #expect(await eventually { queue.ticket(of: a.id) == nil && queue.ticket(of: b.id) == nil })  // taken to be paired
+            sa.finish()
+            queue.streamEnded(userID: a.id, stream: sa)
+            gate.signal()
+            #expect(await eventually { queue.ticket(of: b.id)?.ticketID == "t-b" })  // B waits on, same ticket
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(try await env.matchCount([a.id, b.id]) == 0)
+            #expect(queue.ticket(of: a.id) == nil && sb.isOpen)
+
+            // C cancels (CancelQueue) while being paired with B: cancelled, no match, B waits on.
+            gate = await env.holdWriter()
+            _ = queue.join(userID: c.id, rating: 1500, ticketID: "t-c", now: env.clock.nowMilliseconds(), stream: sc)
+            #expect(await eventually { queue.ticket(of: b.id) == nil && queue.ticket(of: c.id) == nil })
+            #expect(try await env.mm.cancelQueue(Matchmaking_V1_CancelQueueRequest(), options: c.options).cancelled)
+            gate.signal()
+            let told = await sc.next()
+            #expect({ if case .cancelled? = told { true } else { false } }())
+            #expect(await sc.next() == nil)
+            #expect(await eventually { queue.ticket(of: b.id)?.ticketID == "t-b" })
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(try await env.matchCount([a.id, b.id, c.id]) == 0)
+            #expect(queue.ticket(of: c.id) == nil && sb.isOpen)
+
+            // C joins again and, while being paired with B, joins once more (a reconnect): the
+            // newer stream carries the ticket, the older one hears CANCELLED, and the pair is
+            // made on a later pass with the newer stream.
+            gate = await env.holdWriter()
+            let sc2 = MatchQueue.Stream(), sc3 = MatchQueue.Stream()
+            _ = queue.join(userID: c.id, rating: 1500, ticketID: "t-c2", now: env.clock.nowMilliseconds(), stream: sc2)
+            #expect(await eventually { queue.ticket(of: b.id) == nil && queue.ticket(of: c.id) == nil })
+            let again = queue.join(userID: c.id, rating: 1500, ticketID: "t-c3", now: env.clock.nowMilliseconds(), stream: sc3)
+            #expect(again?.ticketID == "t-c2")
+            gate.signal()
+            let superseded = await sc2.next()
+            #expect({ if case .cancelled? = superseded { true } else { false } }())
+            let matchedB = await sb.next(), matchedC = await sc3.next()
+            guard case .matched(let idB, let opponentOfB, _)? = matchedB, case .matched(let idC, _, _)? = matchedC else {
+                Issue.record("B and C were not matched: \(String(describing: matchedB)), \(String(describing: matchedC))")
+                return
+            }
+            #expect(idB == idC && opponentOfB.userId == c.id)
+            #expect(try await env.matchCount([b.id, c.id]) == 2)
+        }
+    }
+
     // MARK: Leaderboard
 
     @Test func leaderboardTopNAndMyRank() async throws {
@@ -573,6 +680,70 @@ struct GameTests {
             #expect(try await env.mm.getRating(rating, options: me.options).rank == 1)
             r.pageSize = -1
             await expectFailure(.invalidArgument, fields: ["page_size"]) { try await env.mm.getLeaderboard(r, options: me.options) }
+        }
+    }
+
+    // MARK: Upkeep
+
+    @Test func theEventLogPurgeReadsARangeOfFinishedMatches() async throws {
+        try await withMatchmaking { env in
+            // The plan: a range of the matches_finished index, not a scan of every match.
+            let plan = try await env.core.store.read { c in
+                try c.query("EXPLAIN QUERY PLAN " + MatchStore.purgeEventLogsSQL, Int64(0), Int64(1)).map {
+                    try $0.get("detail", as: String.self)
+                }
+            }
+            #expect(plan.contains { $0.contains("USING INDEX matches_finished") }, "\(plan)")
+            #expect(!plan.contains { $0.hasPrefix("SCAN matches") }, "\(plan)")
+
+            // Matches finished at t+100, t+200, t+300 and an active one, each with an event: a purge
+            // of [t+150, t+300) empties only the log of the one finished at t+200. (t is now: the
+            // service's own hourly purge, which runs at its start, leaves them alone.)
+            let ids = (0..<4).map { _ in ULID.make() }
+            let t = env.clock.nowMilliseconds()
+            try await env.core.store.write { tx in
+                for (i, id) in ids.enumerated() {
+                    var m = MatchRecord(
+                        id: id, kind: .challenge, rated: false, players: ["x", "y"], ratingBefore: [1500, 1500], seed: 1, columns: 9, rows: 9,
+                        now: 50, deadline: nil, rematchOf: "")
+                    if i < 3 {
+                        m.status = .finished
+                        m.finishedAt = t + Int64(100 * (i + 1))
+                    }
+                    try m.insert(tx)
+                    try tx.execute("INSERT INTO match_events (match_id, sequence, event) VALUES (?, 1, ?)", id, [UInt8]())
+                }
+                try MatchStore.purgeEventLogs(tx, finishedFrom: t + 150, before: t + 300)
+            }
+            let left = try await env.core.store.read { c in
+                try ids.map { try c.queryOne("SELECT COUNT(*) AS n FROM match_events WHERE match_id = ?", $0)!.get("n", as: Int.self) }
+            }
+            #expect(left == [1, 0, 1, 1])
+        }
+    }
+
+    // MARK: Shutdown
+
+    @Test func shutdownEndsWatchersWithoutPresenceWrites() async throws {
+        try await withMatchmaking { env in
+            let (a, b, m) = try await env.friendlyMatch()
+            let wa = env.watch(m.matchId, a), wb = env.watch(m.matchId, b)
+            #expect(await wa.waitFor { !$0.isEmpty })
+            #expect(await wb.waitFor { !$0.isEmpty })
+            let presence = { @Sendable () async throws -> [Matchmaking_V1_PlayerPresence] in
+                try await env.core.store.read { c in
+                    try MatchStore.events(c, matchID: m.matchId, after: 0, through: .max).compactMap {
+                        if case .presence(let p)? = $0.event { p } else { nil }
+                    }
+                }
+            }
+            #expect(await eventually { (try? await presence().count) == 2 })  // both connected
+            env.core.shutDownStreams()
+            #expect(await wa.waitUntilFinished()?.code == .unavailable)
+            #expect(await wb.waitUntilFinished()?.code == .unavailable)
+            // No write raced the database's close: no "disconnected" presence was started.
+            try await Task.sleep(for: .milliseconds(500))
+            #expect(try await presence().allSatisfy(\.connected))
         }
     }
 
@@ -626,6 +797,56 @@ struct GameTests {
         }
     }
 
+    @Test func anErasedAccountGetsNoNewMatchNorRating() async throws {
+        try await withMatchmaking { env in
+            let a = try await env.player("a"), b = try await env.player("b")
+            try await env.befriend(a, b)
+            var erase = Matchmaking_V1_EraseUserRequest()
+            erase.eventId = "accounts:erase-a"
+            erase.userId = a.id
+            _ = try await env.internalAPI.eraseUser(erase)
+
+            // A's access token is still valid for a while: nothing new is made for A.
+            await expectFailure(.unauthenticated) { try await env.local(a) }
+            await expectFailure(.unauthenticated) { try await env.challenge(a, b) }
+            let qa = env.joinQueue(a)
+            #expect(await qa.waitUntilFinished()?.code == .unauthenticated)
+
+            // A ticket of A's that was queued at the moment of erasure: the match's transaction
+            // refuses it; A's stream hears CANCELLED, B waits on.
+            let queue = env.core.queue
+            let sa = MatchQueue.Stream(), sb = MatchQueue.Stream()
+            _ = queue.join(userID: a.id, rating: 1500, ticketID: "t-a", now: env.clock.nowMilliseconds(), stream: sa)
+            _ = queue.join(userID: b.id, rating: 1500, ticketID: "t-b", now: env.clock.nowMilliseconds(), stream: sb)
+            let told = await sa.next()
+            #expect({ if case .cancelled? = told { true } else { false } }(), "\(String(describing: told))")
+            #expect(await eventually { queue.ticket(of: b.id)?.ticketID == "t-b" && queue.ticket(of: a.id) == nil })
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(try await env.matchCount([a.id, b.id]) == 0)
+
+            // A rated match that names A (written before any of these checks could refuse it):
+            // its end rates nobody and counts nothing for A.
+            let id = ULID.make()
+            try await env.core.store.write { tx in
+                try MatchRecord(
+                    id: id, kind: .challenge, rated: true, players: [a.id, b.id], ratingBefore: [1500, 1500], seed: 1, columns: 9, rows: 9,
+                    now: env.clock.nowMilliseconds(), deadline: nil, rematchOf: ""
+                ).insert(tx)
+            }
+            var quit = Matchmaking_V1_QuitMatchRequest()
+            quit.matchId = id
+            let ended = try await env.mm.quitMatch(quit, options: b.options).match
+            #expect(ended.outcome.reason == .quit && ended.outcome.ratingChanges.isEmpty)
+            let rows = try await env.core.store.read { c in
+                (
+                    try c.queryOne("SELECT COUNT(*) AS n FROM ratings WHERE user_id IN (?, ?)", a.id, b.id)!.get("n", as: Int.self),
+                    try c.queryOne("SELECT COUNT(*) AS n FROM stats WHERE user_id = ?", a.id)!.get("n", as: Int.self)
+                )
+            }
+            #expect(rows.0 == 0 && rows.1 == 0)
+        }
+    }
+
     @Test func theAccessPolicy() async throws {
         try await withMatchmaking { env in
             await expectFailure(.unauthenticated) { try await env.mm.getLeaderboard(Matchmaking_V1_GetLeaderboardRequest()) }
@@ -643,5 +864,32 @@ extension Matchmaking_V1_GetPlayerStatsRequest {
         var r = Self()
         r.userId = user
         return r
+    }
+}
+
+extension MatchEnv {
+    /// Occupies matchmaking's single writer (a transaction ahead of every other write) until the
+    /// returned gate is signalled. Returns once the writer is held.
+    func holdWriter() async -> DispatchSemaphore {
+        let gate = DispatchSemaphore(value: 0)
+        let held = Mutex(false)
+        let store = core.store
+        Task {
+            try? await store.write { _ in
+                held.withLock { $0 = true }
+                gate.wait()
+            }
+        }
+        _ = await eventually { held.withLock { $0 } }
+        return gate
+    }
+
+    /// How many matches `ids` play or played.
+    func matchCount(_ ids: [String]) async throws -> Int {
+        try await core.store.read { c in
+            try ids.reduce(0) { n, id in
+                n + (try c.queryOne("SELECT COUNT(*) AS n FROM matches WHERE first_id = ? OR second_id = ?", id, id)!.get("n", as: Int.self))
+            }
+        }
     }
 }

@@ -7,6 +7,7 @@ import Matchmaking
 import RPCCore
 import RPCTransport
 import Security
+import ServiceCluster
 import ServiceKit
 import ServiceKitTesting
 import Social
@@ -18,19 +19,9 @@ import Testing
 // name source, the real social (friends, blocks, CheckRelationship, notifications), matchmaking on
 // the kit's TestServer; each service's outbox delivered to its peers as the host does it.
 
-/// A port nothing listens on (a peer that is down).
-func closedPort() -> Int {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    var addr = sockaddr_in()
-    addr.sin_family = sa_family_t(AF_INET)
-    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-    addr.sin_port = 0
-    var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-    _ = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) } }
-    _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
-    close(fd)
-    return Int(UInt16(bigEndian: addr.sin_port))
-}
+/// A port nothing listens on (a peer that is down): held by this process for its whole life, so no
+/// other test's server can take it.
+func closedPort() -> Int { ClosedPort.process }
 
 struct Player: Sendable {
     var id: String

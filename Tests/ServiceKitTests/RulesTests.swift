@@ -50,6 +50,9 @@ import Testing
         #expect(FieldRules.pageSize(0, defaultSize: 50, into: &e) == 50)
         #expect(FieldRules.pageSize(7, into: &e) == 7)
         #expect(FieldRules.pageSize(1000, into: &e) == 100)
+        #expect(FieldRules.pageSize(150, defaultSize: 100, maximum: 200, into: &e) == 150)
+        #expect(FieldRules.pageSize(1000, defaultSize: 100, maximum: 200, into: &e) == 200)
+        #expect(FieldRules.pageSize(0, defaultSize: 100, maximum: 200, into: &e) == 100)
         #expect(e.isEmpty)
         _ = FieldRules.pageSize(-1, into: &e)
         #expect(e.violations.map(\.field) == ["page_size"])
@@ -60,6 +63,23 @@ import Testing
         _ = FieldRules.ids([], field: "user_ids", into: &m)
         _ = FieldRules.ids(Array(repeating: "x", count: 3), field: "more", maximum: 2, into: &m)
         #expect(m.violations.map(\.field) == ["user_ids", "more"])
+    }
+
+    @Test func clipCountsScalarsAndKeepsCharactersWhole() {
+        #expect(FieldRules.clip("short", to: 100) == "short")
+        #expect(FieldRules.clip("abcdef", to: 4) == "abc…")
+        // A family emoji is one character of 5 scalars (three people joined by two ZWJs).
+        let family = "👨\u{200D}👩\u{200D}👧"
+        #expect(family.count == 1 && FieldRules.length(family) == 5)
+        let title = "Ann: " + String(repeating: family, count: 40)  // 45 characters, 205 scalars
+        let clipped = FieldRules.clip(title, to: 100)
+        #expect(FieldRules.length(clipped) <= 100 && clipped.hasSuffix("…"))
+        #expect(clipped == "Ann: " + String(repeating: family, count: 18) + "…")  // 5 + 90 + 1 scalars; no half family
+        // What a receiving service checks (1...100 scalars) accepts it.
+        var e = FieldErrors()
+        FieldRules.text(clipped, field: "title", 1...100, into: &e)
+        #expect(e.isEmpty)
+        #expect(FieldRules.clip("ab", to: 1) == "…" && FieldRules.clip("ab", to: 0).isEmpty)
     }
 
     @Test func emails() {
