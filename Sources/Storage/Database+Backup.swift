@@ -123,10 +123,14 @@ extension Database {
         var isDirectory: ObjCBool = false
         let existed = FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory)
         if existed && !isDirectory.boolValue { throw BackupError.io(path: directory, reason: "is not a directory") }
+        // The directories this restore creates (innermost first), removed again if it refuses.
+        let created = existed ? [] : BackupFiles.missingDirectories(directory)
+        func removeCreated() { for made in created { rmdir(made) } }
         if !existed {
             do {
                 try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
             } catch {
+                removeCreated()
                 throw BackupError.io(path: directory, reason: "cannot create the data directory (\(error.localizedDescription))")
             }
         }
@@ -136,7 +140,8 @@ extension Database {
         } catch StorageError.locked(_, let holder) {
             throw BackupError.serviceRunning(directory: directory, holder: holder)
         } catch {
-            if !existed { try? FileManager.default.removeItem(atPath: directory) }
+            if !existed { unlink(target + ".lock") }
+            removeCreated()
             throw error
         }
         defer { lock.release() }
@@ -174,10 +179,11 @@ extension Database {
             BackupFiles.removeWithSideFiles(temporary)
             if !existed {
                 // The directory is ours: leave nothing behind. The lock file goes before the lock
-                // is released, so a process starting meanwhile locks a file of its own.
+                // is released, so a process starting meanwhile locks a file of its own (and its
+                // files keep the directory: rmdir only removes empty ones).
                 unlink(target + ".lock")
                 lock.release()
-                rmdir(directory)
+                removeCreated()
             }
             throw error
         }
@@ -235,6 +241,19 @@ enum BackupFiles {
         guard let slash = file.lastIndex(of: "/") else { return (".", file) }
         let directory = String(file[..<slash])
         return (directory.isEmpty ? "/" : directory, String(file[file.index(after: slash)...]))
+    }
+
+    /// `directory` and those of its ancestors that do not exist, innermost first.
+    static func missingDirectories(_ directory: String) -> [String] {
+        var missing: [String] = []
+        var path = directory
+        while !path.isEmpty, path != "/", path != ".", !FileManager.default.fileExists(atPath: path) {
+            missing.append(path)
+            let parent = split(path).directory
+            if parent == path { break }
+            path = parent
+        }
+        return missing
     }
 
     /// The files SQLite keeps next to a database.

@@ -254,7 +254,8 @@ import Testing
             to: dir.file("other.sqlite")
         ).path
         refused(other, .wrongService(path: other, expected: "notes", found: "other"))
-        refused(other, into: dir.file("fresh"), .wrongService(path: other, expected: "notes", found: "other"))
+        refused(other, into: dir.file("fresh/nested"), .wrongService(path: other, expected: "notes", found: "other"))
+        #expect(!FileManager.default.fileExists(atPath: dir.file("fresh")))  // the parent it made too
 
         // A database that records no owner.
         try Database.openQuiet(directory: dir.file("anonymous"), fileName: "notes.sqlite", migrations: testMigrations).close()
