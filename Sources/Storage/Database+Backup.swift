@@ -146,8 +146,12 @@ extension Database {
         }
         defer { lock.release() }
 
-        let temporary = BackupFiles.filePath(directory, ".\(schema.fileName).restore-\(getpid())")
-        BackupFiles.removeWithSideFiles(temporary)
+        // Under the lock no other restore runs here: what an interrupted one left can go.
+        let prefix = ".\(schema.fileName).restore-"
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [] where name.hasPrefix(prefix) {
+            unlink(BackupFiles.filePath(directory, name))
+        }
+        let temporary = BackupFiles.filePath(directory, prefix + "\(getpid())")
         do {
             var status = stat()
             if lstat(target, &status) == 0 && status.st_mode & S_IFMT != S_IFREG {
@@ -166,8 +170,11 @@ extension Database {
             // meet the new file (SQLite would apply it to the wrong pages). A crash between here
             // and the rename leaves the old database without its last uncheckpointed commits,
             // which this restore was replacing anyway: running it again completes it.
-            for side in BackupFiles.sideFiles(target) where unlink(side) != 0 && errno != ENOENT {
-                throw BackupError.io(path: side, reason: "cannot remove the old database's \(side): \(String(cString: strerror(errno)))")
+            for side in BackupFiles.sideFiles(target) where unlink(side) != 0 {
+                let err = errno
+                guard err == ENOENT else {
+                    throw BackupError.io(path: side, reason: "cannot remove the old database's side file: \(String(cString: strerror(err)))")
+                }
             }
             try BackupFiles.syncDirectory(directory)
             guard rename(temporary, target) == 0 else {

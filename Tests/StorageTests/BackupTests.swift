@@ -167,6 +167,8 @@ import Testing
         let wal = dir.file("data/crash.sqlite-wal")
         try #require(BackupFiles.size(wal) > 0)
 
+        // What an interrupted restore left (another pid's temporary copy) goes too.
+        _ = FileManager.default.createFile(atPath: dir.file("data/.crash.sqlite.restore-1"), contents: Data("partial".utf8))
         let restored = try Database.restore(schema: Self.crash, directory: dir.file("data"), from: backup.path)
         #expect(restored.path == dir.file("data/crash.sqlite"))
         #expect(restored.migrations == ["001-acks"])
