@@ -45,9 +45,7 @@ public final class AccountsCore: Sendable {
     public init(configuration: AccountsConfiguration, logger: Logger = Logger(label: "accounts")) throws {
         self.configuration = configuration
         self.logger = logger
-        database = try Database.open(
-            directory: configuration.dataDirectory, fileName: AccountsSchema.fileName,
-            migrations: AccountsSchema.migrations, logger: logger)
+        database = try Database.open(directory: configuration.dataDirectory, schema: AccountsSchema.schema, logger: logger)
         store = ServiceStore(database: database, uniqueFields: Self.uniqueFields, logger: logger)
         do {
             keys = try SigningKeyRing(

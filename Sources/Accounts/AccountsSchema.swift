@@ -5,7 +5,7 @@ import Storage
 /// The accounts database (`<data-dir>/accounts.sqlite`). Times are Unix milliseconds; secrets
 /// (refresh tokens, reset tokens) are stored only as SHA-256 hashes, passwords only as scrypt
 /// hashes. Migrations are never edited once shipped: changes are new entries at the end.
-enum AccountsSchema {
+public enum AccountsSchema {
     static let fileName = "accounts.sqlite"
 
     static let migrations: [Migration] = [
@@ -107,4 +107,10 @@ enum AccountsSchema {
         .idempotency,
         .outboxParking,
     ]
+}
+
+extension AccountsSchema: ServiceDatabase {
+    /// accounts's database as a whole: what the core opens and what `accounts-service backup` and
+    /// `restore` work on.
+    public static let schema = DatabaseSchema(service: "accounts", fileName: fileName, migrations: migrations)
 }

@@ -33,7 +33,7 @@ public final class FinanceCore: Sendable {
         self.clock = clock
         self.logger = logger
         let opened = try ServiceStore.open(
-            directory: configuration.dataDirectory, fileName: FinanceSchema.fileName, migrations: FinanceSchema.migrations,
+            directory: configuration.dataDirectory, schema: FinanceSchema.schema,
             uniqueFields: Self.uniqueFields, logger: logger)
         (database, store, pageTokens) = (opened.database, opened.store, opened.pageTokens)
         self.peers = FinancePeers(peers: peers, configuration: configuration, logger: logger)

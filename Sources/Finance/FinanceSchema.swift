@@ -4,7 +4,7 @@ import Storage
 /// The finance database (`<data-dir>/finance.sqlite`). Amounts are integer cents, times Unix
 /// milliseconds. A scope is a household id, or '' for the marketplace. Migrations are never edited
 /// once shipped: changes are new entries at the end.
-enum FinanceSchema {
+public enum FinanceSchema {
     static let fileName = "finance.sqlite"
 
     static let migrations: [Migration] =
@@ -89,4 +89,10 @@ enum FinanceSchema {
                     ) WITHOUT ROWID;
                     """)
         ]
+}
+
+extension FinanceSchema: ServiceDatabase {
+    /// finance's database as a whole: what the core opens and what `finance-service backup` and
+    /// `restore` work on.
+    public static let schema = DatabaseSchema(service: "finance", fileName: fileName, migrations: migrations)
 }

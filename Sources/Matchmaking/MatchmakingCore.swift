@@ -41,7 +41,7 @@ public final class MatchmakingCore: Sendable {
         self.logger = logger
         self.peers = peers
         let opened = try ServiceStore.open(
-            directory: configuration.dataDirectory, fileName: MatchmakingSchema.fileName, migrations: MatchmakingSchema.migrations,
+            directory: configuration.dataDirectory, schema: MatchmakingSchema.schema,
             uniqueFields: Self.uniqueFields, logger: logger)
         (database, store, pageTokens) = (opened.database, opened.store, opened.pageTokens)
         hub = MatchHub(maxPerUser: configuration.maxWatchStreamsPerUser, maxQueued: configuration.maxQueuedEvents)

@@ -135,3 +135,9 @@ public enum MatchmakingSchema {
                     """),
         ]
 }
+
+extension MatchmakingSchema: ServiceDatabase {
+    /// matchmaking's database as a whole: what the core opens and what `matchmaking-service backup` and
+    /// `restore` work on.
+    public static let schema = DatabaseSchema(service: "matchmaking", fileName: fileName, migrations: migrations)
+}

@@ -79,7 +79,7 @@ public struct ServiceSettings: Sendable {
         }
         self.port = port
         let root = settings.string("data.dir", default: "./data")
-        dataDir = settings.string("\(name).data.dir") ?? "\(root)/\(name)"
+        dataDir = Self.dataDirectory(name: name, settings: settings)
         tlsCert = settings.string("\(name).tls.cert")
         tlsKey = settings.string("\(name).tls.key")
         if (tlsCert == nil) != (tlsKey == nil) { throw ValidationError("--tls-cert and --tls-key go together") }
@@ -99,6 +99,20 @@ public struct ServiceSettings: Sendable {
         peerKeepaliveMilliseconds = try settings.int("peer.keepalive.time.ms", range: 0...Int(Int32.max)) ?? peerKeepaliveMilliseconds
         peerKeepaliveTimeoutMilliseconds =
             try settings.int("peer.keepalive.timeout.ms", range: 1...Int(Int32.max)) ?? peerKeepaliveTimeoutMilliseconds
+    }
+
+    /// Where process `name` keeps its data: `--data-dir` (`flag`), else `<NAME>_DATA_DIR`, else
+    /// `$DATA_DIR/<name>`, else `./data/<name>`. What serving, `backup` and `restore` all use.
+    public static func dataDirectory(
+        name: String, flag: String?, environment: [String: String] = ProcessInfo.processInfo.environment
+    ) -> String {
+        var flags: [String: String] = [:]
+        flags["\(name).data.dir"] = flag
+        return dataDirectory(name: name, settings: Settings(environment: environment, flags: flags))
+    }
+
+    static func dataDirectory(name: String, settings: Settings) -> String {
+        settings.string("\(name).data.dir") ?? "\(settings.string("data.dir", default: "./data"))/\(name)"
     }
 
     /// `PEER_KEEPALIVE_TIME_MS` (0 = off) and `PEER_KEEPALIVE_TIMEOUT_MS`, checked at start.

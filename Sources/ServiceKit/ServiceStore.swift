@@ -35,7 +35,8 @@ public final class ServiceStore: Sendable {
         self.logger = logger
     }
 
-    /// What every service opens at startup: its database file (migrated), the store over it and
+    /// What every service opens at startup: its database file (migrated, and recording which
+    /// service owns it: `Database.open(directory:schema:)`), the store over it and
     /// its page-token secret. The database is closed again when anything after the open fails.
     /// Blocking: call at startup.
     public struct Opened: Sendable {
@@ -45,9 +46,9 @@ public final class ServiceStore: Sendable {
     }
 
     public static func open(
-        directory: String, fileName: String, migrations: [Migration], uniqueFields: [String: UniqueField] = [:], logger: Logger
+        directory: String, schema: DatabaseSchema, uniqueFields: [String: UniqueField] = [:], logger: Logger
     ) throws -> Opened {
-        let database = try Database.open(directory: directory, fileName: fileName, migrations: migrations, logger: logger)
+        let database = try Database.open(directory: directory, schema: schema, logger: logger)
         do {
             let tokens = try PageTokens.load(from: database)
             return Opened(database: database, store: ServiceStore(database: database, uniqueFields: uniqueFields, logger: logger), pageTokens: tokens)

@@ -43,7 +43,7 @@ public final class SocialCore: Sendable {
         self.logger = logger
         self.peers = peers
         let opened = try ServiceStore.open(
-            directory: configuration.dataDirectory, fileName: SocialSchema.fileName, migrations: SocialSchema.migrations,
+            directory: configuration.dataDirectory, schema: SocialSchema.schema,
             uniqueFields: Self.uniqueFields, logger: logger)
         (database, store, pageTokens) = (opened.database, opened.store, opened.pageTokens)
         hub = NotificationHub(

@@ -5,7 +5,7 @@ import Storage
 /// by accounts' ids; `users` is a cache of their public fields (usernames never change, display
 /// names are refreshed whenever social asks accounts). Migrations are never edited once shipped:
 /// changes are new entries at the end.
-enum SocialSchema {
+public enum SocialSchema {
     static let fileName = "social.sqlite"
 
     static let migrations: [Migration] =
@@ -160,4 +160,10 @@ enum SocialSchema {
                     CREATE INDEX household_invites_address ON household_invites(email_key, created_at);
                     """),
         ]
+}
+
+extension SocialSchema: ServiceDatabase {
+    /// social's database as a whole: what the core opens and what `social-service backup` and
+    /// `restore` work on.
+    public static let schema = DatabaseSchema(service: "social", fileName: fileName, migrations: migrations)
 }

@@ -13,9 +13,11 @@ public final class Connection {
     /// Dynamically built SQL (IN lists of varying length) must not grow the cache without bound.
     static let statementCacheLimit = 256
 
-    init(path: String) throws {
+    /// - Parameter readOnly: open an existing file without ever writing it (backups read a
+    ///   running service's file this way); otherwise read-write, creating the file.
+    init(path: String, readOnly: Bool = false) throws {
         var db: OpaquePointer?
-        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
+        let flags = readOnly ? SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
         let rc = sqlite3_open_v2(path, &db, flags, nil)
         guard rc == SQLITE_OK, let db else {
             let reason = db.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"

@@ -93,6 +93,28 @@ public final class Database: Sendable {
         options: Options = Options(),
         logger: Logger = Logger(label: "storage")
     ) throws -> Database {
+        try open(directory: directory, fileName: fileName, migrations: migrations, service: nil, options: options, logger: logger)
+    }
+
+    /// Opens a service's database as `open(directory:fileName:migrations:)` does, and records
+    /// which service owns it (`schema.service`, in `storage_metadata`): a database that records
+    /// another service is refused (`wrongService`) before anything is migrated, and one that
+    /// records none (created before the record existed) gets it now. `Database.restore` relies on
+    /// the record to refuse another service's file.
+    public static func open(
+        directory: String,
+        schema: DatabaseSchema,
+        options: Options = Options(),
+        logger: Logger = Logger(label: "storage")
+    ) throws -> Database {
+        try open(
+            directory: directory, fileName: schema.fileName, migrations: schema.migrations, service: schema.service, options: options,
+            logger: logger)
+    }
+
+    private static func open(
+        directory: String, fileName: String, migrations: [Migration], service: String?, options: Options, logger: Logger
+    ) throws -> Database {
         do {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         } catch {
@@ -103,7 +125,7 @@ public final class Database: Sendable {
         do {
             let writer = try Connection(path: path)
             try configure(writer, options: options, isWriter: true)
-            try migrate(writer, migrations: migrations, logger: logger)
+            try migrate(writer, migrations: migrations, service: service, logger: logger)
             var readers: [Connection] = []
             for _ in 0..<max(1, options.readerCount) {
                 let reader = try Connection(path: path)
@@ -138,13 +160,19 @@ public final class Database: Sendable {
         try connection.execute("PRAGMA foreign_keys=ON")
     }
 
-    /// Applies the migrations not yet recorded, in code order, each in its own transaction.
-    private static func migrate(_ connection: Connection, migrations: [Migration], logger: Logger) throws {
+    /// Applies the migrations not yet recorded, in code order, each in its own transaction. With
+    /// a `service`, first checks (and records, when missing) which service owns the database.
+    private static func migrate(_ connection: Connection, migrations: [Migration], service: String?, logger: Logger) throws {
         var known = Set<String>()
         for migration in migrations {
             guard known.insert(migration.name).inserted else {
                 throw StorageError.misuse("migration name \(migration.name) is listed twice")
             }
+        }
+        // Before anything is written: another service's tables must not get our migrations.
+        let recorded = try service.flatMap { _ in try recordedService(connection) }
+        if let service, let recorded, recorded != service {
+            throw StorageError.wrongService(path: connection.path, expected: service, found: recorded)
         }
         try connection.execute(
             """
@@ -159,6 +187,13 @@ public final class Database: Sendable {
         guard unknown.isEmpty else {
             throw StorageError.newerSchema(path: connection.path, unknownMigrations: unknown)
         }
+        if let service, recorded == nil {
+            _ = try runWrite(connection) { tx in
+                try tx.execute(
+                    "CREATE TABLE IF NOT EXISTS storage_metadata (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL) WITHOUT ROWID")
+                try tx.execute("INSERT OR IGNORE INTO storage_metadata (key, value) VALUES ('service', ?)", service)
+            }
+        }
         let done = Set(applied)
         for migration in migrations where !done.contains(migration.name) {
             do {
@@ -171,6 +206,23 @@ public final class Database: Sendable {
             }
             logger.info("applied migration", metadata: ["migration": "\(migration.name)", "database": "\(connection.path)"])
         }
+    }
+
+    /// The service a database records as its owner (`storage_metadata`), nil when it records none
+    /// (created by `open` without a schema, or before the record existed).
+    static func recordedService(_ connection: Connection) throws -> String? {
+        guard try connection.queryOne("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'storage_metadata'") != nil else {
+            return nil
+        }
+        return try connection.queryOne("SELECT value FROM storage_metadata WHERE key = 'service'").map { try $0.get(0, as: String.self) }
+    }
+
+    /// The migrations a database records, in the order they were applied (none without the table).
+    static func recordedMigrations(_ connection: Connection) throws -> [String] {
+        guard try connection.queryOne("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'") != nil else {
+            return []
+        }
+        return try connection.query("SELECT name FROM schema_migrations ORDER BY rowid").map { try $0.get(0, as: String.self) }
     }
 
     // MARK: Reading and writing

@@ -14,6 +14,9 @@ public enum StorageError: Error, Sendable, Hashable, CustomStringConvertible {
     case locked(path: String, holder: String?)
     /// The database records migrations this code does not know: it was written by a newer version.
     case newerSchema(path: String, unknownMigrations: [String])
+    /// The database records another service as its owner (a file copied or restored into the
+    /// wrong data directory): nothing was migrated.
+    case wrongService(path: String, expected: String, found: String)
     /// A migration failed; its transaction was rolled back and the service must not start.
     case migrationFailed(name: String, reason: String)
     /// A UNIQUE or PRIMARY KEY constraint failed. `columns` are `table.column` as SQLite names them;
@@ -56,6 +59,9 @@ public enum StorageError: Error, Sendable, Hashable, CustomStringConvertible {
         case .newerSchema(let path, let unknown):
             return
                 "database \(path) was migrated by a newer version of this service (unknown migrations: \(unknown.joined(separator: ", "))). Refusing to start so the data is not damaged: run the newer version, or restore a backup taken before the upgrade."
+        case .wrongService(let path, let expected, let found):
+            return
+                "database \(path) belongs to the \(found) service, not \(expected). Refusing to start so neither is damaged: point --data-dir at \(expected)'s own directory, or restore a backup of \(expected)."
         case .migrationFailed(let name, let reason):
             return
                 "migration \(name) failed and was rolled back: \(reason). Fix the migration or the data; the service cannot start on a half-migrated schema."
@@ -90,7 +96,7 @@ public enum StorageError: Error, Sendable, Hashable, CustomStringConvertible {
     /// field; this default still yields ALREADY_EXISTS.
     public var rpcError: RPCError {
         switch self {
-        case .cannotOpen, .notADatabase, .newerSchema, .migrationFailed:
+        case .cannotOpen, .notADatabase, .newerSchema, .wrongService, .migrationFailed:
             return RPCError(.internal, description)
         case .locked:
             return RPCError(.unavailable, description)

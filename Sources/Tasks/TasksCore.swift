@@ -37,7 +37,7 @@ public final class TasksCore: Sendable {
         self.clock = clock
         self.logger = logger
         let opened = try ServiceStore.open(
-            directory: configuration.dataDirectory, fileName: TasksSchema.fileName, migrations: TasksSchema.migrations,
+            directory: configuration.dataDirectory, schema: TasksSchema.schema,
             uniqueFields: Self.uniqueFields, logger: logger)
         (database, store, pageTokens) = (opened.database, opened.store, opened.pageTokens)
         self.peers = TasksPeers(

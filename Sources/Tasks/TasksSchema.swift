@@ -5,7 +5,7 @@ import Storage
 /// area's tables in migrations named after it (`team-tasks.…`, `chores.…`, `marketplace.…`,
 /// `habits.…`, each area's own in its store). Times are Unix milliseconds, dates `yyyymmdd` integers in the chore's zone.
 /// Migrations are never edited once shipped: changes are new entries at the end.
-enum TasksSchema {
+public enum TasksSchema {
     static let fileName = "tasks.sqlite"
 
     static let migrations: [Migration] =
@@ -151,4 +151,10 @@ enum TasksSchema {
                     ALTER TABLE habit_events ADD COLUMN time_zone TEXT;
                     """),
         ]
+}
+
+extension TasksSchema: ServiceDatabase {
+    /// tasks's database as a whole: what the core opens and what `tasks-service backup` and
+    /// `restore` work on.
+    public static let schema = DatabaseSchema(service: "tasks", fileName: fileName, migrations: migrations)
 }

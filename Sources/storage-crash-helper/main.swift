@@ -1,12 +1,14 @@
 import Logging
 import Storage
 
-// Test helper for StorageTests' crash-durability test: writes acknowledged rows until killed.
+// Test helper for StorageTests' crash-durability and backup tests: writes acknowledged rows until
+// killed.
 //
 // usage: storage-crash-helper <directory> [normal|full]
-// Opens <directory>/crash.sqlite through Storage and commits one row per transaction, printing
-// "ack <n>" only after the commit returned. The test SIGKILLs it mid-stream and checks that every
-// acknowledged row survived.
+// Opens <directory>/crash.sqlite through Storage (as the service "crash") and commits one row per
+// transaction, printing "ack <n>" only after the commit returned. The crash test SIGKILLs it
+// mid-stream and checks that every acknowledged row survived; the backup tests copy its database
+// while it writes.
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -26,8 +28,8 @@ let synchronous: Database.Options.Synchronous = arguments.count > 2 && arguments
 do {
     let db = try Database.open(
         directory: arguments[1],
-        fileName: "crash.sqlite",
-        migrations: [Migration(name: "001-acks", sql: "CREATE TABLE acks (id INTEGER PRIMARY KEY, payload BLOB NOT NULL)")],
+        schema: DatabaseSchema(
+            service: "crash", migrations: [Migration(name: "001-acks", sql: "CREATE TABLE acks (id INTEGER PRIMARY KEY, payload BLOB NOT NULL)")]),
         options: Database.Options(synchronous: synchronous),
         logger: Logger(label: "storage-crash-helper", factory: { _ in SwiftLogNoOpLogHandler() })
     )

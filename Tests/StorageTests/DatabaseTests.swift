@@ -79,6 +79,38 @@ import Testing
         try Database.openQuiet(directory: dir.path, fileName: "a.sqlite", migrations: newer).close()
     }
 
+    /// `open(directory:schema:)` records the owner in a database that has none (one made before
+    /// the record existed gets it on its next open) and refuses another service's database before
+    /// migrating anything.
+    @Test func openRecordsItsServiceAndRefusesAnotherServicesDatabase() throws {
+        let dir = TempDirectory()
+        defer { dir.cleanup() }
+        // Made without a schema: no owner recorded, as every database was before.
+        try Database.openQuiet(directory: dir.path, fileName: "notes.sqlite", migrations: testMigrations).close()
+        func owner() throws -> String? {
+            let c = try Connection(path: dir.file("notes.sqlite"), readOnly: true)
+            defer { c.close() }
+            return try Database.recordedService(c)
+        }
+        #expect(try owner() == nil)
+        let notes = DatabaseSchema(service: "notes", migrations: testMigrations)
+        #expect(notes.fileName == "notes.sqlite")
+        try Database.openQuiet(directory: dir.path, schema: notes).close()
+        #expect(try owner() == "notes")
+        try Database.openQuiet(directory: dir.path, schema: notes).close()  // reopening keeps it
+
+        // Another service whose file has the same name: refused before its migrations run.
+        let other = DatabaseSchema(
+            service: "other", fileName: "notes.sqlite", migrations: testMigrations + [Migration(name: "other.001", sql: "CREATE TABLE o (a)")])
+        var caught: StorageError?
+        do { _ = try Database.openQuiet(directory: dir.path, schema: other) } catch let error as StorageError { caught = error }
+        #expect(caught == .wrongService(path: dir.file("notes.sqlite"), expected: "other", found: "notes"))
+        #expect(caught?.description.contains("belongs to the notes service, not other") == true)
+        let db = try Database.openQuiet(directory: dir.path, schema: notes)
+        defer { db.close() }
+        #expect(try db.appliedMigrations() == ["001-users", "002-notes"])
+    }
+
     @Test func secondOpenInTheSameProcessIsRefusedUntilClosed() throws {
         let dir = TempDirectory()
         defer { dir.cleanup() }

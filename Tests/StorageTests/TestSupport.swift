@@ -81,4 +81,11 @@ extension Database {
         logger.logLevel = .warning
         return try open(directory: directory, fileName: fileName, migrations: migrations, options: options, logger: logger)
     }
+
+    /// `open(directory:schema:)`, as quietly.
+    static func openQuiet(directory: String, schema: DatabaseSchema) throws -> Database {
+        var logger = Logger(label: "storage-test")
+        logger.logLevel = .warning
+        return try open(directory: directory, schema: schema, logger: logger)
+    }
 }
