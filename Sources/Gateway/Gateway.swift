@@ -19,7 +19,7 @@ public final class Gateway: Sendable {
     let server: RPCServer
     let ownGroup: MultiThreadedEventLoopGroup
     let logger: Logger
-    let sweeper = DeadlineSweeper()
+    let sweeper: DeadlineSweeper
     private let background = Mutex<Task<Void, Never>?>(nil)
 
     /// The descriptors the gateway routes and transcodes from: our contracts and the standard ones.
@@ -54,6 +54,10 @@ public final class Gateway: Sendable {
         let descriptors = Self.descriptors
         let registry = try SchemaRegistry(descriptors)
         ownGroup = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        // The serving loops, made here so that each upstream pool keeps per-loop connections.
+        let serverGroup = MultiThreadedEventLoopGroup(numberOfThreads: max(1, configuration.threads ?? System.coreCount))
+        let serverLoops = Array(serverGroup.makeIterator())
+        sweeper = DeadlineSweeper(loops: serverLoops)
 
         var pools: [String: UpstreamPool] = [:]
         for u in configuration.upstreams {
@@ -68,7 +72,7 @@ public final class Gateway: Sendable {
             channel.keepaliveTime = configuration.upstreamKeepaliveTime
             channel.keepaliveTimeout = configuration.upstreamKeepaliveTimeout
             pools[u.name] = UpstreamPool(
-                name: u.name, configuration: channel, fallbackLoop: ownGroup.next(),
+                name: u.name, configuration: channel, loops: serverLoops, fallbackLoop: ownGroup.next(),
                 streamsPerConnection: configuration.streamsPerUpstreamConnection)
         }
         self.pools = pools
@@ -120,7 +124,7 @@ public final class Gateway: Sendable {
         config.maxBufferedRequestBytesPerProcess = configuration.maxBufferedRequestBytes
         config.maxConcurrentStreams = configuration.maxConcurrentStreams
         config.maxConnections = configuration.maxConnections
-        if let t = configuration.threads { config.threads = t }
+        config.threads = serverLoops.count
         config.interceptors = [policy]
         let health = self.health
         let upstreamList = configuration.upstreams
@@ -132,7 +136,7 @@ public final class Gateway: Sendable {
         connect.sideEffectFree = registry.sideEffectFreePaths
         config.httpHandler = connect
         configuration.adjustServer(&config)
-        server = RPCServer(configuration: config, services: services, logger: logger)
+        server = RPCServer(configuration: config, services: services, logger: logger, group: serverGroup)
     }
 
     /// Binds the port and starts polling upstream health; returns the bound port.

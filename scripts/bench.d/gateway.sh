@@ -73,6 +73,17 @@ PYEOF
       MIN_DATA_PER_REQUEST=32 h2load_row "GetSigningKeys via nghttpx" $shape "http://127.0.0.1:$NGHTTPX_PORT_B$KEYS_PATH" \
         "$KEYS_BODY" "${GRPC_HEADERS[@]}"
     fi
+    # The authenticated read (issue 18: the gateway verifies the token, nghttpx passes it on;
+    # both at >= 1.0x nghttpx): GetProfile with accounts.sh's access token.
+    if [ -n "${ACC_TOKEN:-}" ] && [ -n "${PROFILE_BODY:-}" ]; then
+      PROFILE_PATH=/accounts.v1.Accounts/GetProfile
+      MIN_DATA_PER_REQUEST=40 h2load_row "GetProfile auth via gateway" $shape "http://127.0.0.1:$GATEWAY_PORT_B$PROFILE_PATH" \
+        "$PROFILE_BODY" "${GRPC_HEADERS[@]}" -H "authorization: Bearer $ACC_TOKEN"
+      if [ -n "$NGHTTPX_BIN" ]; then
+        MIN_DATA_PER_REQUEST=40 h2load_row "GetProfile auth via nghttpx" $shape "http://127.0.0.1:$NGHTTPX_PORT_B$PROFILE_PATH" \
+          "$PROFILE_BODY" "${GRPC_HEADERS[@]}" -H "authorization: Bearer $ACC_TOKEN"
+      fi
+    fi
     # The browser protocols, the same read through the same gateway (issue 17: at most 1.3x the
     # gRPC path's cost per call): gRPC-Web (binary) and Connect JSON, over HTTP/2.
     MIN_DATA_PER_REQUEST=32 h2load_row "GetSigningKeys via gateway, gRPC-Web" $shape "http://127.0.0.1:$GATEWAY_PORT_B$KEYS_PATH" \
@@ -97,6 +108,13 @@ if x and xl:
     print(f"bench: nghttpx (reference proxy) throughput {x[0]:.0f} req/s = {100 * x[0] / d[0]:.0f}% of direct; "
           f"gateway = {g[0] / x[0]:.2f}x nghttpx")
     print(f"bench: nghttpx adds {xl[1] - dl[1]:.0f} µs at one call in flight (the gateway {gl[1] - dl[1]:.0f} µs)")
+a, al = rows.get(("GetProfile auth via gateway", "throughput")), rows.get(("GetProfile auth via gateway", "latency"))
+ax, axl = rows.get(("GetProfile auth via nghttpx", "throughput")), rows.get(("GetProfile auth via nghttpx", "latency"))
+if x and a and ax:
+    print(f"bench: gateway/nghttpx throughput: public read {g[0] / x[0]:.2f}x, authenticated read {a[0] / ax[0]:.2f}x "
+          f"(issue 18: both >= 1.0x)")
+if al and axl:
+    print(f"bench: authenticated read at one call in flight: gateway {al[1]:.0f} µs, nghttpx {axl[1]:.0f} µs")
 for proto in ("gRPC-Web", "Connect JSON"):
     w, wl = rows.get((f"GetSigningKeys via gateway, {proto}", "throughput")), rows.get((f"GetSigningKeys via gateway, {proto}", "latency"))
     if w and wl:

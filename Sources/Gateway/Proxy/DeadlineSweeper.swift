@@ -1,3 +1,5 @@
+import NIOCore
+import NIOPosix
 import RPCCore
 import RPCTransport
 import Synchronization
@@ -9,6 +11,9 @@ import Synchronization
 /// finished watches leave when they reach the front, or when they pile up behind a long call.
 /// Calls with a client deadline carry it upstream as `grpc-timeout` instead, which the channel
 /// enforces precisely.
+///
+/// Each serving loop watches its calls in queues of its own (the loops never wait for each other
+/// on one lock); calls from elsewhere share one more set of queues.
 final class DeadlineSweeper: Sendable {
     /// One watched call: a `CallCancellation` the sweeper fires at the deadline. Register the
     /// call with `onCancel(cancelling:)` once it exists (at once cancelled if the deadline has
@@ -30,11 +35,25 @@ final class DeadlineSweeper: Sendable {
         /// what the last pruning left (at least 1,024), so live calls are not rescanned per sweep.
         var pruneAt = 1024
     }
-    private let queues = Mutex<[Queue]>([])
+    private final class Shard: Sendable {
+        let queues = Mutex<[Queue]>([])
+    }
+    private let shards: [ObjectIdentifier: Shard]
+    private let fallback = Shard()
+
+    /// - Parameter loops: the loops calls start on, each with queues of its own.
+    init(loops: [any EventLoop] = []) {
+        var shards: [ObjectIdentifier: Shard] = [:]
+        for loop in loops { shards[ObjectIdentifier(loop)] = Shard() }
+        self.shards = shards
+    }
+
+    private var allShards: [Shard] { [fallback] + shards.values }
 
     /// Watches a call about to start; register the call with the watch once it exists.
     func watch(for limit: Duration) -> Watch {
-        queues.withLock { qs in
+        let shard = MultiThreadedEventLoopGroup.currentEventLoop.flatMap { shards[ObjectIdentifier($0)] } ?? fallback
+        return shard.queues.withLock { qs in
             // The deadline is taken under the lock, so each queue stays in deadline order.
             let w = Watch(deadline: .now + limit)
             if let i = qs.firstIndex(where: { $0.limit == limit }) {
@@ -55,7 +74,14 @@ final class DeadlineSweeper: Sendable {
     /// Cancels every call past its deadline; returns how many.
     @discardableResult
     func sweep(now: ContinuousClock.Instant = .now) -> Int {
-        let due: [Watch] = queues.withLock { qs in
+        let due: [Watch] = allShards.flatMap { shard in sweep(shard, now: now) }
+        for w in due { w.cancel() }
+        return due.count
+    }
+
+    /// One shard's pass: drops finished watches, returns those past their deadline.
+    private func sweep(_ shard: Shard, now: ContinuousClock.Instant) -> [Watch] {
+        shard.queues.withLock { qs in
             var due: [Watch] = []
             for i in qs.indices {
                 var q = qs[i]
@@ -81,17 +107,15 @@ final class DeadlineSweeper: Sendable {
             }
             return due
         }
-        for w in due { w.cancel() }
-        return due.count
     }
 
     /// Calls being watched (finished ones no longer count, whether or not swept away yet).
     var count: Int {
-        queues.withLock { qs in qs.reduce(0) { n, q in n + q.watches.count { !$0.isDone } } }
+        allShards.reduce(0) { n, shard in n + shard.queues.withLock { qs in qs.reduce(0) { n, q in n + q.watches.count { !$0.isDone } } } }
     }
 
     /// Watches still queued, finished or not (what the sweeper holds in memory).
-    var queued: Int { queues.withLock { $0.reduce(0) { $0 + $1.watches.count } } }
+    var queued: Int { allShards.reduce(0) { n, shard in n + shard.queues.withLock { $0.reduce(0) { $0 + $1.watches.count } } } }
 
     /// Sweeps every `interval` until cancelled.
     func run(interval: Duration) async {

@@ -21,17 +21,33 @@ final class PooledChannel: Sendable {
 /// more connections when its streams pass `streamsPerConnection` (the upstream caps concurrent
 /// streams per connection, and long-lived streams must not starve new calls). Calls from
 /// elsewhere (health polls, key fetches) use connections on the pool's own loop.
+///
+/// Each serving loop has a slot of its own, found without a lock (the map is fixed at start),
+/// so the loops never wait for each other here: one shared lock was contended on every call
+/// (futex waits were about a quarter of a relayed call's kernel time with two loops).
 public final class UpstreamPool: ClientTransport, Sendable {
     public let name: String
     let configuration: ChannelConfiguration
     let streamsPerConnection: Int
     let maxConnectionsPerLoop: Int
     private let fallbackLoop: any EventLoop
-    private let byLoop = Mutex<[ObjectIdentifier: [PooledChannel]]>([:])
+
+    /// One loop's connections. Its lock is taken by that loop, and rarely by others (counts, close).
+    final class Slot: Sendable {
+        let loop: any EventLoop
+        let channels = Mutex<[PooledChannel]>([])
+        init(loop: any EventLoop) { self.loop = loop }
+    }
+    /// The serving loops' slots, fixed at init.
+    private let slots: [ObjectIdentifier: Slot]
+    /// Calls from anywhere else (tasks, other groups' loops).
+    private let fallbackSlot: Slot
     private let closed = Atomic<Bool>(false)
 
+    /// - Parameter loops: the loops calls are started on (the server's); calls from elsewhere
+    ///   use connections on `fallbackLoop`.
     init(
-        name: String, configuration: ChannelConfiguration, fallbackLoop: any EventLoop,
+        name: String, configuration: ChannelConfiguration, loops: [any EventLoop], fallbackLoop: any EventLoop,
         streamsPerConnection: Int = 90, maxConnectionsPerLoop: Int = 16
     ) {
         self.name = name
@@ -39,14 +55,22 @@ public final class UpstreamPool: ClientTransport, Sendable {
         self.fallbackLoop = fallbackLoop
         self.streamsPerConnection = max(1, streamsPerConnection)
         self.maxConnectionsPerLoop = max(1, maxConnectionsPerLoop)
+        fallbackSlot = Slot(loop: fallbackLoop)
+        var slots: [ObjectIdentifier: Slot] = [:]
+        for loop in loops where loop !== fallbackLoop { slots[ObjectIdentifier(loop)] = Slot(loop: loop) }
+        self.slots = slots
+    }
+
+    /// The calling loop's slot (the pool's own loop's when the caller is not on a serving loop).
+    private func slot() -> Slot {
+        guard let loop = MultiThreadedEventLoopGroup.currentEventLoop else { return fallbackSlot }
+        return slots[ObjectIdentifier(loop)] ?? fallbackSlot
     }
 
     /// A connection for a new call, its active count already raised (lower it with `release`).
     func acquire() -> PooledChannel {
-        let loop = MultiThreadedEventLoopGroup.currentEventLoop ?? fallbackLoop
-        let key = ObjectIdentifier(loop)
-        return byLoop.withLock { map in
-            var list = map[key] ?? []
+        let slot = slot()
+        return slot.channels.withLock { list in
             var best: PooledChannel? = nil
             var bestLoad = Int.max
             for c in list {
@@ -55,9 +79,9 @@ public final class UpstreamPool: ClientTransport, Sendable {
                 if load < bestLoad { best = c; bestLoad = load }
             }
             if best == nil || (bestLoad >= streamsPerConnection && list.count < maxConnectionsPerLoop) {
-                let fresh = PooledChannel(RPCChannel(configuration: configuration, group: loop), ownLoop: loop === fallbackLoop)
+                let fresh = PooledChannel(
+                    RPCChannel(configuration: configuration, group: slot.loop), ownLoop: slot.loop === fallbackLoop)
                 list.append(fresh)
-                map[key] = list
                 best = fresh
             }
             best!.active.add(1, ordering: .relaxed)
@@ -74,18 +98,19 @@ public final class UpstreamPool: ClientTransport, Sendable {
         return try await c.channel.startCall(method, options: options)
     }
 
+    private var allSlots: [Slot] { [fallbackSlot] + slots.values }
+
+    private var allChannels: [PooledChannel] { allSlots.flatMap { s in s.channels.withLock { $0 } } }
+
     /// Calls in flight through this pool.
-    public var activeCalls: Int {
-        byLoop.withLock { $0.values.joined().reduce(0) { $0 + $1.active.load(ordering: .relaxed) } }
-    }
+    public var activeCalls: Int { allChannels.reduce(0) { $0 + $1.active.load(ordering: .relaxed) } }
 
     /// Closes the connections on the pool's own loop; those on server loops close with the
     /// server's event loops.
     func close() async {
         guard !closed.exchange(true, ordering: .relaxed) else { return }
-        let all = byLoop.withLock { m in
-            defer { m = [:] }; return Array(m.values.joined())
-        }
+        let all = allChannels
+        for s in allSlots { s.channels.withLock { $0 = [] } }
         for c in all where c.ownLoop { await c.channel.close() }
     }
 }

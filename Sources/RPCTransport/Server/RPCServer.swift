@@ -106,10 +106,16 @@ public final class RPCServer: Sendable {
     let group: MultiThreadedEventLoopGroup
     private let listener = Mutex<(any Channel)?>(nil)
 
-    public init(configuration: ServerConfiguration, services: [any RPCService], logger: Logger = Logger(label: "rpc.server")) {
+    /// - Parameter group: the event loops to serve on, made by the caller when it must know
+    ///   them beforehand (the gateway keeps per-loop state); the server shuts it down when it
+    ///   stops. By default `configuration.threads` loops of the server's own.
+    public init(
+        configuration: ServerConfiguration, services: [any RPCService], logger: Logger = Logger(label: "rpc.server"),
+        group: MultiThreadedEventLoopGroup? = nil
+    ) {
         self.configuration = configuration
         self.shared = ServerShared(configuration: configuration, router: Router(services: services), logger: logger)
-        self.group = MultiThreadedEventLoopGroup(numberOfThreads: max(1, configuration.threads))
+        self.group = group ?? MultiThreadedEventLoopGroup(numberOfThreads: max(1, configuration.threads))
     }
 
     /// Binds and starts accepting; returns the bound port (useful with port 0).
