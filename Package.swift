@@ -28,6 +28,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-configuration.git", from: "1.4.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+        .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
     ],
     targets: [
         // System libraries: [system] modulemap + shim.h, apt providers named.
@@ -82,7 +84,22 @@ let package = Package(
         // Storage (SQLite per service) and Security (OpenSSL crypto): no C types in their APIs.
         .target(
             name: "Storage",
-            dependencies: ["CSQLite", "RPCCore", .product(name: "Logging", package: "swift-log")],
+            dependencies: [
+                "CSQLite", "RPCCore", .product(name: "Logging", package: "swift-log"),
+                .product(name: "CoreMetrics", package: "swift-metrics"),
+            ],
+            swiftSettings: strict
+        ),
+        // Metrics (swift-metrics facade, Prometheus registry), call observation, /metrics.
+        .target(
+            name: "Observability",
+            dependencies: [
+                "RPCCore",
+                .product(name: "CoreMetrics", package: "swift-metrics"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: strict
         ),
         .target(name: "Security", dependencies: ["COpenSSL"], swiftSettings: strict),
@@ -100,7 +117,7 @@ let package = Package(
             name: "ServiceKit",
             dependencies: [
                 "RPCCore", "RPCTransport", "RPCTLS", "RPCServices", "RPCProtobuf", "Contracts", "GRPCContracts", "Security",
-                "Storage",
+                "Storage", "Observability",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -254,7 +271,7 @@ let package = Package(
             name: "Gateway",
             dependencies: [
                 "RPCCore", "RPCTransport", "RPCTLS", "RPCServices", "RPCProtobuf", "Contracts", "GRPCContracts",
-                "ServiceKit", "Security",
+                "ServiceKit", "Security", "Observability",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -288,7 +305,7 @@ let package = Package(
             name: "ProtobufTests",
             dependencies: ["RPCCore", "RPCProtobuf", "GRPCContracts", "Contracts", "ProtobufTestContracts", "ContractTesting"],
             exclude: ["Fixtures", "LeakCheck", "Proto"]),
-        .testTarget(name: "StorageTests", dependencies: ["Storage", "RPCCore", "storage-crash-helper"]),
+        .testTarget(name: "StorageTests", dependencies: ["Storage", "RPCCore", "Observability", "storage-crash-helper"]),
         .testTarget(name: "SecurityTests", dependencies: ["Security"]),
         // Test support every service's tests share (token keys, an in-process server behind the
         // kit's policy, failure details). For test targets only.
@@ -314,7 +331,7 @@ let package = Package(
             name: "ServiceKitTests",
             dependencies: [
                 "ServiceKit", "ServiceKitTesting", "Storage", "Security", "Contracts", "GRPCContracts", "RPCCore", "RPCTransport",
-                "RPCServices", .product(name: "Logging", package: "swift-log"),
+                "RPCServices", "Observability", .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .testTarget(
@@ -370,7 +387,7 @@ let package = Package(
             name: "GatewayTests",
             dependencies: [
                 "Gateway", "Accounts", "ServiceKit", "Security", "Contracts", "GRPCContracts", "RPCCore", "RPCTransport",
-                "RPCServices", "RPCTLS", "ProtobufTestContracts", .product(name: "Logging", package: "swift-log"),
+                "RPCServices", "RPCTLS", "ProtobufTestContracts", "Observability", .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .testTarget(name: "RPCTransportTests", dependencies: ["RPCCore", "RPCTransport", "RPCTLS", "RPCServices", "GRPCContracts", "Interop"]),
