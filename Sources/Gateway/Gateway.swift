@@ -3,6 +3,7 @@ import GRPCContracts
 import Logging
 import NIOCore
 import NIOPosix
+import Observability
 import RPCCore
 import RPCServices
 import RPCTransport
@@ -126,6 +127,7 @@ public final class Gateway: Sendable {
         config.maxConnections = configuration.maxConnections
         config.threads = serverLoops.count
         config.interceptors = [policy]
+        if configuration.metrics { config.observer = RPCServerMetrics() }
         let health = self.health
         let upstreamList = configuration.upstreams
         var connect = ConnectHandler(
@@ -133,6 +135,7 @@ public final class Gateway: Sendable {
             statusPage: { await Self.statusPage(health: health, upstreams: upstreamList, services: publicNames) })
         connect.maxRequestBytes = configuration.maxRequestBytes
         connect.cors = configuration.cors
+        connect.metrics = configuration.metrics
         connect.sideEffectFree = registry.sideEffectFreePaths
         config.httpHandler = connect
         configuration.adjustServer(&config)

@@ -73,6 +73,8 @@ public struct GatewayConfiguration: Sendable {
     public var streamsPerUpstreamConnection = 90
     /// Event loop threads (default: one per core).
     public var threads: Int? = nil
+    /// Calls counted and timed, `GET /metrics` served (`METRICS`, default on).
+    public var metrics = true
     /// Web origins whose pages may call the gateway (CORS; `GATEWAY_CORS_ORIGINS`): none by
     /// default. See `CORSPolicy`.
     public var cors = CORSPolicy()

@@ -1,4 +1,5 @@
 import Logging
+import Observability
 import RPCCore
 import RPCProtobuf
 import RPCServices
@@ -49,6 +50,7 @@ public enum ServiceHost {
     ) async throws {
         var config = try serverConfiguration(settings: settings)
         config.interceptors = [AuthInterceptor(keys: keys, serviceToken: settings.serviceToken, gatewayToken: settings.gatewayToken)]
+        if settings.metrics { addMetrics(to: &config) }
         configure(&config)
         try applyServerSettings(settings, to: &config)
         let (health, all) = StandardServices.make(for: services, descriptors: descriptors)
@@ -82,6 +84,14 @@ public enum ServiceHost {
         try await group.run()
         await peers.close()
         logger.info("stopped")
+    }
+
+    /// Every call counted and timed (`RPCServerMetrics`), and `GET /metrics` on the server's own
+    /// port, over HTTP/1.1 or HTTP/2 (docs/observability.md).
+    public static func addMetrics(to config: inout ServerConfiguration) {
+        config.observer = RPCServerMetrics()
+        config.httpHandler = MetricsEndpoint()
+        config.acceptHTTP1 = true
     }
 
     /// The server settings every process shares: address and TLS.

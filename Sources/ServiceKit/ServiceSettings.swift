@@ -43,6 +43,9 @@ public struct ServiceSettings: Sendable {
     public var tlsCert: String?
     public var tlsKey: String?
     public var logLevel: String
+    /// `METRICS` (default on): calls counted and timed, `GET /metrics` served. Off only to
+    /// measure what they cost.
+    public var metrics: Bool
     /// The cluster's service credential (`SERVICE_TOKEN`): what services present to each other
     /// and what opens internal RPCs. The gateway never has it.
     public var serviceToken: String
@@ -84,6 +87,7 @@ public struct ServiceSettings: Sendable {
         tlsKey = settings.string("\(name).tls.key")
         if (tlsCert == nil) != (tlsKey == nil) { throw ValidationError("--tls-cert and --tls-key go together") }
         logLevel = settings.string("log.level", default: "info")
+        metrics = try settings.bool("metrics", default: true)
         devCredentials = try settings.bool("allow.dev.credentials")
         let resolver = Credentials(settings: settings, root: root, development: devCredentials)
         serviceToken = credentials == .service ? try resolver.resolve(.service) : ""

@@ -61,6 +61,7 @@ public final class TestServer: Sendable {
                 keys: keys, serviceToken: TestCredentials.serviceToken,
                 gatewayToken: TestCredentials.gatewayToken)
         ]
+        ServiceHost.addMetrics(to: &config)
         configure(&config)
         let (_, all) = StandardServices.make(for: services, descriptors: ContractsDescriptors.descriptorSet)
         server = RPCServer(configuration: config, services: all, logger: logger)

@@ -1,5 +1,6 @@
 import Contracts
 import Logging
+import Observability
 import RPCCore
 import RPCTransport
 import ServiceKit
@@ -19,6 +20,8 @@ struct ConnectHandler: HTTPHandler {
     let transcoder: JSONTranscoder
     let logger: Logger
     let statusPage: @Sendable () async -> (serving: Bool, text: String)
+    /// Serves `GET /metrics` (off with the gateway's metrics).
+    var metrics = true
     /// The gateway's own cap on any request message (`GatewayConfiguration.maxRequestBytes`).
     var maxRequestBytes = Int.max
     /// Which web origins may call from a page (`GATEWAY_CORS_ORIGINS`).
@@ -54,6 +57,7 @@ struct ConnectHandler: HTTPHandler {
         if request.method == "GET" || request.method == "HEAD" {
             if path == "/" || path == "/healthz" { return await page(path) }
         }
+        if metrics, let response = MetricsEndpoint.respond(to: request) { return response }
         if TaskPages.serves(request.path) {
             let pages = TaskPages { path, input, request in try await self.invoke(path, input, request: request) }
             return await pages.handle(request)

@@ -30,6 +30,7 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
             return
         }
         counted = true
+        shared.configuration.observer?.connection(opened: true)
         if let timeout = config.firstRequestTimeout {
             let bound = NIOLoopBound(context, eventLoop: context.eventLoop)
             let logger = shared.logger
@@ -56,6 +57,7 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
         if counted {
             counted = false
             shared.connections.release()
+            shared.configuration.observer?.connection(opened: false)
         }
     }
 

@@ -122,6 +122,7 @@ public final class RPCServer: Sendable {
     @discardableResult
     public func start() async throws -> Int {
         let shared = self.shared
+        configuration.observer?.prepare(shared.router.methods.values.map(\.descriptor).sorted { $0.path < $1.path })
         let tls = configuration.tls
         var bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 1024)

@@ -55,6 +55,8 @@ public struct ServerConfiguration: Sendable {
     /// Event loop threads; defaults to one per core.
     public var threads: Int = System.coreCount
     public var interceptors: [any ServerInterceptor] = []
+    /// Sees every gRPC call end and every connection open and close (metrics, access log).
+    public var observer: (any ServerCallObserver)?
     /// Serves requests that are not `application/grpc` (the gateway's JSON and pages).
     public var httpHandler: (any HTTPHandler)?
     /// Also accept HTTP/1.1 on the same port (connections are told apart by their first bytes).

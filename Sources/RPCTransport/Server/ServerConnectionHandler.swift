@@ -38,6 +38,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     /// Plain-HTTP body bytes past this many are charged to the process budget.
     private let httpUncharged: Int
     private let interceptors: [any ServerInterceptor]
+    private let observer: (any ServerCallObserver)?
 
     // Connection management (`ServerConfiguration`: keepalive, idle, age).
     /// Reads so far (wraps): keepalive compares it across ticks instead of reading a clock per read.
@@ -67,6 +68,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         self.processLimit = config.maxBufferedRequestBytesPerProcess
         self.httpUncharged = Int(HTTP2Setting.window(config.initialWindowSize))
         self.interceptors = config.interceptors
+        self.observer = config.observer
     }
 
     // MARK: Channel lifecycle
@@ -590,6 +592,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         let waiters = stream.writeWaiters
         stream.writeWaiters = []
         for w in waiters { w.resume(throwing: RPCError.cancelled("the client cancelled the call")) }
+        observeEnd(stream, .cancelled)
     }
 
     // MARK: Calls
@@ -599,6 +602,11 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         if !sawRequest, let context {
             sawRequest = true
             context.triggerUserOutboundEvent(ConnectionGuard.RequestStarted(), promise: nil)
+        }
+        // gRPC calls are observed from here (plain HTTP requests are the HTTP handler's).
+        if let observer, stream.isGRPCContentType || !keepsRawHeaders {
+            stream.startedAt = .now
+            observer.callStarted()
         }
         if stream.headersTooLarge {
             return fail(
@@ -708,6 +716,8 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
                 return fail(stream, RPCError(.internal, "request message is not valid gzip"))
             }
         }
+        stream.requestMessages += 1
+        stream.requestBytes += frame.payload.count
         let message = RawMessageStream.InboundMessage(bytes: payload, compressed: frame.compressed, wireSize: held)
         if stream.clientStreams {
             // Window opens, and the charge is given back, when the handler reads the message
@@ -920,6 +930,19 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         let waiters = stream.writeWaiters
         stream.writeWaiters = []
         for w in waiters { w.resume(throwing: RPCError.cancelled("the call has ended")) }
+        observeEnd(stream, status.code)
+    }
+
+    /// Reports an observed call's end once (a call is observed from its accepted headers on).
+    private func observeEnd(_ stream: ServerStream, _ code: StatusCode) {
+        guard let observer, let started = stream.startedAt else { return }
+        stream.startedAt = nil
+        observer.callEnded(
+            ServerCallRecord(
+                method: stream.target?.descriptor, code: code, duration: .now - started,
+                requestMessages: stream.requestMessages, requestBytes: stream.requestBytes,
+                responseMessages: stream.responseMessages, responseBytes: stream.responseBytes, peer: peer,
+                context: stream.context))
     }
 
     private func startHTTP(_ stream: ServerStream) {
@@ -1042,6 +1065,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         block.add("grpc-status", String(StatusCode.internal.rawValue))
         block.add("grpc-message", PercentEncoding.encode(message))
         _ = block.withNV { nva, n in nghttp2_submit_response(session, stream.id, nva, n, nil) }
+        observeEnd(stream, .internal)
     }
 
     private func responseHeaderBlock(_ stream: ServerStream) -> HeaderBlock {
@@ -1067,6 +1091,8 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     @discardableResult
     func enqueue(_ stream: ServerStream, message: [UInt8], compress: Bool?) -> Bool {
         sendHeadersIfNeeded(stream)
+        stream.responseMessages += 1
+        stream.responseBytes += message.count
         let wantsCompression = compress ?? stream.context?.compressResponses ?? false
         let compressed = wantsCompression && stream.clientAcceptsGzip
         stream.outbound.writeGRPCMessage(message, compress: compressed)

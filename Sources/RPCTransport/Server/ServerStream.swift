@@ -65,6 +65,12 @@ final class ServerStream {
     var httpCharged = 0
 
     // The call.
+    /// When the call's headers were accepted, while a `ServerCallObserver` waits for its end.
+    var startedAt: ContinuousClock.Instant?
+    var requestMessages = 0
+    var requestBytes = 0
+    var responseMessages = 0
+    var responseBytes = 0
     var context: ServerContext?
     var task: Task<Void, Never>?
     /// What stops a `unaryForwarding` handler (it runs without a task of its own).

@@ -1,0 +1,60 @@
+/// Sees every call a server ends, whatever ended it: the handler's answer, an interceptor's
+/// refusal, a refusal at the headers, a deadline, a client that cancelled or went away, a
+/// transport error. Metrics and the access log are observers. It is called on the connection's
+/// event loop: quick, non-blocking, no suspension.
+///
+/// A transport hook rather than an interceptor: it sees the calls no interceptor runs for
+/// (refused before routing, cancelled before the handler started), and costs no closure, task or
+/// allocation on the task-free unary path.
+public protocol ServerCallObserver: Sendable {
+    /// The server is about to serve these methods (once, before it accepts): build per-method
+    /// state here so that `callEnded` finds it without hashing a path.
+    func prepare(_ methods: [MethodDescriptor])
+    /// A call's request headers arrived (it counts as in flight until `callEnded`).
+    func callStarted()
+    func callEnded(_ call: ServerCallRecord)
+    /// A client connection was accepted (`true`) or closed (`false`), any protocol.
+    func connection(opened: Bool)
+}
+
+extension ServerCallObserver {
+    public func prepare(_ methods: [MethodDescriptor]) {}
+    public func callStarted() {}
+    public func connection(opened: Bool) {}
+}
+
+/// One ended call, as a `ServerCallObserver` sees it.
+public struct ServerCallRecord: Sendable {
+    /// The routed method; nil when the call was refused before routing (unknown method, bad
+    /// headers, not gRPC): never a raw path, so label sets stay bounded.
+    public var method: MethodDescriptor?
+    public var code: StatusCode
+    /// From the accepted request headers to the status sent (or the stream's end).
+    public var duration: Duration
+    public var requestMessages: Int
+    /// Request message bytes as received (compressed size when compressed, without the 5-byte prefix).
+    public var requestBytes: Int
+    public var responseMessages: Int
+    /// Response message bytes as handed to the transport (before compression, without prefixes).
+    public var responseBytes: Int
+    /// The client's address (`127.0.0.1:50123`).
+    public var peer: String
+    /// The call's context when the call got that far (values interceptors attached, such as
+    /// the verified caller); nil when it was refused before.
+    public var context: ServerContext?
+
+    public init(
+        method: MethodDescriptor?, code: StatusCode, duration: Duration, requestMessages: Int = 0, requestBytes: Int = 0,
+        responseMessages: Int = 0, responseBytes: Int = 0, peer: String = "", context: ServerContext? = nil
+    ) {
+        self.method = method
+        self.code = code
+        self.duration = duration
+        self.requestMessages = requestMessages
+        self.requestBytes = requestBytes
+        self.responseMessages = responseMessages
+        self.responseBytes = responseBytes
+        self.peer = peer
+        self.context = context
+    }
+}
