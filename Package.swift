@@ -388,6 +388,7 @@ let package = Package(
             dependencies: [
                 "Gateway", "Accounts", "ServiceKit", "Security", "Contracts", "GRPCContracts", "RPCCore", "RPCTransport",
                 "RPCServices", "RPCTLS", "ProtobufTestContracts", "Observability", .product(name: "Logging", package: "swift-log"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
         .testTarget(name: "RPCTransportTests", dependencies: ["RPCCore", "RPCTransport", "RPCTLS", "RPCServices", "GRPCContracts", "Interop"]),

@@ -136,6 +136,7 @@ public final class Gateway: Sendable {
         connect.maxRequestBytes = configuration.maxRequestBytes
         connect.cors = configuration.cors
         connect.metrics = configuration.metrics
+        connect.metricsAccess = MetricsAccess(token: configuration.metricsToken)
         connect.sideEffectFree = registry.sideEffectFreePaths
         config.httpHandler = connect
         configuration.adjustServer(&config)

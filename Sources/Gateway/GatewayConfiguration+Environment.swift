@@ -51,6 +51,12 @@ extension GatewayConfiguration {
         if let n = try env.int("gateway.upstream.connect.timeout.ms", range: unbounded) { c.upstreamConnectTimeout = .milliseconds(max(10, n)) }
         if let n = try env.int("gateway.threads", range: unbounded) { c.threads = max(1, n) }
         c.metrics = settings.metrics
+        if let token = env.string("gateway.metrics.token", secret: true) {
+            guard token.utf8.count >= 16, !token.contains(" ") else {
+                throw ValidationError("GATEWAY_METRICS_TOKEN must be at least 16 characters without spaces")
+            }
+            c.metricsToken = token
+        }
         // The transport's connection settings, read as every service reads them (`<SERVICE>_*`, here
         // `GATEWAY_*`, or `SERVER_*`: keepalive, idle and age limits, HTTP/1.1 idle, TCP keepalive);
         // checked now, applied when the server is built.

@@ -75,6 +75,8 @@ public struct GatewayConfiguration: Sendable {
     public var threads: Int? = nil
     /// Calls counted and timed, `GET /metrics` served (`METRICS`, default on).
     public var metrics = true
+    /// `GATEWAY_METRICS_TOKEN`: the bearer token `/metrics` asks for; nil: loopback clients only.
+    public var metricsToken: String?
     /// Web origins whose pages may call the gateway (CORS; `GATEWAY_CORS_ORIGINS`): none by
     /// default. See `CORSPolicy`.
     public var cors = CORSPolicy()

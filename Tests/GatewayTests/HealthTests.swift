@@ -1,6 +1,8 @@
+import ArgumentParser
 import Contracts
 import Foundation
 import GRPCContracts
+import Observability
 import RPCCore
 import RPCTLS
 import RPCTransport
@@ -114,5 +116,48 @@ import Testing
             _ = try GatewayConfiguration.from(
                 settings: try ServiceSettings(name: "gateway", options: options, environment: bad, credentials: .gateway), environment: bad)
         }
+    }
+}
+
+/// Issue 19: the gateway counts the calls it relays, and serves its /metrics only to loopback
+/// clients or to a bearer of GATEWAY_METRICS_TOKEN (its port is public).
+@Suite(.serialized) struct GatewayMetricsTests {
+    @Test func relayedCallsAreCountedAndMetricsAreServedToLoopback() async throws {
+        let h = try await Harness()
+        defer { Task { await h.stop() } }
+        let labels = [("grpc_service", "accounts.v1.Accounts"), ("grpc_method", "GetSigningKeys"), ("grpc_code", "OK")]
+        func handled() async throws -> Double {
+            let r = try await curl(["--http1.1", "http://127.0.0.1:\(h.port)/metrics"])
+            #expect(r.status == 200)
+            return ProcessMetrics.sample("grpc_server_handled_total", labels: labels, in: r.body) ?? 0
+        }
+        let before = try await handled()
+        let accounts = Accounts_V1_AccountsClient(h.client)
+        for _ in 0..<5 { _ = try await accounts.getSigningKeys(Accounts_V1_GetSigningKeysRequest()) }
+        // At least these five (the registry is the process's: other gateways of other tests may
+        // relay the same method meanwhile).
+        #expect(try await handled() >= before + 5)
+        // Over HTTP/2 as well (prior knowledge).
+        let h2 = try await curl(["--http2-prior-knowledge", "http://127.0.0.1:\(h.port)/metrics"])
+        #expect(h2.status == 200 && h2.body.contains("# TYPE grpc_server_handled_total counter"))
+    }
+
+    @Test func withATokenOnlyItsBearerReadsMetrics() async throws {
+        let token = "metrics-token-0123456789"
+        let h = try await Harness { $0.metricsToken = token }
+        defer { Task { await h.stop() } }
+        let url = "http://127.0.0.1:\(h.port)/metrics"
+        #expect(try await curl(["--http1.1", url]).status == 404)
+        #expect(try await curl(["--http1.1", "-H", "authorization: Bearer wrong-token-0123456789", url]).status == 404)
+        let ok = try await curl(["--http1.1", "-H", "authorization: Bearer \(token)", url])
+        #expect(ok.status == 200 && ok.body.contains("grpc_server_handled_total"))
+    }
+
+    @Test func aShortOrSpacedTokenRefusesTheStart() throws {
+        let options = try ServiceOptions.parse([])
+        let settings = try ServiceSettings(
+            name: "gateway", options: options,
+            environment: ["GATEWAY_TOKEN": String(repeating: "g", count: 40), "GATEWAY_METRICS_TOKEN": "short"], credentials: .gateway)
+        #expect(throws: (any Error).self) { try GatewayConfiguration.from(settings: settings) }
     }
 }

@@ -3,6 +3,7 @@ import Logging
 import Observability
 import RPCCore
 import RPCTransport
+import Security
 import ServiceKit
 
 /// The Connect protocol's unary calls (https://connectrpc.com/docs/protocol), for clients that do
@@ -20,8 +21,9 @@ struct ConnectHandler: HTTPHandler {
     let transcoder: JSONTranscoder
     let logger: Logger
     let statusPage: @Sendable () async -> (serving: Bool, text: String)
-    /// Serves `GET /metrics` (off with the gateway's metrics).
+    /// Serves `GET /metrics` (off with the gateway's metrics), to whom `metricsAccess` lets in.
     var metrics = true
+    var metricsAccess = MetricsAccess(token: nil)
     /// The gateway's own cap on any request message (`GatewayConfiguration.maxRequestBytes`).
     var maxRequestBytes = Int.max
     /// Which web origins may call from a page (`GATEWAY_CORS_ORIGINS`).
@@ -57,7 +59,11 @@ struct ConnectHandler: HTTPHandler {
         if request.method == "GET" || request.method == "HEAD" {
             if path == "/" || path == "/healthz" { return await page(path) }
         }
-        if metrics, let response = MetricsEndpoint.respond(to: request) { return response }
+        if metrics, request.path == MetricsEndpoint.path[...], metricsAccess.allows(request),
+            let response = MetricsEndpoint.respond(to: request)
+        {
+            return response
+        }
         if TaskPages.serves(request.path) {
             let pages = TaskPages { path, input, request in try await self.invoke(path, input, request: request) }
             return await pages.handle(request)
@@ -354,5 +360,26 @@ struct ConnectHandler: HTTPHandler {
         let (serving, text) = await statusPage()
         if path == "/healthz" { return Self.text(serving ? 200 : 503, serving ? "ok\n" : "not serving\n") }
         return Self.text(200, text)
+    }
+}
+
+/// Who may read the gateway's `/metrics`: the gateway's port is public, and its metrics say how
+/// much each method is used and how it fails. With `GATEWAY_METRICS_TOKEN` set, a request bearing
+/// that token (`Authorization: Bearer …`, compared in constant time); without it, loopback
+/// clients only. Everyone else gets the 404 of an unknown path. (The services' ports are
+/// internal: their `/metrics` is open to whoever reaches them.)
+struct MetricsAccess: Sendable {
+    let token: [UInt8]?
+    init(token: String?) { self.token = token.map { Array($0.utf8) } }
+
+    func allows(_ request: HTTPRequest) -> Bool {
+        if let token {
+            var headers = Metadata()
+            if let value = request.header("authorization") { headers.add("authorization", value) }
+            guard let presented = CredentialCheck.bearerToken(headers) else { return false }
+            return ConstantTime.equals(String(presented), token)
+        }
+        let host = ServerContext.host(ofPeer: request.peer)
+        return host == "127.0.0.1" || host == "::1" || host.hasPrefix("127.") || host == "::ffff:127.0.0.1"
     }
 }
