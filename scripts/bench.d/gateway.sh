@@ -33,9 +33,16 @@ else
     start_bg gateway "$GW_BIN" --host 127.0.0.1 --port "$GATEWAY_PORT_B"
   GATEWAY_PID=$BG_PID
   wait_port "$GATEWAY_PORT_B" || { tail -20 "$WORK/gateway.log" >&2; exit 1; }
+  # The same gateway with METRICS=0 (issue 19: what counting and timing every call costs).
+  GATEWAY_PORT_NM=$(free_port)
+  mkdir -p "$WORK/gateway-nometrics-data"
+  DATA_DIR=$WORK/gateway-nometrics-data GATEWAY_TOKEN=$BENCH_GATEWAY_TOKEN LOG_LEVEL=warning ACCOUNTS_ADDR=127.0.0.1:$ACC_PORT \
+    GATEWAY_UPSTREAMS=accounts GATEWAY_ADDRESS_RATE=0 GATEWAY_USER_RATE=0 METRICS=0 \
+    start_bg gateway-nometrics "$GW_BIN" --host 127.0.0.1 --port "$GATEWAY_PORT_NM"
+  wait_port "$GATEWAY_PORT_NM" || { tail -20 "$WORK/gateway-nometrics.log" >&2; exit 1; }
   # The reference proxy: as many workers as the gateway has event loops (one per core).
   NGHTTPX_BIN=$(nghttpx_binary)
-  PORTS_B=("$ACC_PORT" "$GATEWAY_PORT_B")
+  PORTS_B=("$ACC_PORT" "$GATEWAY_PORT_B" "$GATEWAY_PORT_NM")
   if [ -n "$NGHTTPX_BIN" ]; then
     NGHTTPX_PORT_B=$(free_port)
     start_bg nghttpx "$NGHTTPX_BIN" --conf=/dev/null "--frontend=127.0.0.1,$NGHTTPX_PORT_B;no-tls" \
@@ -68,6 +75,8 @@ PYEOF
     MIN_DATA_PER_REQUEST=32 h2load_row "GetSigningKeys direct" $shape "http://127.0.0.1:$ACC_PORT$KEYS_PATH" \
       "$KEYS_BODY" "${GRPC_HEADERS[@]}"
     MIN_DATA_PER_REQUEST=32 h2load_row "GetSigningKeys via gateway" $shape "http://127.0.0.1:$GATEWAY_PORT_B$KEYS_PATH" \
+      "$KEYS_BODY" "${GRPC_HEADERS[@]}"
+    MIN_DATA_PER_REQUEST=32 h2load_row "GetSigningKeys via gateway, metrics off" $shape "http://127.0.0.1:$GATEWAY_PORT_NM$KEYS_PATH" \
       "$KEYS_BODY" "${GRPC_HEADERS[@]}"
     if [ -n "$NGHTTPX_BIN" ]; then
       MIN_DATA_PER_REQUEST=32 h2load_row "GetSigningKeys via nghttpx" $shape "http://127.0.0.1:$NGHTTPX_PORT_B$KEYS_PATH" \
@@ -115,6 +124,10 @@ if x and a and ax:
           f"(issue 18: both >= 1.0x)")
 if al and axl:
     print(f"bench: authenticated read at one call in flight: gateway {al[1]:.0f} µs, nghttpx {axl[1]:.0f} µs")
+m = rows.get(("GetSigningKeys via gateway, metrics off", "throughput"))
+if m:
+    print(f"bench: gateway with metrics on {g[0]:.0f} req/s, off {m[0]:.0f} req/s: metrics cost "
+          f"{100 * (1 - g[0] / m[0]):.1f}% of the calls per second (issue 19 goal: <= 5%)")
 for proto in ("gRPC-Web", "Connect JSON"):
     w, wl = rows.get((f"GetSigningKeys via gateway, {proto}", "throughput")), rows.get((f"GetSigningKeys via gateway, {proto}", "latency"))
     if w and wl:
