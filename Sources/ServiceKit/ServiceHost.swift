@@ -7,6 +7,7 @@ import RPCTLS
 import RPCTransport
 import ServiceLifecycle
 import Storage
+import Synchronization
 
 /// Starts one service process the way every service starts, on swift-service-lifecycle: a
 /// `ServiceGroup` of the gRPC server (the access policy interceptor, health and reflection) and
@@ -15,13 +16,38 @@ import Storage
 /// within the grace period), then the background jobs are cancelled, then `run` returns and the
 /// process exits 0. Executables are settings plus one call to `run`.
 public enum ServiceHost {
-    public static func bootstrapLogging(level: String) {
-        LoggingSystem.bootstrap { label in
-            var h = StreamLogHandler.standardError(label: label)
-            h.logLevel = Logger.Level(rawValue: level) ?? .info
-            return h
-        }
+    /// Sets up swift-log for the process from its settings: `LOG_LEVEL`, and `LOG_FORMAT` (text
+    /// lines, or one JSON object per line on stderr: `JSONLogHandler`). `metadataProvider` adds
+    /// context to every line (the tracing's `trace_id` and `span_id`).
+    ///
+    /// `LoggingSystem.bootstrap` may run once per process: the first call sets logging up and
+    /// later ones do nothing (tests that run services in-process never call this; they give
+    /// each core its own `Logger`).
+    public static func bootstrapLogging(_ settings: ServiceSettings, metadataProvider: Logger.MetadataProvider? = nil) {
+        bootstrapLogging(level: settings.logLevel, format: settings.logFormat, metadataProvider: metadataProvider)
     }
+
+    public static func bootstrapLogging(level: String, format: LogFormat = .text, metadataProvider: Logger.MetadataProvider? = nil) {
+        let first = loggingBootstrapped.withLock { done in
+            defer { done = true }
+            return !done
+        }
+        guard first else { return }
+        let level = Logger.Level(rawValue: level) ?? .info
+        LoggingSystem.bootstrap(
+            { label, provider in
+                switch format {
+                case .text:
+                    var h = StreamLogHandler.standardError(label: label, metadataProvider: provider)
+                    h.logLevel = level
+                    return h
+                case .json:
+                    return JSONLogHandler(label: label, level: level, output: .standardError, metadataProvider: provider)
+                }
+            }, metadataProvider: metadataProvider)
+    }
+
+    private static let loggingBootstrapped = Mutex(false)
 
     /// The outbox a service delivers: its database and who sends to each destination (by
     /// default every destination is a peer reached by RPC with the service credential).

@@ -13,6 +13,8 @@ public struct ServiceOptions: ParsableArguments {
     @Option(name: .customLong("tls-cert"), help: "PEM certificate chain: serve TLS (ALPN h2).") public var tlsCert: String?
     @Option(name: .customLong("tls-key"), help: "PEM private key for --tls-cert.") public var tlsKey: String?
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error (env LOG_LEVEL).") public var logLevel: String?
+    @Option(name: .customLong("log-format"), help: "text (default) or json: one JSON object per line (env LOG_FORMAT).")
+    public var logFormat: String?
     @Flag(
         name: .customLong("dev-credentials"),
         help: "Development only (env ALLOW_DEV_CREDENTIALS=1): make missing credentials under $DATA_DIR and accept weak ones.")
@@ -28,6 +30,7 @@ public struct ServiceOptions: ParsableArguments {
         f["\(name).tls.cert"] = tlsCert
         f["\(name).tls.key"] = tlsKey
         f["log.level"] = logLevel
+        f["log.format"] = logFormat
         if devCredentials { f["allow.dev.credentials"] = "1" }
         return f
     }
@@ -46,6 +49,11 @@ public struct ServiceSettings: Sendable {
     /// `METRICS` (default on): calls counted and timed, `GET /metrics` served. Off only to
     /// measure what they cost.
     public var metrics: Bool
+    /// `LOG_FORMAT` / `--log-format`: `text` (the default) or `json` (`JSONLogHandler`).
+    public var logFormat: LogFormat
+    /// `ACCESS_LOG` (`on`, the default, or `off`): whether the transport writes one access-log
+    /// line per finished call (`AccessLog`).
+    public var accessLog: Bool
     /// The cluster's service credential (`SERVICE_TOKEN`): what services present to each other
     /// and what opens internal RPCs. The gateway never has it.
     public var serviceToken: String
@@ -88,6 +96,8 @@ public struct ServiceSettings: Sendable {
         if (tlsCert == nil) != (tlsKey == nil) { throw ValidationError("--tls-cert and --tls-key go together") }
         logLevel = settings.string("log.level", default: "info")
         metrics = try settings.bool("metrics", default: true)
+        logFormat = try settings.choice("log.format") ?? .text
+        accessLog = try settings.onOff("access.log", default: true)
         devCredentials = try settings.bool("allow.dev.credentials")
         let resolver = Credentials(settings: settings, root: root, development: devCredentials)
         serviceToken = credentials == .service ? try resolver.resolve(.service) : ""
@@ -143,6 +153,13 @@ public struct ServiceSettings: Sendable {
         c.keepaliveTimeout = .milliseconds(peerKeepaliveTimeoutMilliseconds)
         return c
     }
+}
+
+/// How a process writes its log (`LOG_FORMAT`): swift-log's `StreamLogHandler` text lines, or
+/// one JSON object per line (`JSONLogHandler`).
+public enum LogFormat: String, Sendable, CaseIterable {
+    case text
+    case json
 }
 
 /// The two credentials of the cluster and where they come from.

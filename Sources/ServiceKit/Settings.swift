@@ -88,6 +88,26 @@ public struct Settings: Sendable {
         }
     }
 
+    /// `on` or `off` (the other spellings `bool` takes are accepted too); throws naming `on` and
+    /// `off`.
+    public func onOff(_ key: String, default value: Bool) throws -> Bool {
+        guard let text = string(key) else { return value }
+        switch text.trimmingCharacters(in: .whitespaces).lowercased() {
+        case "on", "1", "true", "yes": return true
+        case "off", "0", "false", "no": return false
+        default: throw SettingsError(key, "must be on or off, got '\(text)'")
+        }
+    }
+
+    /// One of a fixed set of values (compared lower-cased), nil when unset; throws naming them.
+    public func choice<T: RawRepresentable & CaseIterable>(_ key: String) throws -> T? where T.RawValue == String {
+        guard let text = string(key) else { return nil }
+        guard let value = T(rawValue: text.trimmingCharacters(in: .whitespaces).lowercased()) else {
+            throw SettingsError(key, "must be one of \(T.allCases.map(\.rawValue).joined(separator: ", ")), got '\(text)'")
+        }
+        return value
+    }
+
     /// A comma-separated list (items trimmed, empty ones dropped), nil when unset.
     public func list(_ key: String) -> [String]? {
         string(key).map { $0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty } }

@@ -33,7 +33,7 @@ extension AccountsServiceCommand {
 
         func run() async throws {
             let settings = try ServiceSettings(name: "accounts", options: options)
-            ServiceHost.bootstrapLogging(level: settings.logLevel)
+            ServiceHost.bootstrapLogging(settings)
             let logger = Logger(label: "accounts")
             let configuration = try AccountsConfiguration.from(settings.settings, dataDirectory: settings.dataDir)
             let core = try AccountsCore(configuration: configuration, logger: logger)

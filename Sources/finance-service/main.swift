@@ -32,7 +32,7 @@ extension FinanceServiceCommand {
 
         func run() async throws {
             let settings = try ServiceSettings(name: "finance", options: options)
-            ServiceHost.bootstrapLogging(level: settings.logLevel)
+            ServiceHost.bootstrapLogging(settings)
             let logger = Logger(label: "finance")
             let peers = PeerClients(settings: settings)
             let core = try FinanceCore(configuration: .from(settings.settings, dataDirectory: settings.dataDir), peers: peers, logger: logger)

@@ -17,7 +17,7 @@ struct GatewayCommand: AsyncParsableCommand {
     func run() async throws {
         let environment = ProcessInfo.processInfo.environment
         let settings = try ServiceSettings(name: "gateway", options: options, environment: environment, credentials: .gateway)
-        ServiceHost.bootstrapLogging(level: settings.logLevel)
+        ServiceHost.bootstrapLogging(settings)
         let logger = Logger(label: "gateway")
         let config = try GatewayConfiguration.from(settings: settings)
         let gateway = try Gateway(configuration: config, logger: logger)

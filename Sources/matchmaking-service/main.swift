@@ -30,7 +30,7 @@ extension MatchmakingServiceCommand {
 
         func run() async throws {
             let settings = try ServiceSettings(name: "matchmaking", options: options)
-            ServiceHost.bootstrapLogging(level: settings.logLevel)
+            ServiceHost.bootstrapLogging(settings)
             let logger = Logger(label: "matchmaking")
             let peers = PeerClients(settings: settings)
             let core = try MatchmakingCore(

@@ -29,7 +29,7 @@ extension SocialServiceCommand {
 
         func run() async throws {
             let settings = try ServiceSettings(name: "social", options: options)
-            ServiceHost.bootstrapLogging(level: settings.logLevel)
+            ServiceHost.bootstrapLogging(settings)
             let logger = Logger(label: "social")
             let peers = PeerClients(settings: settings)
             let core = try SocialCore(configuration: .from(settings.settings, dataDirectory: settings.dataDir), peers: peers, logger: logger)

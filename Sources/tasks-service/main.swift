@@ -37,7 +37,7 @@ extension TasksServiceCommand {
 
         func run() async throws {
             let settings = try ServiceSettings(name: "tasks", options: options)
-            ServiceHost.bootstrapLogging(level: settings.logLevel)
+            ServiceHost.bootstrapLogging(settings)
             let logger = Logger(label: "tasks")
             if verifyJournal { throw ExitCode(await Self.verify(settings: settings)) }
             let configuration = try TasksConfiguration.from(settings.settings, dataDirectory: settings.dataDir)

@@ -150,6 +150,48 @@ struct ProcessTests {
         #expect(bad.log.contains("power of two"))
     }
 
+    /// `LOG_FORMAT=json`: everything the process writes, from start to graceful stop, is one JSON
+    /// object per line, and the "listening on" line the helpers scan for is in its `msg`.
+    @Test func jsonLogsAreOneObjectPerLine() async throws {
+        let dir = Self.tempDir()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let service = try ServiceProcess(dataDir: dir, environment: ["LOG_FORMAT": "json"])
+        defer { service.forceStop() }
+        let port = try await service.waitUntilListening()
+        let channel = RPCChannel(host: "127.0.0.1", port: port)
+        let name = uniqueName()
+        _ = try await Accounts_V1_AccountsClient(channel.client).signUp(signUpRequest(name))
+        await channel.close()
+        service.signal(SIGTERM)
+        #expect(await service.waitForExit() == 0)
+        // The pipe is drained on another thread: wait for the last line.
+        let deadline = ContinuousClock.now + .seconds(10)
+        while !(service.log.contains(#""msg":"stopped""#) && service.log.hasSuffix("\n")) && ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        let log = service.log
+        let lines = log.split(separator: "\n", omittingEmptySubsequences: false).dropLast()
+        #expect(log.hasSuffix("\n") && lines.count >= 4, "\(log)")
+        var messages: [String] = []
+        for line in lines {
+            let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+            let o = try #require(object, "not a JSON object: \(line)")
+            #expect(o["ts"] is String && o["level"] is String && o["logger"] is String && o["source"] is String, "\(line)")
+            messages.append(try #require(o["msg"] as? String))
+        }
+        #expect(messages.contains { $0.hasPrefix("accounts listening on 127.0.0.1:\(port) ") })
+        #expect(messages.contains("shutting down gracefully"))
+        #expect(messages.contains { $0.contains("scrypt(N=1024, r=8, p=1") })
+        #expect(!log.contains("correct horse battery staple"), "no password in the log")
+
+        // Any other format refuses the start, naming the variable and the allowed values.
+        let bad = try ServiceProcess(dataDir: dir, environment: ["LOG_FORMAT": "xml"])
+        defer { bad.forceStop() }
+        let status = await bad.waitForExit()
+        #expect(status != nil && status != 0)
+        #expect(bad.log.contains("LOG_FORMAT must be one of text, json, got 'xml'"), "\(bad.log)")
+    }
+
     /// kill -9 during a burst of sign-ups: after a restart every acknowledged sign-up is there and
     /// the database passes `PRAGMA integrity_check`.
     @Test func killedDuringSignUpsLosesNothingAcknowledged() async throws {

@@ -60,6 +60,23 @@ import Testing
             .peerChannelConfiguration(host: "127.0.0.1", port: 1)
         #expect(set.keepaliveTime == .milliseconds(5000) && set.keepaliveTimeout == .milliseconds(2000))
     }
+
+    /// `LOG_FORMAT` is `text` (the default) or `json`; anything else refuses the start, naming the
+    /// variable and what it may be. `--log-format` wins over it.
+    @Test func logFormatIsTextOrJSON() throws {
+        func settings(_ env: [String: String], _ args: [String] = []) throws -> ServiceSettings {
+            try ServiceSettings(
+                name: "social", options: try ServiceOptions.parse(args), environment: env.merging(["ALLOW_DEV_CREDENTIALS": "1"]) { a, _ in a })
+        }
+        #expect(try settings([:]).logFormat == .text)
+        #expect(try settings(["LOG_FORMAT": ""]).logFormat == .text)
+        #expect(try settings(["LOG_FORMAT": "json"]).logFormat == .json)
+        #expect(try settings(["LOG_FORMAT": "JSON"]).logFormat == .json)
+        #expect(try settings(["LOG_FORMAT": "text"]).logFormat == .text)
+        #expect(try settings(["LOG_FORMAT": "text"], ["--log-format", "json"]).logFormat == .json)
+        #expect { try settings(["LOG_FORMAT": "xml"]) } throws: { "\($0)" == "LOG_FORMAT must be one of text, json, got 'xml'" }
+        #expect { try settings([:], ["--log-format", "logfmt"]) } throws: { "\($0)".contains("LOG_FORMAT must be one of text, json") }
+    }
 }
 
 /// Defect 5 of issue 11: no process starts with a missing or well-known credential unless the

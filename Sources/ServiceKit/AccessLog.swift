@@ -1,0 +1,81 @@
+import Logging
+import RPCCore
+
+/// One access-log line per finished call, for the transport's call-end hook to write: at `info`
+/// through a logger labelled `access`, the message `accounts.v1.Accounts/GetProfile OK 1.234ms`
+/// and the metadata
+///
+/// | key | value |
+/// |---|---|
+/// | `rpc.method` | `accounts.v1.Accounts/GetProfile` (the path without its leading `/`) |
+/// | `rpc.code` | the status name: `OK`, `NOT_FOUND`, … |
+/// | `duration_ms` | milliseconds with 3 decimals (`1.234`) |
+/// | `peer` | the client's address |
+/// | `user` | the caller's user id; absent when the call was not authenticated |
+///
+/// What a line may hold is fixed by the signature: a method, a status code, a duration, an
+/// address and a verified identity, of which only the user id is written (never its session).
+/// Nothing takes a token, a password, metadata or a message, so none can reach the log.
+///
+/// `ACCESS_LOG=off` (`ServiceSettings.accessLog`) turns the lines off: `AccessLog(settings:)` is
+/// nil then. They are `info` lines, so `LOG_LEVEL=warning` hides them too.
+public struct AccessLog: Sendable {
+    /// The label of the access log's logger.
+    public static let label = "access"
+    /// The longest method or peer text written; longer (a path a client made up) is cut, ending `…`.
+    public static let maxFieldLength = 256
+
+    public var logger: Logger
+
+    public init(logger: Logger = Logger(label: AccessLog.label)) {
+        self.logger = logger
+    }
+
+    /// The process's access log, or nil when `ACCESS_LOG=off`.
+    public init?(settings: ServiceSettings, logger: Logger = Logger(label: AccessLog.label)) {
+        guard settings.accessLog else { return nil }
+        self.init(logger: logger)
+    }
+
+    /// Logs the line of one finished call. `method` is the call's path (`/pkg.Service/Method`, as
+    /// on the wire) or `pkg.Service/Method`.
+    public func line(method: String, code: StatusCode, duration: Duration, peer: String, user: CallerIdentity?) {
+        let entry = Self.entry(method: method, code: code, duration: duration, peer: peer, user: user)
+        logger.info("\(entry.message)", metadata: entry.metadata)
+    }
+
+    public func line(method: MethodDescriptor, code: StatusCode, duration: Duration, peer: String, user: CallerIdentity?) {
+        line(method: method.path, code: code, duration: duration, peer: peer, user: user)
+    }
+
+    /// What `line` logs: the message and the metadata.
+    public struct Entry: Sendable {
+        public var message: String
+        public var metadata: Logger.Metadata
+    }
+
+    public static func entry(method: String, code: StatusCode, duration: Duration, peer: String, user: CallerIdentity?) -> Entry {
+        let method = bounded(method.hasPrefix("/") ? String(method.dropFirst()) : method)
+        let ms = milliseconds(duration)
+        var metadata: Logger.Metadata = [
+            "rpc.method": .string(method), "rpc.code": .string(code.name), "duration_ms": .string(ms), "peer": .string(bounded(peer)),
+        ]
+        if let user { metadata["user"] = .string(user.userID) }
+        return Entry(message: "\(method) \(code.name) \(ms)ms", metadata: metadata)
+    }
+
+    /// `duration` in milliseconds with 3 decimals, rounded to the microsecond (`1.234`, `0.000`,
+    /// `12000.500`); a negative duration is `0.000`.
+    public static func milliseconds(_ duration: Duration) -> String {
+        let (seconds, attoseconds) = duration.components
+        guard seconds >= 0, attoseconds >= 0 else { return "0.000" }
+        // attoseconds per microsecond: 10^12; rounded half up.
+        let micro = min(seconds, 1 << 40) * 1_000_000 + (attoseconds + 500_000_000_000) / 1_000_000_000_000
+        let fraction = String(micro % 1000)
+        return "\(micro / 1000).\(String(repeating: "0", count: 3 - fraction.count))\(fraction)"
+    }
+
+    static func bounded(_ text: String) -> String {
+        text.utf8.count <= maxFieldLength || text.count <= maxFieldLength ? text : String(text.prefix(maxFieldLength - 1)) + "…"
+    }
+}
