@@ -104,7 +104,8 @@ public final class Gateway: Sendable {
         let policy = GatewayPolicy(
             verifier: verifier,
             addressLimiter: configuration.addressRate > 0 ? RateLimiter(rate: configuration.addressRate, burst: configuration.addressBurst) : nil,
-            userLimiter: configuration.userRate > 0 ? RateLimiter(rate: configuration.userRate, burst: configuration.userBurst) : nil)
+            userLimiter: configuration.userRate > 0 ? RateLimiter(rate: configuration.userRate, burst: configuration.userBurst) : nil,
+            notesIdentity: configuration.accessLog)
 
         health = GatewayHealth(
             upstreams: healthUpstreams.sorted(by: { $0.key < $1.key }).map { name, services in
@@ -127,7 +128,8 @@ public final class Gateway: Sendable {
         config.maxConnections = configuration.maxConnections
         config.threads = serverLoops.count
         config.interceptors = [policy]
-        if configuration.metrics { config.observer = RPCServerMetrics() }
+        config.observer = ServerCallObservers.combine(
+            (configuration.metrics ? [RPCServerMetrics()] : []) + (configuration.accessLog ? [AccessLogObserver(AccessLog())] : []))
         let health = self.health
         let upstreamList = configuration.upstreams
         var connect = ConnectHandler(

@@ -51,6 +51,7 @@ extension GatewayConfiguration {
         if let n = try env.int("gateway.upstream.connect.timeout.ms", range: unbounded) { c.upstreamConnectTimeout = .milliseconds(max(10, n)) }
         if let n = try env.int("gateway.threads", range: unbounded) { c.threads = max(1, n) }
         c.metrics = settings.metrics
+        c.accessLog = settings.accessLog
         if let token = env.string("gateway.metrics.token", secret: true) {
             guard token.utf8.count >= 16, !token.contains(" ") else {
                 throw ValidationError("GATEWAY_METRICS_TOKEN must be at least 16 characters without spaces")

@@ -75,6 +75,8 @@ public struct GatewayConfiguration: Sendable {
     public var threads: Int? = nil
     /// Calls counted and timed, `GET /metrics` served (`METRICS`, default on).
     public var metrics = true
+    /// One access-log line per call (`ACCESS_LOG`, default on; lines are at info level).
+    public var accessLog = false
     /// `GATEWAY_METRICS_TOKEN`: the bearer token `/metrics` asks for; nil: loopback clients only.
     public var metricsToken: String?
     /// Web origins whose pages may call the gateway (CORS; `GATEWAY_CORS_ORIGINS`): none by

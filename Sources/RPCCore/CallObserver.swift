@@ -58,3 +58,19 @@ public struct ServerCallRecord: Sendable {
         self.context = context
     }
 }
+
+/// Several observers as one (metrics and the access log), told in order.
+public struct ServerCallObservers: ServerCallObserver {
+    public let observers: [any ServerCallObserver]
+    public init(_ observers: [any ServerCallObserver]) { self.observers = observers }
+
+    public func prepare(_ methods: [MethodDescriptor]) { for o in observers { o.prepare(methods) } }
+    public func callStarted() { for o in observers { o.callStarted() } }
+    public func callEnded(_ call: ServerCallRecord) { for o in observers { o.callEnded(call) } }
+    public func connection(opened: Bool) { for o in observers { o.connection(opened: opened) } }
+
+    /// nil for none, the observer itself for one, else the chain.
+    public static func combine(_ observers: [any ServerCallObserver]) -> (any ServerCallObserver)? {
+        observers.count <= 1 ? observers.first : ServerCallObservers(observers)
+    }
+}

@@ -79,3 +79,17 @@ public struct AccessLog: Sendable {
         text.utf8.count <= maxFieldLength || text.count <= maxFieldLength ? text : String(text.prefix(maxFieldLength - 1)) + "…"
     }
 }
+
+/// The access log as the transport's call observer: one line per call the server ends, whatever
+/// ended it (docs/observability.md). Skipped at once when the logger's level hides info lines.
+public struct AccessLogObserver: ServerCallObserver {
+    public let log: AccessLog
+    public init(_ log: AccessLog) { self.log = log }
+
+    public func callEnded(_ call: ServerCallRecord) {
+        guard log.logger.logLevel <= .info else { return }
+        log.line(
+            method: call.method?.path ?? "unknown", code: call.code, duration: call.duration, peer: call.peer,
+            user: call.context?.identity)
+    }
+}

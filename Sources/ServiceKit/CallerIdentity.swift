@@ -30,6 +30,10 @@ extension ServerContext {
     /// The verified caller, when the call carried a valid access token.
     public var identity: CallerIdentity? { self[key: Self.identityKey, as: CallerIdentity.self] }
 
+    /// Notes a caller verified outside the kit's interceptor (the gateway's policy), for the
+    /// access log.
+    public func noteIdentity(_ identity: CallerIdentity) { self[key: Self.identityKey] = identity }
+
     /// The verified caller, or UNAUTHENTICATED.
     public func requireIdentity() throws -> CallerIdentity {
         guard let id = identity else { throw RPCError(.unauthenticated, "this call needs a valid access token") }

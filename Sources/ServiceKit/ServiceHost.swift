@@ -76,7 +76,7 @@ public enum ServiceHost {
     ) async throws {
         var config = try serverConfiguration(settings: settings)
         config.interceptors = [AuthInterceptor(keys: keys, serviceToken: settings.serviceToken, gatewayToken: settings.gatewayToken)]
-        if settings.metrics { addMetrics(to: &config) }
+        addObservers(settings, to: &config)
         configure(&config)
         try applyServerSettings(settings, to: &config)
         let (health, all) = StandardServices.make(for: services, descriptors: descriptors)
@@ -115,9 +115,17 @@ public enum ServiceHost {
     /// Every call counted and timed (`RPCServerMetrics`), and `GET /metrics` on the server's own
     /// port, over HTTP/1.1 or HTTP/2 (docs/observability.md).
     public static func addMetrics(to config: inout ServerConfiguration) {
-        config.observer = RPCServerMetrics()
+        config.observer = ServerCallObservers.combine([config.observer, RPCServerMetrics()].compactMap { $0 })
         config.httpHandler = MetricsEndpoint()
         config.acceptHTTP1 = true
+    }
+
+    /// What the settings ask for: metrics (`METRICS`) and one access-log line per call (`ACCESS_LOG`).
+    public static func addObservers(_ settings: ServiceSettings, to config: inout ServerConfiguration) {
+        if settings.metrics { addMetrics(to: &config) }
+        if let log = AccessLog(settings: settings) {
+            config.observer = ServerCallObservers.combine([config.observer, AccessLogObserver(log)].compactMap { $0 })
+        }
     }
 
     /// The server settings every process shares: address and TLS.

@@ -192,6 +192,59 @@ struct ProcessTests {
         #expect(bad.log.contains("LOG_FORMAT must be one of text, json, got 'xml'"), "\(bad.log)")
     }
 
+    /// One access-log line per call, with the method, the status, the duration, the peer and the
+    /// user when the call was authenticated; never the token or the password.
+    @Test func eachCallGetsOneAccessLogLine() async throws {
+        let dir = Self.tempDir()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let service = try ServiceProcess(dataDir: dir, environment: ["LOG_FORMAT": "json"])
+        defer { service.forceStop() }
+        let port = try await service.waitUntilListening()
+        let channel = RPCChannel(host: "127.0.0.1", port: port)
+        let client = Accounts_V1_AccountsClient(channel.client)
+        let signed = try await client.signUp(signUpRequest(uniqueName()))
+        let token = signed.session.accessToken
+        _ = try await client.getMyProfile(Accounts_V1_GetMyProfileRequest(), options: bearer(token))
+        await expectFailure(.unauthenticated) {
+            _ = try await client.getMyProfile(Accounts_V1_GetMyProfileRequest(), options: bearer("not-a-token"))
+        }
+        await channel.close()
+        service.signal(SIGTERM)
+        #expect(await service.waitForExit() == 0)
+        let deadline = ContinuousClock.now + .seconds(10)
+        while !(service.log.contains(#""msg":"stopped""#) && service.log.hasSuffix("\n")) && ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        let access = try service.log.split(separator: "\n").compactMap { line -> [String: Any]? in
+            let o = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+            return o?["logger"] as? String == "access" ? o : nil
+        }
+        func lines(_ method: String) -> [[String: Any]] { access.filter { $0["rpc.method"] as? String == method } }
+        let signUp = lines("accounts.v1.Accounts/SignUp")
+        #expect(signUp.count == 1 && signUp.first?["rpc.code"] as? String == "OK" && signUp.first?["user"] == nil)
+        let profile = lines("accounts.v1.Accounts/GetMyProfile")
+        #expect(profile.count == 2, "\(access)")
+        let ok = profile.first { $0["rpc.code"] as? String == "OK" }
+        #expect(ok?["user"] as? String == signed.user.userId)
+        #expect((ok?["peer"] as? String)?.hasPrefix("127.0.0.1:") == true)
+        #expect(Double(ok?["duration_ms"] as? String ?? "") != nil)
+        let refused = profile.first { $0["rpc.code"] as? String == "UNAUTHENTICATED" }
+        #expect(refused != nil && refused?["user"] == nil)
+        #expect(!service.log.contains(token) && !service.log.contains("not-a-token"), "no token in the log")
+        #expect(!service.log.contains("correct horse battery staple"), "no password in the log")
+
+        // ACCESS_LOG=off: none.
+        let quiet = try ServiceProcess(dataDir: dir, environment: ["LOG_FORMAT": "json", "ACCESS_LOG": "off"])
+        defer { quiet.forceStop() }
+        let quietPort = try await quiet.waitUntilListening()
+        let quietChannel = RPCChannel(host: "127.0.0.1", port: quietPort)
+        _ = try await Accounts_V1_AccountsClient(quietChannel.client).getSigningKeys(Accounts_V1_GetSigningKeysRequest())
+        await quietChannel.close()
+        quiet.signal(SIGTERM)
+        #expect(await quiet.waitForExit() == 0)
+        #expect(!quiet.log.contains(#""logger":"access""#))
+    }
+
     /// kill -9 during a burst of sign-ups: after a restart every acknowledged sign-up is there and
     /// the database passes `PRAGMA integrity_check`.
     @Test func killedDuringSignUpsLosesNothingAcknowledged() async throws {

@@ -157,7 +157,7 @@ enum TestTrace {
         let log = try TemporaryLog()
         let logger = log.logger(provider: provider)
         logger.info("outside a span", metadata: ["z": "1"])
-        await TestTrace.$ids.withValue(("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7")) {
+        TestTrace.$ids.withValue(("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7")) {
             logger.info("inside a span", metadata: ["a": "1"])
             logger.info("call metadata wins", metadata: ["span_id": "call-span"])
         }

@@ -11,17 +11,21 @@ public final class GatewayPolicy: ServerInterceptor {
     let verifier: AuthInterceptor
     let addressLimiter: RateLimiter?
     let userLimiter: RateLimiter?
+    /// Keeps the verified caller on the call's context (the access log names the user); off,
+    /// it is not stored at all (a lock and a list per call saved).
+    let notesIdentity: Bool
 
-    public init(verifier: AuthInterceptor, addressLimiter: RateLimiter?, userLimiter: RateLimiter?) {
+    public init(verifier: AuthInterceptor, addressLimiter: RateLimiter?, userLimiter: RateLimiter?, notesIdentity: Bool = false) {
         self.verifier = verifier
         self.addressLimiter = addressLimiter
         self.userLimiter = userLimiter
+        self.notesIdentity = notesIdentity
     }
 
     public func intercept(_ context: ServerContext) async throws {
         if AuthInterceptor.open.contains(context.method.service) { return }
         let charged = context[key: Self.addressChargedKey, as: Bool.self] == true
-        if let token = try admit(context, chargeAddress: !charged) { try limitUser(try await verifier.verify(token)) }
+        if let token = try admit(context, chargeAddress: !charged) { try limitUser(try await verifier.verify(token), context) }
     }
 
     /// Decides at once unless the token names a key the gateway has not loaded yet; then
@@ -34,7 +38,7 @@ public final class GatewayPolicy: ServerInterceptor {
             context[key: Self.addressChargedKey] = true
             return false
         }
-        try limitUser(identity)
+        try limitUser(identity, context)
         return true
     }
 
@@ -68,7 +72,8 @@ public final class GatewayPolicy: ServerInterceptor {
 
     /// The user's rate limit. (The identity itself is not passed on: the relay forwards
     /// `authorization` and each service verifies the token again.)
-    private func limitUser(_ identity: CallerIdentity?) throws {
+    private func limitUser(_ identity: CallerIdentity?, _ context: ServerContext) throws {
+        if notesIdentity, let identity { context.noteIdentity(identity) }
         if let identity, let limiter = userLimiter, let wait = limiter.acquire(identity.userID) {
             throw RPCError.retryLater("too many requests for this user: retry in \(Self.describe(wait))", after: wait)
         }
