@@ -13,7 +13,9 @@ if [ ! -x "$ACC_BIN" ]; then
 else
   ACC_PORT=$(free_port)
   mkdir -p "$WORK/accounts-data"
-  SERVICE_TOKEN=$BENCH_SERVICE_TOKEN GATEWAY_TOKEN=$BENCH_GATEWAY_TOKEN LOG_LEVEL=info ACCOUNTS_SIGNUPS_PER_ADDRESS=1000000 \
+  # ACCESS_LOG=off: a line per call on stderr would be measured instead of the service (every
+  # other process here runs at LOG_LEVEL=warning, which hides access lines too).
+  SERVICE_TOKEN=$BENCH_SERVICE_TOKEN GATEWAY_TOKEN=$BENCH_GATEWAY_TOKEN LOG_LEVEL=info ACCESS_LOG=off ACCOUNTS_SIGNUPS_PER_ADDRESS=1000000 \
     start_bg accounts-bench "$ACC_BIN" --host 127.0.0.1 --port "$ACC_PORT" --data-dir "$WORK/accounts-data"
   ACC_PID=$BG_PID
   wait_port "$ACC_PORT" 60 || { tail -20 "$WORK/accounts-bench.log" >&2; exit 1; }
