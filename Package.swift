@@ -311,7 +311,7 @@ let package = Package(
         // kit's policy, failure details). For test targets only.
         .target(
             name: "ServiceKitTesting",
-            dependencies: ["ServiceKit", "Security", "Contracts", "RPCCore", "RPCTransport", "RPCServices",
+            dependencies: ["ServiceKit", "Security", "Contracts", "RPCCore", "RPCTransport", "RPCServices", "RPCTLS",
                            .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict
         ),
@@ -331,7 +331,7 @@ let package = Package(
             name: "ServiceKitTests",
             dependencies: [
                 "ServiceKit", "ServiceKitTesting", "Storage", "Security", "Contracts", "GRPCContracts", "RPCCore", "RPCTransport",
-                "RPCServices", "Observability", .product(name: "Logging", package: "swift-log"),
+                "RPCServices", "RPCTLS", "Observability", .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .testTarget(
