@@ -386,7 +386,7 @@ let package = Package(
         .testTarget(
             name: "GatewayTests",
             dependencies: [
-                "Gateway", "Accounts", "ServiceKit", "Security", "Contracts", "GRPCContracts", "RPCCore", "RPCTransport",
+                "Gateway", "Accounts", "ServiceKit", "ServiceKitTesting", "Security", "Contracts", "GRPCContracts", "RPCCore", "RPCTransport",
                 "RPCServices", "RPCTLS", "ProtobufTestContracts", "Observability", .product(name: "Logging", package: "swift-log"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
