@@ -362,8 +362,8 @@ let package = Package(
         .testTarget(
             name: "SocialTests",
             dependencies: [
-                "Social", "social-service", "Tasks", "Accounts", "accounts-service", "ServiceKit", "ServiceKitTesting", "ServiceCluster", "Storage", "Security",
-                "Contracts", "GRPCContracts", "RPCCore", "RPCTransport", "RPCServices", "RPCProtobuf", "ContractTesting",
+                "Social", "social-service", "Tasks", "Accounts", "accounts-service", "health-probe", "ServiceKit", "ServiceKitTesting", "ServiceCluster",
+                "Storage", "Security", "Contracts", "GRPCContracts", "RPCCore", "RPCTransport", "RPCServices", "RPCProtobuf", "RPCTLS", "ContractTesting",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
