@@ -13,6 +13,7 @@ let package = Package(
     products: [
         .executable(name: "interop-server", targets: ["interop-server"]),
         .executable(name: "health-probe", targets: ["health-probe"]),
+        .executable(name: "dev-certs", targets: ["dev-certs"]),
         .executable(name: "interop-client", targets: ["interop-client"]),
         .executable(name: "protoc-gen-swiftpbc", targets: ["protoc-gen-swiftpbc"]),
         .executable(name: "accounts-service", targets: ["accounts-service"]),
@@ -135,6 +136,13 @@ let package = Package(
                 "RPCCore", "RPCTransport", "RPCTLS", "GRPCContracts",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
+            swiftSettings: strict
+        ),
+
+        // A development cluster CA and the certificates it signs (scripts/run INTERNAL_TLS=1, compose).
+        .executableTarget(
+            name: "dev-certs",
+            dependencies: ["RPCTLS", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             swiftSettings: strict
         ),
 
