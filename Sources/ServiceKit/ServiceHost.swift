@@ -129,9 +129,13 @@ public enum ServiceHost {
     }
 
     /// The server settings every process shares: address and TLS (mutual TLS with
-    /// `--tls-client-ca`: only peers with a certificate from the cluster CA get in).
+    /// `--tls-client-ca`: only peers with a certificate from the cluster CA get in). With metrics
+    /// the port also answers HTTP/1.1 (`GET /metrics`, `addMetrics`), so TLS offers `http/1.1`
+    /// after `h2`: gRPC clients still get h2 (the server's preference), a scraper speaking only
+    /// HTTP/1.1 is not refused by ALPN.
     public static func serverConfiguration(settings: ServiceSettings) throws -> ServerConfiguration {
-        ServerConfiguration(host: settings.host, port: settings.port, tls: try settings.serverTLS(alpn: ["h2"]))
+        let alpn = settings.metrics ? ["h2", "http/1.1"] : ["h2"]
+        return ServerConfiguration(host: settings.host, port: settings.port, tls: try settings.serverTLS(alpn: alpn))
     }
 
     /// The transport's limits and connection management from the environment, each

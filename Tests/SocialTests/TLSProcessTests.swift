@@ -84,6 +84,16 @@ struct TLSProcessTests {
         let refused = try await Subprocess.capture(probe, ["--addr", "127.0.0.1:\(socialPort)", "--verbose"] + tlsArgs, input: [])
         #expect(refused.status == 2 && String(decoding: refused.stdout, as: UTF8.self).contains("client certificate"))
 
+        // Metrics on the same port: a scraper over HTTP/1.1 (ALPN offers it beside h2) needs a
+        // certificate of the cluster CA like any caller.
+        let curl = ["-s", "--http1.1", "--max-time", "10", "--cacert", certs.caFile, "--resolve", "social:\(socialPort):127.0.0.1"]
+        let url = "https://social:\(socialPort)/metrics"
+        let scraped = try await Subprocess.capture(
+            "/usr/bin/curl", curl + ["--cert", certs.certFile("probe"), "--key", certs.keyFile("probe"), url], input: [])
+        #expect(scraped.status == 0 && String(decoding: scraped.stdout, as: UTF8.self).contains("grpc_server_handled_total"))
+        let unscraped = try await Subprocess.capture("/usr/bin/curl", curl + [url], input: [])
+        #expect(unscraped.status != 0 && !String(decoding: unscraped.stdout, as: UTF8.self).contains("grpc_server"))
+
         for c in [toAccounts, toSocial, bare, plain] { await c.close() }
         social.signal(SIGTERM)
         accounts.signal(SIGTERM)
