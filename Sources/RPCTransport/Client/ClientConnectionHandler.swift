@@ -65,6 +65,9 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     /// its first calls. Failed with the reason when the connection dies first.
     let ready: EventLoopPromise<Void>
     private var handshakeDone = false
+    /// Bounds the wait for the server's first bytes after the handshake (`connectTimeout`): a
+    /// TLS server that never speaks HTTP/2 fails the connect instead of holding it.
+    private var firstBytesTimeout: Scheduled<Void>?
 
     init(configuration: ChannelConfiguration, ready: EventLoopPromise<Void>, onClose: @escaping @Sendable () -> Void) {
         self.configuration = configuration
@@ -171,6 +174,15 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
                 return
             }
             handshakeDone = true  // ready once the server's first bytes arrive (channelRead)
+            let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
+            let timeout = configuration.connectTimeout
+            firstBytesTimeout = context.eventLoop.scheduleTask(in: TimeAmount(timeout)) {
+                let h = bound.value
+                guard h.handshakeDone else { return }
+                h.teardown(
+                    RPCError(.unavailable, "\(h.configuration.target) sent nothing within \(timeout) of the TLS handshake (no HTTP/2 SETTINGS)"))
+                h.context?.close(promise: nil)
+            }
         }
         context.fireUserInboundEventTriggered(event)
     }
@@ -216,6 +228,8 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         }
         if handshakeDone {
             handshakeDone = false
+            firstBytesTimeout?.cancel()
+            firstBytesTimeout = nil
             ready.succeed()
         }
         flushScheduled = true
@@ -240,6 +254,9 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         pingTimeout?.cancel()
         pingTimeout = nil
         closeReason = error
+        handshakeDone = false
+        firstBytesTimeout?.cancel()
+        firstBytesTimeout = nil
         ready.fail(error)
         for s in streams.all { finishStream(s, status: RPCStatus(error.code, error.message), trailers: Metadata()) }
         streams.removeAll()
