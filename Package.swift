@@ -13,6 +13,7 @@ let package = Package(
     products: [
         .executable(name: "interop-server", targets: ["interop-server"]),
         .executable(name: "health-probe", targets: ["health-probe"]),
+        .executable(name: "dev-certs", targets: ["dev-certs"]),
         .executable(name: "interop-client", targets: ["interop-client"]),
         .executable(name: "protoc-gen-swiftpbc", targets: ["protoc-gen-swiftpbc"]),
         .executable(name: "accounts-service", targets: ["accounts-service"]),
@@ -135,6 +136,13 @@ let package = Package(
                 "RPCCore", "RPCTransport", "RPCTLS", "GRPCContracts",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
+            swiftSettings: strict
+        ),
+
+        // A development cluster CA and the certificates it signs (scripts/run INTERNAL_TLS=1, compose).
+        .executableTarget(
+            name: "dev-certs",
+            dependencies: ["RPCTLS", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             swiftSettings: strict
         ),
 
@@ -311,7 +319,7 @@ let package = Package(
         // kit's policy, failure details). For test targets only.
         .target(
             name: "ServiceKitTesting",
-            dependencies: ["ServiceKit", "Security", "Contracts", "RPCCore", "RPCTransport", "RPCServices",
+            dependencies: ["ServiceKit", "Security", "Contracts", "RPCCore", "RPCTransport", "RPCServices", "RPCTLS",
                            .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict
         ),
@@ -331,7 +339,7 @@ let package = Package(
             name: "ServiceKitTests",
             dependencies: [
                 "ServiceKit", "ServiceKitTesting", "Storage", "Security", "Contracts", "GRPCContracts", "RPCCore", "RPCTransport",
-                "RPCServices", "Observability", .product(name: "Logging", package: "swift-log"),
+                "RPCServices", "RPCTLS", "Observability", .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .testTarget(
@@ -362,8 +370,8 @@ let package = Package(
         .testTarget(
             name: "SocialTests",
             dependencies: [
-                "Social", "social-service", "Tasks", "Accounts", "accounts-service", "ServiceKit", "ServiceKitTesting", "ServiceCluster", "Storage", "Security",
-                "Contracts", "GRPCContracts", "RPCCore", "RPCTransport", "RPCServices", "RPCProtobuf", "ContractTesting",
+                "Social", "social-service", "Tasks", "Accounts", "accounts-service", "health-probe", "ServiceKit", "ServiceKitTesting", "ServiceCluster",
+                "Storage", "Security", "Contracts", "GRPCContracts", "RPCCore", "RPCTransport", "RPCServices", "RPCProtobuf", "RPCTLS", "ContractTesting",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -386,7 +394,7 @@ let package = Package(
         .testTarget(
             name: "GatewayTests",
             dependencies: [
-                "Gateway", "Accounts", "ServiceKit", "Security", "Contracts", "GRPCContracts", "RPCCore", "RPCTransport",
+                "Gateway", "Accounts", "ServiceKit", "ServiceKitTesting", "Security", "Contracts", "GRPCContracts", "RPCCore", "RPCTransport",
                 "RPCServices", "RPCTLS", "ProtobufTestContracts", "Observability", .product(name: "Logging", package: "swift-log"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]

@@ -62,7 +62,8 @@ public final class Gateway: Sendable {
 
         var pools: [String: UpstreamPool] = [:]
         for u in configuration.upstreams {
-            var channel = ChannelConfiguration(host: u.host, port: u.port)
+            var channel = ChannelConfiguration(host: u.host, port: u.port, tls: configuration.upstreamTLS)
+            channel.tlsServerName = u.tlsServerName
             channel.connectTimeout = configuration.upstreamConnectTimeout
             channel.maxBackoff = configuration.upstreamMaxBackoff
             channel.initialBackoff = .milliseconds(50)

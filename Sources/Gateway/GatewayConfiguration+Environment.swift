@@ -6,7 +6,8 @@ import ServiceKit
 extension GatewayConfiguration {
     /// Settings from the command line and environment (`docs/gateway.md` lists every variable):
     /// the port and TLS from `ServiceOptions` (`GATEWAY_PORT`, `--tls-cert/--tls-key`), upstream
-    /// addresses from `<SERVICE>_ADDR` / `<SERVICE>_PORT`, the rest from `GATEWAY_*`, read strictly
+    /// addresses from `<SERVICE>_ADDR` / `<SERVICE>_PORT`, TLS towards them from `PEER_TLS_*` (read
+    /// and checked by `ServiceSettings`), the rest from `GATEWAY_*`, read strictly
     /// through the kit's `Settings` (a malformed value refuses the start, naming the variable).
     public static func from(settings: ServiceSettings) throws -> GatewayConfiguration {
         try from(settings: settings, reading: settings.settings)
@@ -20,7 +21,7 @@ extension GatewayConfiguration {
     static func from(settings: ServiceSettings, reading env: Settings) throws -> GatewayConfiguration {
         let upstreams = allUpstreams.map { name in
             let (host, port) = settings.peerAddress(name)
-            return Upstream(name: name, host: host, port: port)
+            return Upstream(name: name, host: host, port: port, tlsServerName: settings.peerTLSServerName(name))
         }
         var required = Set(allUpstreams)
         if let names = env.list("gateway.upstreams")?.map({ $0.lowercased() }) {
@@ -32,9 +33,15 @@ extension GatewayConfiguration {
         var c = GatewayConfiguration(
             host: settings.host, port: settings.port, upstreams: upstreams, requiredUpstreams: required,
             gatewayToken: settings.gatewayToken)
-        if let cert = settings.tlsCert, let key = settings.tlsKey {
-            c.tls = try TLSConfiguration.server(certificateChainPEMFile: cert, privateKeyPEMFile: key, alpn: ["h2", "http/1.1"])
+        // The public port serves ordinary clients (browsers, apps): client certificates are for
+        // the services' internal ports, where the gateway is the client.
+        if settings.tlsClientCA != nil {
+            throw ValidationError(
+                "--tls-client-ca/GATEWAY_TLS_CLIENT_CA: the gateway's port is public and asks no client certificate; "
+                    + "mutual TLS is for the services' ports (the gateway presents PEER_TLS_CERT to them)")
         }
+        c.tls = try settings.serverTLS(alpn: ["h2", "http/1.1"])
+        c.upstreamTLS = settings.peerTLS
         let unbounded = 0...Int.max
         if let n = try env.int("gateway.max.request.bytes", range: unbounded) { c.maxRequestBytes = max(1024, n) }
         if let n = try env.int("gateway.max.response.bytes", range: unbounded) { c.maxResponseBytes = max(1024, n) }

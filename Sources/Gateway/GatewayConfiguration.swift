@@ -8,16 +8,25 @@ public struct GatewayConfiguration: Sendable {
         public var name: String
         public var host: String
         public var port: Int
-        public init(name: String, host: String, port: Int) {
+        /// With `upstreamTLS`: the name the upstream's certificate must carry, when it is not
+        /// `host` (`<SERVICE>_TLS_SERVER_NAME`).
+        public var tlsServerName: String?
+        public init(name: String, host: String, port: Int, tlsServerName: String? = nil) {
             self.name = name
             self.host = host
             self.port = port
+            self.tlsServerName = tlsServerName
         }
     }
 
     public var host: String
     public var port: Int
+    /// The public port's TLS (server side; never mutual: the port is for ordinary clients).
     public var tls: TLSConfiguration?
+    /// TLS towards the upstreams (`PEER_TLS_CA`, `PEER_TLS_CERT`/`PEER_TLS_KEY`): verified against
+    /// the cluster CA, presenting the gateway's client certificate to services that require one.
+    /// nil: h2c.
+    public var upstreamTLS: TLSConfiguration?
     /// Where each service runs, by upstream name (`accounts`, `tasks`, ...).
     public var upstreams: [Upstream]
     /// Upstreams the gateway's overall health ("") requires (`GATEWAY_UPSTREAMS`).

@@ -427,16 +427,39 @@ extension OpenSSLHandler {
     }
 
     private func handshakeError(_ ssl: OpaquePointer) -> TLSError {
+        if configuration.role == .client, let rejected = peerRejectedCertificate() { return rejected }
         let detail = TLSError.drainOpenSSLErrors()
-        // Only a verifying client's result means anything: with SSL_VERIFY_NONE the chain is still
+        // Only a verifying side's result means anything: with SSL_VERIFY_NONE the chain is still
         // checked and the result recorded, but ignored, so it must not relabel another failure.
         let verify = SSL_get_verify_result(ssl)
-        if configuration.role == .client, configuration.verifyPeer, verify != X509_V_OK {
+        if configuration.verifyPeer, verify != X509_V_OK {
             let reason = String(cString: X509_verify_cert_error_string(verify))
-            let name = serverName.map { " for \($0.debugDescription)" } ?? ""
-            return TLSError(.certificateVerificationFailed, "\(reason) (X.509 error \(verify))\(name)")
+            switch configuration.role {
+            case .client:
+                let name = serverName.map { " for \($0.debugDescription)" } ?? ""
+                return TLSError(.certificateVerificationFailed, "\(reason) (X.509 error \(verify))\(name)")
+            case .server:
+                return TLSError(.certificateVerificationFailed, "client certificate: \(reason) (X.509 error \(verify))")
+            }
+        }
+        if configuration.role == .server, configuration.requiresClientCertificate,
+            detail.contains("peer did not return a certificate")
+        {
+            return TLSError(.handshakeFailed, "the client presented no certificate, and this server requires one (\(detail))")
         }
         return TLSError(.handshakeFailed, detail.isEmpty ? "OpenSSL gave no reason" : detail)
+    }
+
+    /// A client whose certificate (or lack of one) the server refused: the alert it sent, named
+    /// plainly. Under TLS 1.3 it arrives after the client's handshake finished, as the first
+    /// record it reads; under TLS 1.2, during the handshake. Drains the error queue when it matches.
+    private func peerRejectedCertificate() -> TLSError? {
+        guard let reason = TLSError.peerCertificateAlert() else { return nil }
+        let detail = TLSError.drainOpenSSLErrors()
+        let presented =
+            configuration.presentsCertificate
+            ? "" : "; configure a client certificate signed by a CA the server trusts"
+        return TLSError(.certificateRejectedByPeer, "\(reason)\(presented) (\(detail))")
     }
 
     // MARK: Reading
@@ -463,6 +486,10 @@ extension OpenSSLHandler {
                 sawCloseNotify = true
                 break reading
             default:
+                if configuration.role == .client, let rejected = peerRejectedCertificate() {
+                    failure = rejected
+                    break reading
+                }
                 let detail = TLSError.drainOpenSSLErrors()
                 failure = TLSError(.protocolError, detail.isEmpty ? "OpenSSL gave no reason" : detail)
                 break reading

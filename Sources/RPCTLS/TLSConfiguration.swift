@@ -22,8 +22,13 @@ public final class TLSConfiguration: @unchecked Sendable {
     public let alpn: [String]
     /// The name a client sends as SNI and checks the server certificate against (DNS name or IP).
     public let serverName: String?
-    /// Whether a client verifies the server's certificate chain and name.
+    /// Whether a client verifies the server's certificate chain and name; for a server, whether it
+    /// requires and verifies a client certificate (mutual TLS).
     public let verifyPeer: Bool
+    /// A server that refuses clients without a certificate signed by its client CA (mutual TLS).
+    public var requiresClientCertificate: Bool { role == .server && verifyPeer }
+    /// A client that presents a certificate of its own (mutual TLS).
+    public let presentsCertificate: Bool
 
     /// Owned `SSL_CTX*`; freed in `deinit`.
     let context: OpaquePointer
@@ -34,13 +39,14 @@ public final class TLSConfiguration: @unchecked Sendable {
     let liveSessions = Atomic<Int>(0)
 
     private init(
-        role: Role, alpn: [String], serverName: String?, verifyPeer: Bool, context: OpaquePointer,
+        role: Role, alpn: [String], serverName: String?, verifyPeer: Bool, presentsCertificate: Bool, context: OpaquePointer,
         alpnList: UnsafeMutablePointer<copenssl_alpn_list>?, alpnBytes: UnsafeMutableBufferPointer<UInt8>?
     ) {
         self.role = role
         self.alpn = alpn
         self.serverName = serverName
         self.verifyPeer = verifyPeer
+        self.presentsCertificate = presentsCertificate
         self.context = context
         self.alpnList = alpnList
         self.alpnBytes = alpnBytes
@@ -59,23 +65,38 @@ public final class TLSConfiguration: @unchecked Sendable {
     /// list `["h2", "http/1.1"]` and get h2 from every client that can do it. A client that sends no
     /// ALPN at all is accepted (the negotiated protocol is then `nil`); a client that offers only
     /// protocols this server does not speak gets a `no_application_protocol` alert.
+    ///
+    /// With `clientCertificateAuthorityPEMFile` the server speaks **mutual TLS**: every client must
+    /// present a certificate that chains to one of that file's certificates and is valid for client
+    /// authentication (`SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT`). A client without one, or
+    /// with one from another CA, fails the handshake (an alert; the server reports
+    /// `TLSError.Kind.handshakeFailed` or `.certificateVerificationFailed`). The CA's names are sent
+    /// in the CertificateRequest, so a client holding several certificates can pick the right one.
     public static func server(
-        certificateChainPEMFile: String, privateKeyPEMFile: String, alpn: [String]
+        certificateChainPEMFile: String, privateKeyPEMFile: String, alpn: [String],
+        clientCertificateAuthorityPEMFile: String? = nil
     ) throws -> TLSConfiguration {
         let wire = try encodeALPN(alpn)
         let ctx = try makeContext(method: TLS_server_method(), server: true)
         var owned = true
         defer { if owned { SSL_CTX_free(ctx) } }
 
-        guard SSL_CTX_use_certificate_chain_file(ctx, certificateChainPEMFile) == 1 else {
-            throw TLSError.configuration("cannot load certificate chain from \(certificateChainPEMFile)")
-        }
-        guard SSL_CTX_use_PrivateKey_file(ctx, privateKeyPEMFile, SSL_FILETYPE_PEM) == 1 else {
-            throw TLSError.configuration("cannot load private key from \(privateKeyPEMFile)")
-        }
-        guard SSL_CTX_check_private_key(ctx) == 1 else {
-            throw TLSError.configuration(
-                "private key \(privateKeyPEMFile) does not match certificate \(certificateChainPEMFile)")
+        try useCertificate(ctx, chain: certificateChainPEMFile, key: privateKeyPEMFile)
+        if let caFile = clientCertificateAuthorityPEMFile {
+            guard SSL_CTX_load_verify_locations(ctx, caFile, nil) == 1 else {
+                throw TLSError.configuration("cannot load client certificate authorities from \(caFile)", path: caFile)
+            }
+            guard let names = SSL_load_client_CA_file(caFile) else {
+                throw TLSError.configuration("cannot read CA names from \(caFile)", path: caFile)
+            }
+            SSL_CTX_set_client_CA_list(ctx, names)  // takes ownership
+            SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nil)
+            // Sessions are tied to the verification that admitted them: without an id context
+            // OpenSSL refuses every resumption attempt on a verifying server with a hard error.
+            let id = Array("rpctls-mtls".utf8)
+            guard SSL_CTX_set_session_id_context(ctx, id, UInt32(id.count)) == 1 else {
+                throw TLSError.configuration("cannot set the session id context")
+            }
         }
 
         var list: UnsafeMutablePointer<copenssl_alpn_list>? = nil
@@ -91,8 +112,8 @@ public final class TLSConfiguration: @unchecked Sendable {
         }
         owned = false
         return TLSConfiguration(
-            role: .server, alpn: alpn, serverName: nil, verifyPeer: false, context: ctx,
-            alpnList: list, alpnBytes: bytes)
+            role: .server, alpn: alpn, serverName: nil, verifyPeer: clientCertificateAuthorityPEMFile != nil,
+            presentsCertificate: true, context: ctx, alpnList: list, alpnBytes: bytes)
     }
 
     /// A client configuration.
@@ -105,10 +126,16 @@ public final class TLSConfiguration: @unchecked Sendable {
     ///   - serverName: DNS name (sent as SNI and checked against the certificate) or IP address
     ///     (checked against IP SANs; never sent as SNI, per RFC 6066). `OpenSSLHandler` can override
     ///     it per connection.
+    ///   - certificateChainPEMFile, privateKeyPEMFile: this client's own certificate (leaf first)
+    ///     and key, presented to servers that ask for one (mutual TLS). Both or neither.
     public static func client(
-        alpn: [String], trustRootsPEMFile: String? = nil, verifyPeer: Bool = true, serverName: String?
+        alpn: [String], trustRootsPEMFile: String? = nil, verifyPeer: Bool = true, serverName: String?,
+        certificateChainPEMFile: String? = nil, privateKeyPEMFile: String? = nil
     ) throws -> TLSConfiguration {
         let wire = try encodeALPN(alpn)
+        guard (certificateChainPEMFile == nil) == (privateKeyPEMFile == nil) else {
+            throw TLSError(.configuration, "a client certificate needs its private key, and a key its certificate")
+        }
         let ctx = try makeContext(method: TLS_client_method(), server: false)
         var owned = true
         defer { if owned { SSL_CTX_free(ctx) } }
@@ -117,13 +144,16 @@ public final class TLSConfiguration: @unchecked Sendable {
             SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nil)
             if let trustRootsPEMFile {
                 guard SSL_CTX_load_verify_locations(ctx, trustRootsPEMFile, nil) == 1 else {
-                    throw TLSError.configuration("cannot load trust roots from \(trustRootsPEMFile)")
+                    throw TLSError.configuration("cannot load trust roots from \(trustRootsPEMFile)", path: trustRootsPEMFile)
                 }
             } else if SSL_CTX_set_default_verify_paths(ctx) != 1 {
                 throw TLSError.configuration("cannot load the system trust store")
             }
         } else {
             SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, nil)
+        }
+        if let chain = certificateChainPEMFile, let key = privateKeyPEMFile {
+            try useCertificate(ctx, chain: chain, key: key)
         }
         if !wire.isEmpty {
             // Unusually, SSL_CTX_set_alpn_protos returns 0 on success.
@@ -132,8 +162,24 @@ public final class TLSConfiguration: @unchecked Sendable {
         }
         owned = false
         return TLSConfiguration(
-            role: .client, alpn: alpn, serverName: serverName, verifyPeer: verifyPeer, context: ctx,
-            alpnList: nil, alpnBytes: nil)
+            role: .client, alpn: alpn, serverName: serverName, verifyPeer: verifyPeer,
+            presentsCertificate: certificateChainPEMFile != nil, context: ctx, alpnList: nil, alpnBytes: nil)
+    }
+
+    /// Loads this side's certificate chain and private key into `ctx` and checks that they match.
+    private static func useCertificate(_ ctx: OpaquePointer, chain: String, key: String) throws {
+        guard SSL_CTX_use_certificate_chain_file(ctx, chain) == 1 else {
+            throw TLSError.configuration("cannot load certificate chain from \(chain)", path: chain)
+        }
+        guard SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) == 1 else {
+            // OpenSSL checks the key against the loaded certificate here already.
+            let mismatch = ERR_GET_LIB(ERR_peek_last_error()) == ERR_LIB_X509 && ERR_GET_REASON(ERR_peek_last_error()) == X509_R_KEY_VALUES_MISMATCH
+            throw TLSError.configuration(
+                mismatch ? "private key \(key) does not match certificate \(chain)" : "cannot load private key from \(key)", path: key)
+        }
+        guard SSL_CTX_check_private_key(ctx) == 1 else {
+            throw TLSError.configuration("private key \(key) does not match certificate \(chain)", path: key)
+        }
     }
 
     private static func makeContext(method: OpaquePointer?, server: Bool) throws -> OpaquePointer {

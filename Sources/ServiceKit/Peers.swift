@@ -26,12 +26,11 @@ public final class PeerClients: Sendable {
     }
 
     /// Clients for the peers at their configured addresses (`settings.peerAddress`), each adding
-    /// `settings.serviceToken`; calls fail fast (UNAVAILABLE) while a peer is down.
+    /// `settings.serviceToken`, over TLS with the cluster CA when `PEER_TLS_CA` is set (presenting
+    /// `PEER_TLS_CERT` to peers that require a client certificate); calls fail fast (UNAVAILABLE)
+    /// while a peer is down or refuses the handshake.
     public convenience init(settings: ServiceSettings) {
-        self.init(serviceToken: settings.serviceToken) { peer in
-            let (host, port) = settings.peerAddress(peer)
-            return settings.peerChannelConfiguration(host: host, port: port)
-        }
+        self.init(serviceToken: settings.serviceToken) { settings.peerChannelConfiguration($0) }
     }
 
     /// The client for `peer` (`"social"`, `"tasks"`, …).

@@ -128,13 +128,14 @@ public enum ServiceHost {
         }
     }
 
-    /// The server settings every process shares: address and TLS.
+    /// The server settings every process shares: address and TLS (mutual TLS with
+    /// `--tls-client-ca`: only peers with a certificate from the cluster CA get in). With metrics
+    /// the port also answers HTTP/1.1 (`GET /metrics`, `addMetrics`), so TLS offers `http/1.1`
+    /// after `h2`: gRPC clients still get h2 (the server's preference), a scraper speaking only
+    /// HTTP/1.1 is not refused by ALPN.
     public static func serverConfiguration(settings: ServiceSettings) throws -> ServerConfiguration {
-        var config = ServerConfiguration(host: settings.host, port: settings.port)
-        if let cert = settings.tlsCert, let key = settings.tlsKey {
-            config.tls = try TLSConfiguration.server(certificateChainPEMFile: cert, privateKeyPEMFile: key, alpn: ["h2"])
-        }
-        return config
+        let alpn = settings.metrics ? ["h2", "http/1.1"] : ["h2"]
+        return ServerConfiguration(host: settings.host, port: settings.port, tls: try settings.serverTLS(alpn: alpn))
     }
 
     /// The transport's limits and connection management from the environment, each
@@ -169,8 +170,7 @@ public enum ServiceHost {
 
     /// A client for another service of the cluster, carrying the service credential.
     public static func peerClient(_ peer: String, settings: ServiceSettings) -> RPCClient {
-        let (host, port) = settings.peerAddress(peer)
-        let channel = RPCChannel(configuration: settings.peerChannelConfiguration(host: host, port: port))
+        let channel = RPCChannel(configuration: settings.peerChannelConfiguration(peer))
         return RPCClient(transport: CredentialedTransport(base: channel, serviceToken: settings.serviceToken))
     }
 }

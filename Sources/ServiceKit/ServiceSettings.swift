@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import RPCTLS
 import RPCTransport
 import Security
 
@@ -12,6 +13,10 @@ public struct ServiceOptions: ParsableArguments {
     public var dataDir: String?
     @Option(name: .customLong("tls-cert"), help: "PEM certificate chain: serve TLS (ALPN h2).") public var tlsCert: String?
     @Option(name: .customLong("tls-key"), help: "PEM private key for --tls-cert.") public var tlsKey: String?
+    @Option(
+        name: .customLong("tls-client-ca"),
+        help: "PEM CA bundle: require client certificates signed by it (mutual TLS; needs --tls-cert; env <SERVICE>_TLS_CLIENT_CA).")
+    public var tlsClientCA: String?
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error (env LOG_LEVEL).") public var logLevel: String?
     @Option(name: .customLong("log-format"), help: "text (default) or json: one JSON object per line (env LOG_FORMAT).")
     public var logFormat: String?
@@ -29,6 +34,7 @@ public struct ServiceOptions: ParsableArguments {
         f["\(name).data.dir"] = dataDir
         f["\(name).tls.cert"] = tlsCert
         f["\(name).tls.key"] = tlsKey
+        f["\(name).tls.client.ca"] = tlsClientCA
         f["log.level"] = logLevel
         f["log.format"] = logFormat
         if devCredentials { f["allow.dev.credentials"] = "1" }
@@ -43,8 +49,18 @@ public struct ServiceSettings: Sendable {
     public var host: String
     public var port: Int
     public var dataDir: String
+    /// This process's own server certificate and key (`--tls-cert`/`--tls-key`,
+    /// `<SERVICE>_TLS_CERT`/`<SERVICE>_TLS_KEY`): the port speaks TLS.
     public var tlsCert: String?
     public var tlsKey: String?
+    /// `--tls-client-ca`, `<SERVICE>_TLS_CLIENT_CA`: the port requires client certificates signed
+    /// by this CA (mutual TLS). Needs `tlsCert`.
+    public var tlsClientCA: String?
+    /// How this process reaches its peers: TLS verified against the cluster CA (`PEER_TLS_CA`),
+    /// presenting `PEER_TLS_CERT`/`PEER_TLS_KEY` to peers that require a client certificate;
+    /// nil (no `PEER_TLS_CA`) is h2c. Built once at start, so a missing, unreadable or mismatched
+    /// file refuses the start; shared by every peer channel (`peerChannelConfiguration`).
+    public var peerTLS: TLSConfiguration?
     public var logLevel: String
     /// `METRICS` (default on): calls counted and timed, `GET /metrics` served. Off only to
     /// measure what they cost.
@@ -93,7 +109,20 @@ public struct ServiceSettings: Sendable {
         dataDir = Self.dataDirectory(name: name, settings: settings)
         tlsCert = settings.string("\(name).tls.cert")
         tlsKey = settings.string("\(name).tls.key")
+        tlsClientCA = settings.string("\(name).tls.client.ca")
         if (tlsCert == nil) != (tlsKey == nil) { throw ValidationError("--tls-cert and --tls-key go together") }
+        if tlsClientCA != nil, tlsCert == nil {
+            throw ValidationError(
+                "\(Self.flagOrVariable("tls-client-ca", "\(name).tls.client.ca")) needs --tls-cert and --tls-key: "
+                    + "client certificates are asked for in a TLS handshake")
+        }
+        for (flag, key, path) in [
+            ("tls-cert", "\(name).tls.cert", tlsCert), ("tls-key", "\(name).tls.key", tlsKey),
+            ("tls-client-ca", "\(name).tls.client.ca", tlsClientCA),
+        ] {
+            if let path { try Self.checkReadable(path, Self.flagOrVariable(flag, key)) }
+        }
+        peerTLS = try Self.peerTLS(settings)
         logLevel = settings.string("log.level", default: "info")
         metrics = try settings.bool("metrics", default: true)
         logFormat = try settings.choice("log.format") ?? .text
@@ -108,6 +137,11 @@ public struct ServiceSettings: Sendable {
                 throw ValidationError("\(Settings.variable("\(peer).addr"))='\(addr)' is not host:port")
             }
             _ = try settings.int("\(peer).port", range: 0...65535)
+            if settings.string("\(peer).tls.server.name") != nil, peerTLS == nil {
+                throw ValidationError(
+                    "\(Settings.variable("\(peer).tls.server.name")) is set but PEER_TLS_CA is not: peers are reached over h2c "
+                        + "unless PEER_TLS_CA names the CA that signed their certificates")
+            }
         }
         // Likewise the peer keepalive (a malformed value used to fall back to the default unsaid).
         peerKeepaliveMilliseconds = try settings.int("peer.keepalive.time.ms", range: 0...Int(Int32.max)) ?? peerKeepaliveMilliseconds
@@ -145,13 +179,90 @@ public struct ServiceSettings: Sendable {
     /// keepalive PINGs while calls are open (`PEER_KEEPALIVE_TIME_MS`, default 30 s; 0 = off;
     /// `PEER_KEEPALIVE_TIMEOUT_MS`, default 10 s), so a peer that vanished without closing is
     /// noticed and its calls fail over instead of hanging.
-    public func peerChannelConfiguration(host: String, port: Int) -> ChannelConfiguration {
-        var c = ChannelConfiguration(host: host, port: port)
+    ///
+    /// With `PEER_TLS_CA` the connection speaks TLS (`peerTLS`), checking the certificate against
+    /// `host` (or `serverName`).
+    public func peerChannelConfiguration(host: String, port: Int, serverName: String? = nil) -> ChannelConfiguration {
+        var c = ChannelConfiguration(host: host, port: port, tls: peerTLS)
+        c.tlsServerName = serverName
         c.connectTimeout = .seconds(1)
         c.maxBackoff = .seconds(2)
         c.keepaliveTime = peerKeepaliveMilliseconds == 0 ? nil : .milliseconds(peerKeepaliveMilliseconds)
         c.keepaliveTimeout = .milliseconds(peerKeepaliveTimeoutMilliseconds)
         return c
+    }
+
+    /// How this process connects to `peer`: its address (`peerAddress`), and over TLS the name
+    /// its certificate must carry: `<PEER>_TLS_SERVER_NAME`, else the host of its address.
+    public func peerChannelConfiguration(_ peer: String) -> ChannelConfiguration {
+        let (host, port) = peerAddress(peer)
+        return peerChannelConfiguration(host: host, port: port, serverName: peerTLSServerName(peer))
+    }
+
+    /// `<PEER>_TLS_SERVER_NAME`: the name `peer`'s certificate is checked against instead of the
+    /// host of its address (a peer reached by IP whose certificate names its DNS name).
+    public func peerTLSServerName(_ peer: String) -> String? { settings.string("\(peer).tls.server.name") }
+
+    /// This process's server TLS (`--tls-cert`/`--tls-key`, and `--tls-client-ca` for mutual TLS)
+    /// with `alpn`, or nil for h2c. A file that cannot be used refuses the start, naming its
+    /// setting.
+    public func serverTLS(alpn: [String]) throws -> TLSConfiguration? {
+        guard let cert = tlsCert, let key = tlsKey else { return nil }
+        do {
+            return try TLSConfiguration.server(
+                certificateChainPEMFile: cert, privateKeyPEMFile: key, alpn: alpn, clientCertificateAuthorityPEMFile: tlsClientCA)
+        } catch let error as TLSError {
+            let names = [
+                (tlsClientCA, Self.flagOrVariable("tls-client-ca", "\(name).tls.client.ca")),
+                (key, Self.flagOrVariable("tls-key", "\(name).tls.key")), (cert, Self.flagOrVariable("tls-cert", "\(name).tls.cert")),
+            ]
+            throw ValidationError(Self.describe(error, names))
+        }
+    }
+
+    /// `PEER_TLS_CA` (turns TLS to peers on), `PEER_TLS_CERT`/`PEER_TLS_KEY` (this process's client
+    /// certificate, for peers that require one), checked and loaded.
+    static func peerTLS(_ settings: Settings) throws -> TLSConfiguration? {
+        let ca = settings.string("peer.tls.ca"), cert = settings.string("peer.tls.cert"), key = settings.string("peer.tls.key")
+        if (cert == nil) != (key == nil) { throw ValidationError("PEER_TLS_CERT and PEER_TLS_KEY go together") }
+        guard let ca else {
+            if cert != nil {
+                throw ValidationError(
+                    "PEER_TLS_CERT and PEER_TLS_KEY need PEER_TLS_CA (the CA that signed the peers' certificates): "
+                        + "without it peers are reached over h2c")
+            }
+            return nil
+        }
+        let names = [(ca, "PEER_TLS_CA"), (key, "PEER_TLS_KEY"), (cert, "PEER_TLS_CERT")]
+        for (path, variable) in names { if let path { try checkReadable(path, variable) } }
+        do {
+            return try TLSConfiguration.client(
+                alpn: ["h2"], trustRootsPEMFile: ca, verifyPeer: true, serverName: nil, certificateChainPEMFile: cert,
+                privateKeyPEMFile: key)
+        } catch let error as TLSError {
+            throw ValidationError(describe(error, names))
+        }
+    }
+
+    /// `--flag / VARIABLE`: both ways a setting is given.
+    static func flagOrVariable(_ flag: String, _ key: String) -> String { "--\(flag)/\(Settings.variable(key))" }
+
+    /// A file named by a setting must exist and be readable by this process.
+    static func checkReadable(_ path: String, _ setting: String) throws {
+        var info = stat()
+        guard stat(path, &info) == 0 else {
+            throw ValidationError("\(setting)='\(path)' cannot be read: \(String(cString: strerror(errno)))")
+        }
+        guard (info.st_mode & S_IFMT) == S_IFREG else { throw ValidationError("\(setting)='\(path)' is not a file") }
+        guard access(path, R_OK) == 0 else {
+            throw ValidationError("\(setting)='\(path)' cannot be read: \(String(cString: strerror(errno)))")
+        }
+    }
+
+    /// A TLS file error with the setting that named the file (the first whose path it is).
+    static func describe(_ error: TLSError, _ names: [(String?, String)]) -> String {
+        if let path = error.path, let setting = names.first(where: { $0.0 == path })?.1 { return "\(setting)='\(path)': \(error)" }
+        return "\(names.compactMap { $0.0 == nil ? nil : $0.1 }.joined(separator: ", ")): \(error)"
     }
 }
 

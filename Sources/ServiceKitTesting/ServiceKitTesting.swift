@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import RPCCore
 import RPCServices
+import RPCTLS
 import RPCTransport
 import Security
 import ServiceKit
@@ -168,4 +169,54 @@ public func eventually(timeout: Duration = .seconds(10), _ condition: () async t
         try? await Task.sleep(for: .milliseconds(10))
     }
     return try await condition()
+}
+
+// MARK: Certificates
+
+/// A development cluster CA and certificates it signs, made at test time in a temporary
+/// directory (mutual TLS between services): `<name>.pem` and `<name>-key.pem` for each of
+/// `names`, signed by `ca.pem`; and for each of `foreign`, the same signed by another CA
+/// (`other-ca.pem`), which the cluster does not trust. Every certificate is valid for its name,
+/// `localhost` and `127.0.0.1`, as a server and as a client.
+public struct TestCertificates: Sendable {
+    public let directory: String
+    public var caFile: String { "\(directory)/ca.pem" }
+    public var otherCAFile: String { "\(directory)/other-ca.pem" }
+
+    public init(names: [String] = ["accounts", "social", "tasks", "gateway", "client"], foreign: [String] = ["rogue"]) throws {
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent("certs-\(UUID().uuidString)").path
+        let ca = try DevelopmentCertificate.generateAuthority(commonName: "test cluster CA", directory: directory)
+        let other = try DevelopmentCertificate.generateAuthority(commonName: "another CA", directory: directory, fileName: "other-ca")
+        for name in names { _ = try DevelopmentCertificate.generate(commonName: name, directory: directory, issuer: ca, fileName: name) }
+        for name in foreign { _ = try DevelopmentCertificate.generate(commonName: name, directory: directory, issuer: other, fileName: name) }
+    }
+
+    public func certFile(_ name: String) -> String { "\(directory)/\(name).pem" }
+    public func keyFile(_ name: String) -> String { "\(directory)/\(name)-key.pem" }
+
+    /// `PEER_TLS_CA`, and `PEER_TLS_CERT`/`PEER_TLS_KEY` of `name` when given: a process's
+    /// settings for TLS towards its peers.
+    public func peerEnvironment(as name: String?) -> [String: String] {
+        var env = ["PEER_TLS_CA": caFile]
+        if let name {
+            env["PEER_TLS_CERT"] = certFile(name)
+            env["PEER_TLS_KEY"] = keyFile(name)
+        }
+        return env
+    }
+
+    /// `--tls-cert`, `--tls-key` of `name`, and `--tls-client-ca` when `mutual`: a process's
+    /// flags to serve TLS (requiring client certificates from the cluster CA).
+    public func serverArguments(_ name: String, mutual: Bool) -> [String] {
+        ["--tls-cert", certFile(name), "--tls-key", keyFile(name)] + (mutual ? ["--tls-client-ca", caFile] : [])
+    }
+
+    /// A client TLS configuration trusting the cluster CA, presenting `name`'s certificate.
+    public func client(as name: String?, serverName: String? = nil) throws -> TLSConfiguration {
+        try TLSConfiguration.client(
+            alpn: ["h2"], trustRootsPEMFile: caFile, serverName: serverName, certificateChainPEMFile: name.map(certFile),
+            privateKeyPEMFile: name.map(keyFile))
+    }
+
+    public func remove() { try? FileManager.default.removeItem(atPath: directory) }
 }

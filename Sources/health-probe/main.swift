@@ -4,8 +4,10 @@ import RPCCore
 import RPCTLS
 import RPCTransport
 
-/// `health-probe --addr 127.0.0.1:9101 [--service NAME] [--ca-file cert.pem]`: one grpc.health.v1
-/// Check over real gRPC (TLS when given the certificate to trust); exit 0 when SERVING. Used by scripts/run to wait for processes and by compose health checks.
+/// `health-probe --addr 127.0.0.1:9101 [--service NAME] [--ca-file ca.pem [--cert-file c.pem --key-file k.pem]]`:
+/// one grpc.health.v1 Check over real gRPC (TLS when given the certificate to trust; with a client
+/// certificate for a service that requires one); exit 0 when SERVING. Used by scripts/run to wait
+/// for processes and by compose health checks.
 @main
 struct HealthProbe: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -16,6 +18,8 @@ struct HealthProbe: AsyncParsableCommand {
     @Option(help: "Seconds to wait for the answer.") var timeout = 2.0
     @Option(help: "Speak TLS, trusting this PEM certificate (a development certificate, say).") var caFile: String?
     @Option(help: "With --ca-file: the name the certificate must be valid for (default: the host of --addr).") var serverName: String?
+    @Option(help: "With --ca-file: a client certificate (PEM) for a server that requires one (mutual TLS).") var certFile: String?
+    @Option(help: "The private key (PEM) of --cert-file.") var keyFile: String?
     @Flag(help: "Print the status.") var verbose = false
 
     func run() async throws {
@@ -25,9 +29,15 @@ struct HealthProbe: AsyncParsableCommand {
         if serverName != nil && caFile == nil {
             throw ValidationError("--server-name needs --ca-file (without it the probe speaks plain h2c)")
         }
+        if (certFile == nil) != (keyFile == nil) { throw ValidationError("--cert-file and --key-file go together") }
+        if certFile != nil && caFile == nil {
+            throw ValidationError("--cert-file needs --ca-file (without it the probe speaks plain h2c)")
+        }
         var configuration = ChannelConfiguration(host: host, port: port)
         if let caFile {
-            configuration.tls = try TLSConfiguration.client(alpn: ["h2"], trustRootsPEMFile: caFile, serverName: serverName ?? host)
+            configuration.tls = try TLSConfiguration.client(
+                alpn: ["h2"], trustRootsPEMFile: caFile, serverName: serverName ?? host, certificateChainPEMFile: certFile,
+                privateKeyPEMFile: keyFile)
         }
         let channel = RPCChannel(configuration: configuration)
         defer { Task { await channel.close() } }

@@ -57,7 +57,8 @@ extension TasksServiceCommand {
         /// The operator's check of the journal: one VerifyJournal call with the service credential.
         static func verify(settings: ServiceSettings) async -> Int32 {
             let host = settings.host == "0.0.0.0" ? "127.0.0.1" : settings.host
-            let channel = RPCChannel(configuration: settings.peerChannelConfiguration(host: host, port: settings.port))
+            let channel = RPCChannel(
+                configuration: settings.peerChannelConfiguration(host: host, port: settings.port, serverName: settings.peerTLSServerName("tasks")))
             defer { Task { await channel.close() } }
             let client = Tasks_V1_TasksInternalClient(RPCClient(transport: CredentialedTransport(base: channel, serviceToken: settings.serviceToken)))
             do {

@@ -22,7 +22,7 @@ def test_docker_compose_config_accepts_the_file():
     out = subprocess.run([exe, "-f", str(COMPOSE), "config"], capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode == 0, out.stderr
     resolved = yaml.safe_load(out.stdout)
-    assert set(resolved["services"]) == set(SERVICES) | {"gateway"}
+    assert set(resolved["services"]) == set(SERVICES) | {"gateway", "certs"}
     # Both credentials are required: no well-known default to run with by mistake.
     bare = {k: v for k, v in os.environ.items() if k not in ("SERVICE_TOKEN", "GATEWAY_TOKEN")}
     missing = subprocess.run([exe, "-f", str(COMPOSE), "config"], capture_output=True, text=True, timeout=60, env=bare)
@@ -56,10 +56,43 @@ def test_every_executable_runs_in_a_container_with_its_volume_and_health_check()
         assert gw["environment"][f"{name.upper()}_ADDR"] == f"{name}:{port}"
 
 
+def test_services_speak_mutual_tls_with_certificates_from_the_certs_volume():
+    """TLS between services as scripts/run INTERNAL_TLS=1 runs it: each service serves mutual TLS
+    with its own certificate and presents it to its peers; the gateway presents its own to them and
+    keeps its public port as it is; the files come from the `certs` volume, filled once by the
+    dev-certs job unless they are there already."""
+    doc = yaml.safe_load(COMPOSE.read_text())
+    services = doc["services"]
+    assert "certs" in doc["volumes"]
+    job = services["certs"]
+    assert job["command"][:4] == ["dev-certs", "--dir", "/certs", "--if-missing"]
+    assert set(job["command"][4:]) == set(SERVICES) | {"gateway"}
+    assert job["restart"] == "no" and "certs:/certs" in job["volumes"]
+    for name, port in SERVICES.items():
+        svc = services[name]
+        command = svc["command"]
+        flags = {command[i]: command[i + 1] for i in range(len(command) - 1) if command[i].startswith("--")}
+        assert flags["--tls-cert"] == f"/certs/{name}.pem" and flags["--tls-key"] == f"/certs/{name}-key.pem", name
+        assert flags["--tls-client-ca"] == "/certs/ca.pem", name
+        env = svc["environment"]
+        assert env["PEER_TLS_CA"] == "/certs/ca.pem", name
+        assert (env["PEER_TLS_CERT"], env["PEER_TLS_KEY"]) == (f"/certs/{name}.pem", f"/certs/{name}-key.pem"), name
+        assert "certs:/certs:ro" in svc["volumes"], name
+        assert svc["depends_on"]["certs"]["condition"] == "service_completed_successfully", name
+        probe = svc["healthcheck"]["test"]
+        assert probe[probe.index("--ca-file") + 1] == "/certs/ca.pem" and probe[probe.index("--cert-file") + 1] == f"/certs/{name}.pem"
+        assert probe[probe.index("--server-name") + 1] == name  # the name its peers check
+    gw = services["gateway"]
+    assert "--tls-client-ca" not in gw["command"]
+    assert gw["environment"]["PEER_TLS_CA"] == "/certs/ca.pem"
+    assert (gw["environment"]["PEER_TLS_CERT"], gw["environment"]["PEER_TLS_KEY"]) == ("/certs/gateway.pem", "/certs/gateway-key.pem")
+    assert "certs:/certs:ro" in gw["volumes"]
+
+
 def test_dockerfile_copies_every_executable_that_the_package_declares():
     package = (ROOT / "Package.swift").read_text()
     declared = set(re.findall(r'\.executable\(name: "([a-z-]+)"', package))
-    wanted = {e for e in declared if e.endswith("-service") or e in ("gateway", "health-probe")}
+    wanted = {e for e in declared if e.endswith("-service") or e in ("gateway", "health-probe", "dev-certs")}
     docker = DOCKERFILE.read_text()
-    for exe in wanted | {f"{s}-service" for s in SERVICES} | {"gateway", "health-probe"}:
+    for exe in wanted | {f"{s}-service" for s in SERVICES} | {"gateway", "health-probe", "dev-certs"}:
         assert exe in docker, f"Dockerfile does not install {exe}"

@@ -368,23 +368,28 @@ for e in rpc.MatchmakingStub(ch).JoinQueue(pb.JoinQueueRequest(), metadata=md, t
 
 # ---- the whole cascade under scripts/run -----------------------------------------------------------
 
-def test_account_deletion_cascades_to_every_service_under_scripts_run(tmp_path, stubs):
+@pytest.mark.parametrize("internal_tls", [False, True], ids=["h2c", "mutual-tls"])
+def test_account_deletion_cascades_to_every_service_under_scripts_run(tmp_path, stubs, internal_tls):
     """All five services and the gateway started by scripts/run (the built binaries in BIN_DIR);
     deleting an account reaches every service: accounts' outbox shows the event acknowledged by
-    each destination, and the user is gone or anonymised in social, finance, tasks and matchmaking."""
+    each destination, and the user is gone or anonymised in social, finance, tasks and matchmaking.
+    With INTERNAL_TLS=1 every call between the processes (the gateway's relays, peer reads, outbox
+    deliveries) is mutual TLS with the development cluster CA, and a service takes no caller
+    without a certificate of it."""
     import signal
     import sqlite3
     import subprocess
     from conftest import ROOT
 
-    for exe in ("accounts-service", "social-service", "tasks-service", "finance-service", "matchmaking-service", "gateway"):
+    for exe in ("accounts-service", "social-service", "tasks-service", "finance-service", "matchmaking-service", "gateway",
+                "dev-certs"):
         if not (BIN / exe).exists():
             pytest.skip(f"{exe} is not built")
     ports = {n: free_port() for n in ("gateway", "accounts", "tasks", "finance", "social", "matchmaking")}
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PEER_TLS_")}
     env.update({f"{n.upper()}_PORT": str(p) for n, p in ports.items()})
     env.update({"DATA_DIR": str(tmp_path / "data"), "BIN_DIR": str(BIN), "NO_BUILD": "1", "LOG_LEVEL": "warning",
-                "ACCOUNTS_SCRYPT_N": "1024"})
+                "ACCOUNTS_SCRYPT_N": "1024", "INTERNAL_TLS": "1" if internal_tls else "0"})
     log = open(tmp_path / "run.log", "w+")
     run = subprocess.Popen([str(ROOT / "scripts" / "run")], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -397,6 +402,25 @@ def test_account_deletion_cascades_to_every_service_under_scripts_run(tmp_path, 
         from social.v1 import social_pb2 as spb, social_pb2_grpc
         from tasks.v1 import tasks_pb2_grpc, team_tasks_pb2 as ttpb
         from matchmaking.v1 import matchmaking_pb2 as pb, matchmaking_pb2_grpc
+
+        if internal_tls:
+            # The services' ports: a client with a certificate of the cluster CA gets in; plain
+            # h2c and TLS without a certificate do not.
+            from grpc_health.v1 import health_pb2, health_pb2_grpc
+            certs = tmp_path / "data" / "tls" / "internal"
+            def health(channel):
+                return health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5).status
+            read = lambda name: (certs / name).read_bytes()
+            for name in ("accounts", "social", "tasks", "finance", "matchmaking"):
+                target = f"127.0.0.1:{ports[name]}"
+                good = grpc.secure_channel(target, grpc.ssl_channel_credentials(read("ca.pem"), read("probe-key.pem"), read("probe.pem")))
+                assert health(good) == health_pb2.HealthCheckResponse.SERVING, name
+                good.close()
+                for refused in (grpc.insecure_channel(target), grpc.secure_channel(target, grpc.ssl_channel_credentials(read("ca.pem")))):
+                    with pytest.raises(grpc.RpcError) as e:
+                        health(refused)
+                    assert e.value.code() == grpc.StatusCode.UNAVAILABLE, name
+                    refused.close()
 
         gw = grpc.insecure_channel(f"127.0.0.1:{ports['gateway']}")
         ctx = {"accounts": accounts_pb2_grpc.AccountsStub(gw), "apb": apb}

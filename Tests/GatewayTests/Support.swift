@@ -4,6 +4,7 @@ import GRPCContracts
 import Logging
 import RPCCore
 import RPCServices
+import RPCTLS
 import RPCTransport
 import Security
 import ServiceKit
@@ -291,8 +292,8 @@ final class FakeUpstream: Sendable {
     let server: RPCServer
     let port: Int
 
-    init(services: [any RPCService], keys: KeyStore, port: Int = 0) async throws {
-        var config = ServerConfiguration(host: "127.0.0.1", port: port)
+    init(services: [any RPCService], keys: KeyStore, port: Int = 0, tls: TLSConfiguration? = nil) async throws {
+        var config = ServerConfiguration(host: "127.0.0.1", port: port, tls: tls)
         config.threads = 1
         config.initialWindowSize = 8 << 20
         config.interceptors = [

@@ -1,4 +1,6 @@
 import Foundation
+import NIOCore
+import NIOPosix
 import RPCCore
 import RPCTLS
 import Testing
@@ -65,5 +67,33 @@ import Testing
             await channel.close()
         }
         await server.shutdownGracefully()
+    }
+    /// A TLS server that completes the handshake but never speaks HTTP/2 (no ALPN, no SETTINGS):
+    /// the connect fails after the connect timeout, saying so, instead of holding its calls.
+    @Test func aTLSServerThatNeverSpeaksFailsTheConnect() async throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("tls-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let (cert, key) = try DevelopmentCertificate.generate(commonName: "localhost", directory: dir)
+        let serverTLS = try TLSConfiguration.server(certificateChainPEMFile: cert, privateKeyPEMFile: key, alpn: [])
+        let listener = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(OpenSSLHandler(configuration: serverTLS)) }
+            }
+            .bind(host: "127.0.0.1", port: 0).get()
+        let clientTLS = try TLSConfiguration.client(alpn: ["h2"], trustRootsPEMFile: cert, serverName: "localhost")
+        var configuration = ChannelConfiguration(host: "127.0.0.1", port: listener.localAddress!.port!, tls: clientTLS)
+        configuration.connectTimeout = .milliseconds(300)
+        let channel = RPCChannel(configuration: configuration)
+        let started = ContinuousClock.now
+        do {
+            _ = try await channel.client.unary(EchoService.unaryMethod, Bytes("x"), as: Bytes.self, options: CallOptions(timeout: .seconds(20)))
+            Issue.record("expected failure")
+        } catch let e as RPCError {
+            #expect(e.code == .unavailable)
+            #expect(e.message.contains("sent nothing within"), "\(e.message)")
+        }
+        #expect(ContinuousClock.now - started < .seconds(10))
+        await channel.close()
+        try await listener.close()
     }
 }

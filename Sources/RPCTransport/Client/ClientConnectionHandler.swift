@@ -53,10 +53,21 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     private var closed = false
     /// Why the connection ended, for calls that arrive after it did.
     private var closeReason: RPCError?
+    /// Why the connection ended, once it has (read on the event loop).
+    var closedReason: RPCError? { closed ? closeReason : nil }
     let onClose: @Sendable () -> Void
-    /// Completed when calls may start: at connect for h2c, after the handshake for TLS; failed
-    /// with the reason when the connection dies first (so a TLS error reaches the caller).
+    /// Completed when calls may start: at connect for h2c; for TLS, once the handshake finished
+    /// *and* the server's first bytes (its SETTINGS) decrypted. A TLS 1.3 client's handshake ends
+    /// before the server has checked the client's certificate: a server requiring one (mutual
+    /// TLS) that refuses it answers with an alert instead of SETTINGS. Waiting for the server to
+    /// speak turns that refusal into a failed connect (the reason reaches every waiting call,
+    /// and the channel's reconnect backoff applies) instead of a connection that dies under
+    /// its first calls. Failed with the reason when the connection dies first.
     let ready: EventLoopPromise<Void>
+    private var handshakeDone = false
+    /// Bounds the wait for the server's first bytes after the handshake (`connectTimeout`): a
+    /// TLS server that never speaks HTTP/2 fails the connect instead of holding it.
+    private var firstBytesTimeout: Scheduled<Void>?
 
     init(configuration: ChannelConfiguration, ready: EventLoopPromise<Void>, onClose: @escaping @Sendable () -> Void) {
         self.configuration = configuration
@@ -162,19 +173,38 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
                 context.close(promise: nil)
                 return
             }
-            ready.succeed()
+            handshakeDone = true  // ready once the server's first bytes arrive (channelRead)
+            let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
+            let timeout = configuration.connectTimeout
+            firstBytesTimeout = context.eventLoop.scheduleTask(in: TimeAmount(timeout)) {
+                let h = bound.value
+                guard h.handshakeDone else { return }
+                h.teardown(
+                    RPCError(.unavailable, "\(h.configuration.target) sent nothing within \(timeout) of the TLS handshake (no HTTP/2 SETTINGS)"))
+                h.context?.close(promise: nil)
+            }
         }
         context.fireUserInboundEventTriggered(event)
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
-        teardown(RPCError(.unavailable, "connection to \(configuration.target) closed"))
+        teardown(RPCError(.unavailable, closedMessage))
         self.context = nil
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        teardown(RPCError(.unavailable, "connection to \(configuration.target) closed"))
+        teardown(RPCError(.unavailable, closedMessage))
         context.fireChannelInactive()
+    }
+
+    /// A cleartext connection the server closed before saying anything is most often a port that
+    /// speaks TLS (ours closes a non-TLS connection without a word): say so.
+    private var closedMessage: String {
+        if configuration.tls == nil, reads == 0 {
+            return
+                "connection to \(configuration.target) closed before the server sent anything (a port that requires TLS closes cleartext h2c connections)"
+        }
+        return "connection to \(configuration.target) closed"
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
@@ -195,6 +225,12 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             teardown(RPCError(.unavailable, "HTTP/2 protocol error from \(configuration.target): \(String(cString: nghttp2_strerror(Int32(rv))))"))
             context.close(promise: nil)
             return
+        }
+        if handshakeDone {
+            handshakeDone = false
+            firstBytesTimeout?.cancel()
+            firstBytesTimeout = nil
+            ready.succeed()
         }
         flushScheduled = true
     }
@@ -218,6 +254,9 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         pingTimeout?.cancel()
         pingTimeout = nil
         closeReason = error
+        handshakeDone = false
+        firstBytesTimeout?.cancel()
+        firstBytesTimeout = nil
         ready.fail(error)
         for s in streams.all { finishStream(s, status: RPCStatus(error.code, error.message), trailers: Metadata()) }
         streams.removeAll()

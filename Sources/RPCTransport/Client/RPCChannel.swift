@@ -9,8 +9,13 @@ import Synchronization
 public struct ChannelConfiguration: Sendable {
     public var host: String
     public var port: Int
-    /// When set, the channel speaks TLS (ALPN `h2`), verifying the server as the configuration says.
+    /// When set, the channel speaks TLS (ALPN `h2`), verifying the server as the configuration says
+    /// (and presenting its client certificate, if it has one).
     public var tls: TLSConfiguration?
+    /// The name the server's certificate must be valid for (and the SNI), when it is not
+    /// `tls.serverName` or, failing that, `host`: one shared TLS configuration serves many
+    /// channels, each naming its own server.
+    public var tlsServerName: String?
     /// `:authority` sent with every call (defaults to host:port).
     public var authority: String
     public var connectTimeout: Duration = .seconds(2)
@@ -81,6 +86,9 @@ public final class RPCChannel: ClientTransport, Sendable {
         var backoff: Duration
         var lastError = ""
         var closed = false
+        /// The newest connection generation that has closed: one that closed while it was being
+        /// set up (a server that hangs up at once) must not be kept as the channel's connection.
+        var closedGeneration = 0
     }
     private let state: Mutex<State>
 
@@ -176,7 +184,11 @@ public final class RPCChannel: ClientTransport, Sendable {
         case .connect(let generation):
             do {
                 let conn = try await connect(generation: generation)
-                let waiters = state.withLock { s in
+                let waiters = try state.withLock { s in
+                    if s.closedGeneration >= generation {
+                        let hint = configuration.tls == nil ? " (a port that requires TLS closes cleartext h2c connections)" : ""
+                        throw ConnectFailure(description: "connection to \(configuration.target) closed as soon as it opened\(hint)")
+                    }
                     s.connection = conn
                     s.backoff = configuration.initialBackoff
                     s.nextAttempt = nil
@@ -210,32 +222,43 @@ public final class RPCChannel: ClientTransport, Sendable {
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     if let tls = config.tls {
-                        try channel.pipeline.syncOperations.addHandler(OpenSSLHandler(configuration: tls, serverName: tls.serverName ?? config.host))
+                        let name = config.tlsServerName ?? tls.serverName ?? config.host
+                        try channel.pipeline.syncOperations.addHandler(OpenSSLHandler(configuration: tls, serverName: name))
                     }
                     let ready = channel.eventLoop.makePromise(of: Void.self)
-                    readyBox.future.withLock { $0 = ready.futureResult }
-                    try channel.pipeline.syncOperations.addHandler(ClientConnectionHandler(configuration: config, ready: ready, onClose: onClose))
+                    let handler = ClientConnectionHandler(configuration: config, ready: ready, onClose: onClose)
+                    readyBox.slot.withLock { $0 = (ready.futureResult, NIOLoopBound(handler, eventLoop: channel.eventLoop)) }
+                    try channel.pipeline.syncOperations.addHandler(handler)
                 }
             }
         let channel = try await bootstrap.connect(host: config.host, port: config.port).get()
-        // TLS: calls may only start once the handshake succeeded; its failure is the error.
+        guard let (ready, handler) = readyBox.slot.withLock({ $0 }) else {
+            throw ConnectFailure(description: "connection to \(config.target) was not set up")
+        }
+        // TLS: calls may only start once the handshake succeeded and the server spoke (see
+        // `ClientConnectionHandler.ready`); its failure is the error.
         do {
-            try await readyBox.future.withLock { $0 }?.get()
+            try await ready.get()
         } catch let e as RPCError {
             throw ConnectFailure(description: e.message)
         }
-        let handler = try await channel.eventLoop.submit {
-            NIOLoopBound(try channel.pipeline.syncOperations.handler(type: ClientConnectionHandler.self), eventLoop: channel.eventLoop)
+        // A server that hung up at once (a TLS port refusing cleartext): its reason, not a
+        // connection that is already gone.
+        try await channel.eventLoop.submit {
+            if let reason = handler.value.closedReason { throw ConnectFailure(description: reason.message) }
         }.get()
         return Connection(channel: channel, handler: handler, generation: generation)
     }
 
-    final class ReadySlot: Sendable { let future = Mutex<EventLoopFuture<Void>?>(nil) }
+    final class ReadySlot: Sendable {
+        let slot = Mutex<(EventLoopFuture<Void>, NIOLoopBound<ClientConnectionHandler>)?>(nil)
+    }
     struct ConnectFailure: Error, CustomStringConvertible { let description: String }
 
     private func connectionClosed(generation: Int) {
         state.withLock { s in
             if s.connection?.generation == generation { s.connection = nil }
+            s.closedGeneration = max(s.closedGeneration, generation)
         }
     }
 
