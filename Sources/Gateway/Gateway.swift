@@ -16,6 +16,8 @@ import Synchronization
 public final class Gateway: Sendable {
     public let configuration: GatewayConfiguration
     public let health: GatewayHealth
+    /// What `GET /status` shows: health and every process's metrics, scraped in the background.
+    public let status: StatusBoard
     let pools: [String: UpstreamPool]
     let server: RPCServer
     let ownGroup: MultiThreadedEventLoopGroup
@@ -113,6 +115,7 @@ public final class Gateway: Sendable {
                 GatewayHealth.Upstream(name: name, transport: pools[name]!, services: services)
             },
             required: configuration.requiredUpstreams, timeout: configuration.upstreamConnectTimeout, logger: logger)
+        status = Self.statusBoard(configuration: configuration, health: health, loop: ownGroup.next())
         let publicNames = services.map(\.serviceName)
         let index = ReflectionIndex(descriptors: descriptors, services: publicNames + StandardServices.standardNames)
         services += [health] + StandardServices.reflection(index: index)
@@ -141,6 +144,7 @@ public final class Gateway: Sendable {
         connect.metrics = configuration.metrics
         connect.metricsAccess = MetricsAccess(token: configuration.metricsToken)
         connect.sideEffectFree = registry.sideEffectFreePaths
+        connect.status = status
         config.httpHandler = connect
         configuration.adjustServer(&config)
         server = RPCServer(configuration: config, services: services, logger: logger, group: serverGroup)
@@ -152,6 +156,7 @@ public final class Gateway: Sendable {
         let port = try await server.start()
         let health = self.health
         let sweeper = self.sweeper
+        let status = self.status
         let interval = configuration.healthInterval
         // Sweep often enough that a capped call ends within a tenth of the cap (at most 250 ms).
         // (At least 10 ms apart: a cap of a few milliseconds must not turn this into a busy loop.)
@@ -161,6 +166,7 @@ public final class Gateway: Sendable {
                 await withTaskGroup(of: Void.self) { group in
                     group.addTask { await health.run(interval: interval) }
                     group.addTask { await sweeper.run(interval: sweepEvery) }
+                    group.addTask { await status.run() }
                 }
             }
         }
@@ -194,6 +200,21 @@ public final class Gateway: Sendable {
 
     /// Calls in flight to each upstream (tests, status page).
     public func activeUpstreamCalls(_ upstream: String) -> Int { pools[upstream]?.activeCalls ?? 0 }
+
+    /// The status page's board: the gateway itself (its own registry, read in place), then every
+    /// configured upstream's `GET /metrics` on its gRPC port, fetched on the gateway's own loop.
+    static func statusBoard(configuration c: GatewayConfiguration, health: GatewayHealth, loop: any EventLoop) -> StatusBoard {
+        let metrics = c.metrics
+        var targets = [StatusBoard.Target(name: "gateway", source: .local { metrics ? ProcessMetrics.expositionBytes() : nil })]
+        for u in c.upstreams {
+            targets.append(
+                StatusBoard.Target(name: u.name, source: .http(host: u.host, port: u.port), required: c.requiredUpstreams.contains(u.name)))
+        }
+        return StatusBoard(
+            targets: targets, interval: c.statusScrapeInterval, timeout: StatusBoard.timeout(for: c.statusScrapeInterval ?? .seconds(10)),
+            serving: { name in name == "gateway" ? health.overall == .serving : health.isServing(upstream: name) },
+            fetch: { host, port, timeout in try await MetricsFetch.get(host: host, port: port, timeout: timeout, on: loop) })
+    }
 
     static func statusPage(
         health: GatewayHealth, upstreams: [GatewayConfiguration.Upstream],

@@ -82,6 +82,10 @@ public struct GatewayConfiguration: Sendable {
     public var streamsPerUpstreamConnection = 90
     /// Event loop threads (default: one per core).
     public var threads: Int? = nil
+    /// How often the status page's board scrapes every process's `GET /metrics`
+    /// (`GATEWAY_STATUS_SCRAPE_MS`; nil, from 0: never, the page shows health only). Each scrape
+    /// has `StatusBoard.timeout(for:)`: half the interval, between 200 ms and 2 s.
+    public var statusScrapeInterval: Duration? = .seconds(10)
     /// Calls counted and timed, `GET /metrics` served (`METRICS`, default on).
     public var metrics = true
     /// One access-log line per call (`ACCESS_LOG`, default on; lines are at info level).

@@ -12,7 +12,8 @@ import ServiceKit
 /// and proxy as gRPC; only the envelope differs. JSON is transcoded generically from the
 /// descriptors (`JSONTranscoder`), so no method has code of its own.
 ///
-/// Also serves `GET /` (a short text page), `GET /healthz` (200 while serving, else 503) and the
+/// Also serves `GET /` (a short text page), `GET /healthz` (200 while serving, else 503),
+/// `GET /status` and `/status.json` (`StatusPage`), `GET /metrics`, and the
 /// web pages of `TaskPages` (`/t/<link token>`, `/upload`), which call their methods through
 /// the same router and policy (`invoke`).
 struct ConnectHandler: HTTPHandler {
@@ -24,6 +25,8 @@ struct ConnectHandler: HTTPHandler {
     /// Serves `GET /metrics` (off with the gateway's metrics), to whom `metricsAccess` lets in.
     var metrics = true
     var metricsAccess = MetricsAccess(token: nil)
+    /// Serves `GET /status` and `/status.json` from it.
+    var status: StatusBoard?
     /// The gateway's own cap on any request message (`GatewayConfiguration.maxRequestBytes`).
     var maxRequestBytes = Int.max
     /// Which web origins may call from a page (`GATEWAY_CORS_ORIGINS`).
@@ -45,6 +48,7 @@ struct ConnectHandler: HTTPHandler {
     /// Asked at the request head: a larger declared body is refused (413) before it is read.
     /// Other requests (unknown paths, pages): the server's limit.
     func maxBodyBytes(method: String, path: Substring) -> Int? {
+        if status != nil && StatusPage.serves(path) { return 0 }
         if TaskPages.serves(path) { return TaskPages.maxBodyBytes(method: method, path: path) }
         guard method == "POST", case .success(let m) = router.lookup(String(path)),
             let limit = m.descriptor.maxRequestBytes
@@ -59,6 +63,7 @@ struct ConnectHandler: HTTPHandler {
         if request.method == "GET" || request.method == "HEAD" {
             if path == "/" || path == "/healthz" { return await page(path) }
         }
+        if let status, StatusPage.serves(request.path) { return StatusPage.respond(request, board: status) }
         if metrics, request.path == MetricsEndpoint.path[...], metricsAccess.allows(request),
             let response = MetricsEndpoint.respond(to: request)
         {

@@ -44,6 +44,15 @@ public enum HTMLPage {
         progress{width:100%;height:12px;margin:.4rem 0 1rem;accent-color:#2f9e55}
         dl{display:grid;grid-template-columns:auto 1fr;gap:.25rem .9rem;margin:.8rem 0}dt{color:#5b6475}dd{margin:0;word-break:break-all}
         footer{margin-top:1rem;text-align:center}
+        main.wide{max-width:72rem}
+        .grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(min(100%,20rem),1fr));gap:1rem;margin:1rem 0}
+        .svc h2{font-size:1.15rem;margin:0 0 .5rem;display:flex;justify-content:space-between;align-items:center;gap:.5rem}
+        .svc dl{margin:.4rem 0}.svc dd{word-break:normal;overflow-wrap:anywhere}
+        .warn{color:#8a5a00;font-weight:600}.err{color:#9b1c1c;font-weight:600}.nw{white-space:nowrap}
+        table{border-collapse:collapse;width:100%;font-size:.9rem;margin-top:.6rem}
+        th,td{text-align:left;padding:.25rem .4rem;border-bottom:1px solid #e4e7ec}td{overflow-wrap:anywhere}
+        th{color:#5b6475;font-weight:600;white-space:nowrap}.n{text-align:right;white-space:nowrap}
+        @media (max-width:400px){main.wide{padding:.75rem}main.wide .card{padding:1rem}main.wide table{font-size:.82rem}main.wide th,main.wide td{padding:.2rem .25rem}}
         """
 
     /// `'sha256-…'` of the style sheet, for the CSP.
@@ -54,8 +63,9 @@ public enum HTMLPage {
     static let contentSecurityPolicy =
         "default-src 'none'; style-src \(styleHash); img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 
-    /// A whole page: `body` is HTML the caller built (with every user text through `escape`).
-    public static func render(title: String, body: String) -> String {
+    /// A whole page: `body` is HTML the caller built (with every user text through `escape`);
+    /// `head`, more elements for the head (a refresh); `wide`, a page for wide tables and grids.
+    public static func render(title: String, body: String, head: String = "", wide: Bool = false) -> String {
         """
         <!DOCTYPE html>
         <html lang="en">
@@ -64,9 +74,9 @@ public enum HTMLPage {
         <meta name="viewport" content="width=device-width, initial-scale=1">
         <meta name="referrer" content="no-referrer">
         <title>\(escape(title))</title>
-        <style>\(style)</style>
+        <style>\(style)</style>\(head)
         </head>
-        <body><main>
+        <body><main\(wide ? " class=\"wide\"" : "")>
         \(body)
         </main></body>
         </html>
@@ -76,7 +86,9 @@ public enum HTMLPage {
 
     /// The response for a page: HTML with the protective headers; `cache: false` for pages about
     /// a token or a result (never stored by the browser or a proxy).
-    public static func response(_ status: Int, title: String, body: String, cache: Bool = false) -> HTTPResponse {
+    public static func response(
+        _ status: Int, title: String, body: String, cache: Bool = false, head: String = "", wide: Bool = false
+    ) -> HTTPResponse {
         var headers: [(name: String, value: String)] = [
             ("content-type", "text/html; charset=utf-8"),
             ("x-content-type-options", "nosniff"),
@@ -86,6 +98,6 @@ public enum HTMLPage {
             ("cross-origin-opener-policy", "same-origin"),
         ]
         headers.append(("cache-control", cache ? "public, max-age=300" : "no-store"))
-        return HTTPResponse(status: status, headers: headers, body: Array(render(title: title, body: body).utf8))
+        return HTTPResponse(status: status, headers: headers, body: Array(render(title: title, body: body, head: head, wide: wide).utf8))
     }
 }
