@@ -85,8 +85,8 @@ let package = Package(
         .target(
             name: "Storage",
             dependencies: [
-                "CSQLite", "RPCCore", .product(name: "Logging", package: "swift-log"),
-                .product(name: "CoreMetrics", package: "swift-metrics"),
+                "CSQLite", "RPCCore", "Observability", .product(name: "Logging", package: "swift-log"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
             ],
             swiftSettings: strict
         ),
