@@ -119,6 +119,7 @@ let package = Package(
                 "RPCCore", "RPCTransport", "RPCTLS", "RPCServices", "RPCProtobuf", "Contracts", "GRPCContracts", "Security",
                 "Storage", "Observability",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -346,7 +347,7 @@ let package = Package(
             name: "AccountsTests",
             dependencies: [
                 "Accounts", "accounts-service", "Storage", "Security", "ServiceKit", "Contracts", "GRPCContracts",
-                "RPCCore", "RPCTransport", "RPCServices", "RPCProtobuf", "ContractTesting",
+                "RPCCore", "RPCTransport", "RPCServices", "RPCProtobuf", "ContractTesting", "Observability",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
