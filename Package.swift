@@ -86,8 +86,8 @@ let package = Package(
         .target(
             name: "Storage",
             dependencies: [
-                "CSQLite", "RPCCore", .product(name: "Logging", package: "swift-log"),
-                .product(name: "CoreMetrics", package: "swift-metrics"),
+                "CSQLite", "RPCCore", "Observability", .product(name: "Logging", package: "swift-log"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
             ],
             swiftSettings: strict
         ),
@@ -120,6 +120,7 @@ let package = Package(
                 "RPCCore", "RPCTransport", "RPCTLS", "RPCServices", "RPCProtobuf", "Contracts", "GRPCContracts", "Security",
                 "Storage", "Observability",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -280,6 +281,7 @@ let package = Package(
             dependencies: [
                 "RPCCore", "RPCTransport", "RPCTLS", "RPCServices", "RPCProtobuf", "Contracts", "GRPCContracts",
                 "ServiceKit", "Security", "Observability",
+                .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -354,7 +356,7 @@ let package = Package(
             name: "AccountsTests",
             dependencies: [
                 "Accounts", "accounts-service", "Storage", "Security", "ServiceKit", "Contracts", "GRPCContracts",
-                "RPCCore", "RPCTransport", "RPCServices", "RPCProtobuf", "ContractTesting",
+                "RPCCore", "RPCTransport", "RPCServices", "RPCProtobuf", "ContractTesting", "Observability",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

@@ -64,12 +64,18 @@ public final class AccountsCore: Sendable {
             throw error
         }
         hashing = BlockingPool(name: "password hashing", threads: configuration.hashingThreads, maxQueued: configuration.maxQueuedHashes)
-        accountFailures = SlidingWindowThrottle(limit: configuration.maxFailuresPerAccount, window: configuration.failureWindow)
-        addressFailures = SlidingWindowThrottle(limit: configuration.maxFailuresPerAddress, window: configuration.failureWindow)
-        resetsByAddress = SlidingWindowThrottle(limit: configuration.maxResetRequestsPerAddress, window: configuration.resetRequestWindow)
-        resetsByEmail = SlidingWindowThrottle(limit: configuration.maxResetRequestsPerEmail, window: configuration.resetRequestWindow)
-        signUpsByAddress = SlidingWindowThrottle(limit: configuration.maxSignUpsPerAddress, window: configuration.signUpWindow)
-        guestsByAddress = SlidingWindowThrottle(limit: configuration.maxGuestsPerAddress, window: configuration.signUpWindow)
+        accountFailures = SlidingWindowThrottle(
+            name: "login_failures_per_account", limit: configuration.maxFailuresPerAccount, window: configuration.failureWindow)
+        addressFailures = SlidingWindowThrottle(
+            name: "login_failures_per_address", limit: configuration.maxFailuresPerAddress, window: configuration.failureWindow)
+        resetsByAddress = SlidingWindowThrottle(
+            name: "reset_requests_per_address", limit: configuration.maxResetRequestsPerAddress, window: configuration.resetRequestWindow)
+        resetsByEmail = SlidingWindowThrottle(
+            name: "reset_requests_per_email", limit: configuration.maxResetRequestsPerEmail, window: configuration.resetRequestWindow)
+        signUpsByAddress = SlidingWindowThrottle(
+            name: "sign_ups_per_address", limit: configuration.maxSignUpsPerAddress, window: configuration.signUpWindow)
+        guestsByAddress = SlidingWindowThrottle(
+            name: "guests_per_address", limit: configuration.maxGuestsPerAddress, window: configuration.signUpWindow)
         resetMailer = ResetMailer()
     }
 

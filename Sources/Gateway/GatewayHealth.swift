@@ -1,5 +1,7 @@
 import GRPCContracts
 import Logging
+import Observability
+import Prometheus
 import RPCCore
 import RPCServices
 import Synchronization
@@ -21,6 +23,9 @@ public final class GatewayHealth: Grpc_Health_V1_HealthService, Sendable {
     let timeout: Duration
     let maxAge: Duration
     let logger: Logger
+    /// `gateway_upstream_up{upstream}`: 1 while the upstream answered its last health check
+    /// SERVING, else 0 (0 until the first poll).
+    let upGauges: [String: Gauge]
 
     private struct State {
         var lastPoll: ContinuousClock.Instant?
@@ -39,6 +44,16 @@ public final class GatewayHealth: Grpc_Health_V1_HealthService, Sendable {
         self.timeout = timeout
         self.maxAge = maxAge
         self.logger = logger
+        upGauges = Dictionary(
+            upstreams.map { u in
+                let gauge = ProcessMetrics.registry.makeGauge(
+                    descriptor: MetricNameDescriptor(
+                        metricName: "gateway_upstream_up", unitName: "",
+                        helpText: "1 when the upstream answered the gateway's last health check SERVING, else 0."),
+                    labels: [("upstream", u.name)])
+                gauge.set(to: 0)
+                return (u.name, gauge)
+            }, uniquingKeysWith: { a, _ in a })
         table = HealthService(services: upstreams.flatMap(\.services))
         // Nothing is known to be up until the first poll.
         table.markAllNotServing()
@@ -75,6 +90,7 @@ public final class GatewayHealth: Grpc_Health_V1_HealthService, Sendable {
         var allRequired = true
         for u in upstreams {
             let ok = results[u.name] ?? false
+            upGauges[u.name]?.set(to: ok ? 1 : 0)
             for s in u.services { table.setStatus(ok ? .serving : .notServing, for: s) }
             if required.contains(u.name) && !ok { allRequired = false }
         }

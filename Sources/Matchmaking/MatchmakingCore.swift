@@ -50,7 +50,8 @@ public final class MatchmakingCore: Sendable {
         directory = UserDirectory(store: store, peers: peers, deadline: configuration.peerDeadline, clock: clock, logger: logger)
         relations = Relations(
             peers: peers, deadline: configuration.peerDeadline, cacheFor: configuration.relationshipCacheFor, clock: clock, logger: logger)
-        chatThrottle = SlidingWindowThrottle(limit: configuration.chatLimit, window: configuration.chatWindow, clock: clock)
+        chatThrottle = SlidingWindowThrottle(
+            name: "chat_messages_per_player_and_match", limit: configuration.chatLimit, window: configuration.chatWindow, clock: clock)
         do { try loadRanks() } catch {
             database.close()
             throw error

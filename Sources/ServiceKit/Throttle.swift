@@ -1,3 +1,5 @@
+import Observability
+import Prometheus
 import RPCCore
 import Synchronization
 
@@ -13,19 +15,27 @@ import Synchronization
 ///
 /// Kept in memory (see the services' READMEs for why), bounded to `maxKeys` keys, the stalest
 /// evicted first.
+///
+/// Every refused attempt counts in `throttle_rejections_total{limit="<name>"}`: the name is a
+/// fixed one from the code (`login_failures_per_account`), never the key.
 public final class SlidingWindowThrottle: Sendable {
     private struct State {
         var events: [String: [Int64]] = [:]
         var sweepAt: Int64 = 0
     }
 
+    /// Which limit this is, for the metrics (a fixed name: a bounded label).
+    public let name: String
     public let limit: Int
     public let windowMilliseconds: Int64
     private let maxKeys: Int
     private let clock: any WallClock
     private let state = Mutex(State())
+    private let rejections: Prometheus.Counter
 
-    public init(limit: Int, window: Duration, maxKeys: Int = 100_000, clock: any WallClock = SystemClock()) {
+    public init(name: String, limit: Int, window: Duration, maxKeys: Int = 100_000, clock: any WallClock = SystemClock()) {
+        self.name = name
+        rejections = Self.rejectionsCounter(name)
         self.limit = max(1, limit)
         self.windowMilliseconds = max(1, window.milliseconds)
         self.maxKeys = maxKeys
@@ -49,7 +59,7 @@ public final class SlidingWindowThrottle: Sendable {
     /// (nothing is counted then).
     public func reserve(_ key: String) -> Result<Reservation, Wait> {
         let now = clock.nowMilliseconds()
-        return state.withLock { s -> Result<Reservation, Wait> in
+        let result = state.withLock { s -> Result<Reservation, Wait> in
             var list = s.events[key] ?? []
             list.removeAll { $0 <= now - windowMilliseconds }
             if list.count >= limit {
@@ -61,6 +71,16 @@ public final class SlidingWindowThrottle: Sendable {
             if s.events.count > maxKeys || now >= s.sweepAt { sweep(&s, now: now) }
             return .success(Reservation(throttle: self, key: key, at: now))
         }
+        if case .failure = result { rejections.increment() }
+        return result
+    }
+
+    /// `throttle_rejections_total` for the limit `name` (the registry keeps one per name).
+    static func rejectionsCounter(_ name: String) -> Prometheus.Counter {
+        ProcessMetrics.registry.makeCounter(
+            descriptor: MetricNameDescriptor(
+                metricName: "throttle_rejections", unitName: "total", helpText: "Attempts refused by a service's sliding-window throttle, by limit."),
+            labels: [("limit", name)])
     }
 
     /// How long until `key` may make an attempt.

@@ -50,8 +50,10 @@ public final class SocialCore: Sendable {
             maxPerUser: configuration.maxSubscriptionsPerUser,
             maxQueued: configuration.maxQueuedPerSubscription, clock: clock)
         directory = UserDirectory(store: store, peers: peers, deadline: configuration.peerDeadline, clock: clock, logger: logger)
-        guessesByUser = SlidingWindowThrottle(limit: configuration.maxGuessesPerUser, window: configuration.guessWindow, clock: clock)
-        guessesByAddress = SlidingWindowThrottle(limit: configuration.maxGuessesPerAddress, window: configuration.guessWindow, clock: clock)
+        guessesByUser = SlidingWindowThrottle(
+            name: "invite_code_guesses_per_user", limit: configuration.maxGuessesPerUser, window: configuration.guessWindow, clock: clock)
+        guessesByAddress = SlidingWindowThrottle(
+            name: "invite_code_guesses_per_address", limit: configuration.maxGuessesPerAddress, window: configuration.guessWindow, clock: clock)
     }
 
     /// The public service.

@@ -34,6 +34,8 @@ final class ConnectionWorkers: @unchecked Sendable {
 
     private let condition = NSCondition()
     private let groupCommit: Bool
+    /// The writer's metrics (queue depth, WAL size); nil for the readers.
+    private let metrics: StorageMetrics?
     /// Jobs that may wait at once; past it `submit` sheds load (`overloaded`) instead of letting
     /// every caller wait longer.
     let maxQueued: Int
@@ -46,8 +48,11 @@ final class ConnectionWorkers: @unchecked Sendable {
 
     /// - Parameter groupCommit: finish jobs only after an fsync of the WAL that covers their
     ///   commits, one fsync per batch of queued jobs (the writer in `.full` mode).
-    init(name: String, connections: [Connection], groupCommit: Bool = false, maxQueued: Int = 2048) {
+    /// - Parameter metrics: the queue depth is kept in `writeQueueDepth`, and the WAL's size is
+    ///   read after a commit at most once per `StorageMetrics.walSampleInterval`.
+    init(name: String, connections: [Connection], groupCommit: Bool = false, maxQueued: Int = 2048, metrics: StorageMetrics? = nil) {
         self.groupCommit = groupCommit
+        self.metrics = metrics
         self.maxQueued = max(1, maxQueued)
         running = connections.count
         for (i, connection) in connections.enumerated() {
@@ -67,6 +72,8 @@ final class ConnectionWorkers: @unchecked Sendable {
         let connection = owned.value
         var unsynced: [Finish] = []
         var dirty = false
+        // When the WAL's size is read next (after a commit): the first commit reads it.
+        var nextWALSample = ContinuousClock.now
         func flush() {
             let error = dirty ? connection.syncWAL() : nil
             for finish in unsynced { finish(error) }
@@ -97,9 +104,17 @@ final class ConnectionWorkers: @unchecked Sendable {
                 jobs.removeAll(keepingCapacity: true)
                 head = 0
             }
+            metrics?.writeQueueDepth.set(to: Double(jobs.count - head))
             condition.unlock()
             if queued.durableBarrier && !unsynced.isEmpty { flush() }
             let outcome = queued.job(connection)
+            if let metrics, outcome.committed {
+                let now = ContinuousClock.now
+                if now >= nextWALSample {
+                    nextWALSample = now + StorageMetrics.walSampleInterval
+                    metrics.sampleWAL()
+                }
+            }
             if groupCommit {
                 dirty = dirty || outcome.committed
                 unsynced.append(outcome.finish)
@@ -118,6 +133,7 @@ final class ConnectionWorkers: @unchecked Sendable {
         guard !shuttingDown else { throw StorageError.closed }
         if !bypassLimit && jobs.count - head >= maxQueued { throw StorageError.overloaded(queued: jobs.count - head) }
         jobs.append(Queued(job: job, durableBarrier: durableBarrier))
+        metrics?.writeQueueDepth.set(to: Double(jobs.count - head))
         condition.signal()
     }
 

@@ -62,17 +62,28 @@ public final class Database: Sendable {
     let readers: ConnectionWorkers
     let lock: FileLock
     let outboxSignal = OutboxSignal()
+    /// The service that owns the database (`open(directory:schema:)`), nil when opened without one.
+    public let service: String?
+    /// What the metrics call this database (their `database` label): the service, else the file's
+    /// name without its extension.
+    let metricsName: String
+    let metrics: StorageMetrics
     private let isClosed = Mutex(false)
 
-    private init(path: String, options: Options, logger: Logger, writer: Connection, readers: [Connection], lock: FileLock) {
+    private init(
+        path: String, service: String?, options: Options, logger: Logger, writer: Connection, readers: [Connection], lock: FileLock
+    ) {
         self.path = path
+        self.service = service
         self.options = options
         self.logger = logger
         self.lock = lock
         let name = URL(fileURLWithPath: path).deletingPathExtension().lastPathComponent
+        metricsName = service ?? name
+        metrics = StorageMetrics(database: metricsName, path: path)
         self.writer = ConnectionWorkers(
             name: "db-\(name)-writer", connections: [writer], groupCommit: options.synchronous == .full,
-            maxQueued: options.maxQueuedJobs)
+            maxQueued: options.maxQueuedJobs, metrics: metrics)
         self.readers = ConnectionWorkers(name: "db-\(name)-reader", connections: readers, maxQueued: options.maxQueuedJobs)
     }
 
@@ -133,7 +144,7 @@ public final class Database: Sendable {
                 readers.append(reader)
             }
             logger.debug("database open", metadata: ["database": "\(path)", "synchronous": "\(options.synchronous.rawValue)"])
-            return Database(path: path, options: options, logger: logger, writer: writer, readers: readers, lock: lock)
+            return Database(path: path, service: service, options: options, logger: logger, writer: writer, readers: readers, lock: lock)
         } catch {
             lock.release()
             throw error
@@ -237,7 +248,12 @@ public final class Database: Sendable {
     /// `COMMIT` if it returns, `ROLLBACK` if it throws — nothing half-written.
     public func write<T: Sendable>(_ body: @escaping @Sendable (Transaction) throws -> T) async throws -> T {
         let signal = outboxSignal
-        return try await writer.run(afterSync: { result in if result.1 { signal.fire() } }) { connection in
+        let commitDuration = metrics.commitDuration
+        let start = ContinuousClock.now
+        return try await writer.run(afterSync: { result in
+            commitDuration.record(start.duration(to: .now))
+            if result.1 { signal.fire() }
+        }) { connection in
             try Self.runWrite(connection, body)
         }.0
     }
@@ -249,7 +265,9 @@ public final class Database: Sendable {
 
     /// `write`, blocking the calling thread: for tests, tools and startup code, never an event loop.
     public func writeSync<T>(_ body: (Transaction) throws -> T) throws -> T {
+        let start = ContinuousClock.now
         let (value, enqueued) = try writer.runSync { connection in try Self.runWrite(connection, body) }
+        metrics.commitDuration.record(start.duration(to: .now))
         if enqueued { outboxSignal.fire() }
         return value
     }
@@ -302,6 +320,7 @@ public final class Database: Sendable {
         guard first else { return }
         readers.shutdown()
         writer.shutdown()
+        metrics.sampleWAL()  // the last connection's close checkpoints and removes it, as a rule: 0
         lock.release()
     }
 }

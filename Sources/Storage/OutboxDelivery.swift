@@ -58,6 +58,8 @@ public final class OutboxDelivery: Sendable {
     private let supervisorWake = WakeSignal()
     /// One wake-up per destination loop (a commit wakes them all; each then reads its own queue).
     private let destinationWakes = Mutex<[String: WakeSignal]>([:])
+    /// Backlog, age of the oldest event and delivery results per destination.
+    let metrics: OutboxMetrics
 
     public init(
         database: Database,
@@ -77,6 +79,7 @@ public final class OutboxDelivery: Sendable {
         self.isPermanent = isPermanent
         self.logger = logger
         self.deliver = deliver
+        metrics = OutboxMetrics(database: database.metricsName)
     }
 
     /// A receiver's answer that retrying cannot change: the event itself is wrong for it
@@ -97,6 +100,10 @@ public final class OutboxDelivery: Sendable {
     /// events (started as destinations appear). Commits that enqueue events wake the loops at
     /// once; a loop in backoff goes back to sleep until its head event is due. Storage errors are
     /// logged and retried, never thrown.
+    ///
+    /// The loop that finds the destinations also counts their backlog for the metrics (one query),
+    /// every `pollInterval`, on every commit that enqueues and after every pass that delivered,
+    /// failed or parked: the age of the oldest waiting event is at most `pollInterval` stale.
     public func run() async {
         let observer = database.outboxSignal.add { [self] in wakeAll() }
         defer { database.outboxSignal.remove(observer) }
@@ -139,6 +146,8 @@ public final class OutboxDelivery: Sendable {
             var wait = pollInterval
             do {
                 let pass = try await deliverDue(destination: destination)
+                // The backlog changed: the supervisor counts it again.
+                if pass.attempted > 0 { supervisorWake.signal() }
                 if pass.moreDue { continue }
                 if let next = pass.nextDue {
                     wait = min(wait, .milliseconds(max(0, next.unixMilliseconds - Date().unixMilliseconds)))
@@ -168,7 +177,7 @@ public final class OutboxDelivery: Sendable {
     @discardableResult
     public func deliverDue() async throws -> Pass {
         let destinations = try await pendingDestinations()
-        return try await withThrowingTaskGroup(of: Pass.self) { group in
+        let total = try await withThrowingTaskGroup(of: Pass.self) { group in
             for d in destinations { group.addTask { try await self.deliverDue(destination: d) } }
             var total = Pass(attempted: 0, delivered: 0, nextDue: nil)
             for try await p in group {
@@ -178,14 +187,29 @@ public final class OutboxDelivery: Sendable {
             }
             return total
         }
+        if total.attempted > 0 { _ = try await pendingDestinations() }  // the metrics see the pass
+        return total
     }
 
+    /// The destinations with events waiting (not parked), sorted; sets the backlog metrics of
+    /// every destination on the way (what the query reads anyway: the undelivered rows).
     private func pendingDestinations() async throws -> [String] {
-        try await database.read { c in
-            try c.query("SELECT DISTINCT destination FROM outbox WHERE delivered_at IS NULL AND parked_at IS NULL").map {
-                try $0.get(0, as: String.self)
+        // The plan of the DISTINCT it replaces: one scan of the pending index, in destination order.
+        let backlog = try await database.read { c in
+            try c.query(
+                """
+                SELECT destination, sum(parked_at IS NULL), sum(parked_at IS NOT NULL),
+                       min(CASE WHEN parked_at IS NULL THEN created_at END)
+                FROM outbox WHERE delivered_at IS NULL GROUP BY destination
+                """
+            ).reduce(into: [String: OutboxMetrics.Backlog]()) { backlog, row in
+                backlog[try row.get(0, as: String.self)] = OutboxMetrics.Backlog(
+                    waiting: try row.get(1, as: Int.self), parked: try row.get(2, as: Int.self),
+                    oldestCreatedAt: try row.get(3, as: Int64?.self))
             }
         }
+        metrics.record(backlog)
+        return backlog.filter { $0.value.waiting > 0 }.keys.sorted()
     }
 
     /// Delivers `destination`'s due events in id order, up to `batchSize`: stops at the first
@@ -201,6 +225,7 @@ public final class OutboxDelivery: Sendable {
                 destination, limit
             ).map(OutboxEvent.init(row:))
         }
+        let counters = metrics.destination(destination)
         var pass = Pass(attempted: 0, delivered: 0, nextDue: nil)
         var delivered: [Int64] = []
         var parked: [(id: Int64, attempts: Int, message: String)] = []
@@ -214,6 +239,7 @@ public final class OutboxDelivery: Sendable {
             pass.attempted += 1
             do {
                 try await deliver(event)
+                counters.delivered.increment()
                 delivered.append(event.id)
                 _ = refusalsInARow.withLock { $0.removeValue(forKey: event.id) }
             } catch {
@@ -236,6 +262,7 @@ public final class OutboxDelivery: Sendable {
                             "event": "\(event.eventID)", "destination": "\(destination)", "kind": "\(event.kind)",
                             "attempts": "\(attempts)", "refusals_in_a_row": "\(refusals)", "error": "\(message)",
                         ])
+                    counters.parkedTotal.increment()
                     parked.append((event.id, attempts, message))
                     continue
                 }
@@ -248,6 +275,7 @@ public final class OutboxDelivery: Sendable {
                         "attempts": "\(attempts)", "error": "\(message)", "retry_in_ms": "\(next - Date().unixMilliseconds)",
                     ]
                 )
+                counters.failed.increment()
                 failure = (event, attempts, next, message)
                 pass.nextDue = Date(unixMilliseconds: next)
                 break

@@ -43,7 +43,8 @@ public final class TasksCore: Sendable {
         self.peers = TasksPeers(
             peers: peers, deadline: configuration.peerDeadline, membershipCacheFor: configuration.membershipCacheFor, clock: clock)
         users = UserDirectory(store: store, peers: self.peers, refreshAfter: configuration.userRefreshAfter, clock: clock, logger: logger)
-        badUploadTokens = SlidingWindowThrottle(limit: configuration.maxBadUploadTokensPerAddress, window: .seconds(15 * 60))
+        badUploadTokens = SlidingWindowThrottle(
+            name: "bad_upload_tokens_per_address", limit: configuration.maxBadUploadTokensPerAddress, window: .seconds(15 * 60))
     }
 
     /// The public service.

@@ -1,6 +1,7 @@
 import Accounts
 import Contracts
 import Foundation
+import Observability
 import RPCCore
 import RPCTransport
 import Security
@@ -156,12 +157,18 @@ import Testing
             c.maxSignUpsPerAddress = 3
             c.maxGuestsPerAddress = 2
         }) { env in
+            func rejections(_ limit: String) -> Double {
+                ProcessMetrics.sample("throttle_rejections_total", labels: [("limit", limit)], in: ProcessMetrics.exposition()) ?? 0
+            }
+            let before = (signUps: rejections("sign_ups_per_address"), guests: rejections("guests_per_address"))
             for _ in 0..<3 { try await env.signUp() }
             let refused = await expectFailure(.resourceExhausted) { try await env.signUp() }
             #expect((refused?.retryDelaySeconds ?? 0) > 0)
+            #expect(rejections("sign_ups_per_address") == before.signUps + 1, "the refusal is counted under its limit's name")
             // A sign-up refused for another reason (a taken name) does not use up the allowance.
             for _ in 0..<2 { _ = try await env.accounts.createGuest(Accounts_V1_CreateGuestRequest()) }
             await expectFailure(.resourceExhausted) { try await env.accounts.createGuest(Accounts_V1_CreateGuestRequest()) }
+            #expect(rejections("guests_per_address") == before.guests + 1)
             // Through the gateway, each client address has its own allowance.
             let viaGateway = Accounts_V1_AccountsClient(
                 RPCClient(transport: CredentialedTransport(base: env.channel, gatewayToken: testGatewayToken)))

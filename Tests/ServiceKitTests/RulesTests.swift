@@ -1,4 +1,5 @@
 import Foundation
+import Observability
 import RPCCore
 import Testing
 
@@ -93,7 +94,7 @@ import Testing
 @Suite struct ThrottleTests {
     @Test func reservationsCountAttemptsInFlight() {
         let clock = ManualClock(milliseconds: 1_000_000)
-        let t = SlidingWindowThrottle(limit: 3, window: .seconds(60), clock: clock)
+        let t = SlidingWindowThrottle(name: "test", limit: 3, window: .seconds(60), clock: clock)
         var held: [SlidingWindowThrottle.Reservation] = []
         for _ in 0..<3 {
             guard case .success(let r) = t.reserve("k") else { Issue.record("refused under the limit"); return }
@@ -115,8 +116,8 @@ import Testing
     }
 
     @Test func reserveAllIsAllOrNothing() {
-        let a = SlidingWindowThrottle(limit: 1, window: .seconds(60))
-        let b = SlidingWindowThrottle(limit: 1, window: .seconds(60))
+        let a = SlidingWindowThrottle(name: "test", limit: 1, window: .seconds(60))
+        let b = SlidingWindowThrottle(name: "test", limit: 1, window: .seconds(60))
         _ = b.reserve("addr")
         guard case .failure = SlidingWindowThrottle.reserveAll([(a, "acct"), (b, "addr")]) else {
             Issue.record("reserved past b's limit"); return
@@ -125,12 +126,38 @@ import Testing
     }
 
     @Test func concurrentReservationsNeverExceedTheLimit() async {
-        let t = SlidingWindowThrottle(limit: 5, window: .seconds(900))
+        let t = SlidingWindowThrottle(name: "test", limit: 5, window: .seconds(900))
         let granted = await withTaskGroup(of: Bool.self) { group in
             for _ in 0..<200 { group.addTask { !t.reserve("user:1").isFailure } }
             return await group.reduce(0) { $0 + ($1 ? 1 : 0) }
         }
         #expect(granted == 5)
+    }
+
+    @Test func refusedAttemptsAreCountedByLimitName() {
+        func rejections(_ limit: String) -> Double {
+            ProcessMetrics.sample("throttle_rejections_total", labels: [("limit", limit)], in: ProcessMetrics.exposition()) ?? 0
+        }
+        let account = SlidingWindowThrottle(name: "metrics_test_per_account", limit: 1, window: .seconds(60))
+        let address = SlidingWindowThrottle(name: "metrics_test_per_address", limit: 2, window: .seconds(60))
+        let before = (account: rejections("metrics_test_per_account"), address: rejections("metrics_test_per_address"))
+        #expect(account.attempt("u-1") == nil)
+        #expect(account.attempt("u-2") == nil, "another key has its own window")
+        #expect(account.attempt("u-1") != nil)
+        #expect(account.reserve("u-1").isFailure)
+        #expect(rejections("metrics_test_per_account") == before.account + 2)
+        // All or nothing: only the throttle that refused counts a rejection.
+        #expect(SlidingWindowThrottle.reserveAll([(address, "10.0.0.1"), (account, "u-2")]).isFailure)
+        #expect(rejections("metrics_test_per_account") == before.account + 3)
+        #expect(rejections("metrics_test_per_address") == before.address)
+        // A check is not an attempt: nothing counted.
+        #expect(account.retryAfter("u-1") != nil)
+        #expect(rejections("metrics_test_per_account") == before.account + 3)
+        // Two throttles with one name share the counter (the label is the limit, not the object).
+        let again = SlidingWindowThrottle(name: "metrics_test_per_account", limit: 1, window: .seconds(60))
+        _ = again.attempt("u-1")
+        _ = again.attempt("u-1")
+        #expect(rejections("metrics_test_per_account") == before.account + 4)
     }
 
     @Test func inFlightKeysClaimOnce() {

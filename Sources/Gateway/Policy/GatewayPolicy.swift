@@ -1,4 +1,6 @@
 import Logging
+import Observability
+import Prometheus
 import RPCCore
 import ServiceKit
 
@@ -6,6 +8,9 @@ import ServiceKit
 /// the client address's rate limit; then the token (required on authenticated methods, verified
 /// with accounts' published keys whenever one is sent); then the user's rate limit. Internal
 /// methods are never routed, so they never get here (the router answers UNIMPLEMENTED).
+///
+/// Calls a limiter refuses count in `gateway_rate_limit_rejections_total{scope="address"|"user"}`
+/// (never the address or the user itself: the label set stays bounded).
 public final class GatewayPolicy: ServerInterceptor {
 
     let verifier: AuthInterceptor
@@ -14,12 +19,22 @@ public final class GatewayPolicy: ServerInterceptor {
     /// Keeps the verified caller on the call's context (the access log names the user); off,
     /// it is not stored at all (a lock and a list per call saved).
     let notesIdentity: Bool
+    let addressRejections = GatewayPolicy.rejections(scope: "address")
+    let userRejections = GatewayPolicy.rejections(scope: "user")
 
     public init(verifier: AuthInterceptor, addressLimiter: RateLimiter?, userLimiter: RateLimiter?, notesIdentity: Bool = false) {
         self.verifier = verifier
         self.addressLimiter = addressLimiter
         self.userLimiter = userLimiter
         self.notesIdentity = notesIdentity
+    }
+
+    static func rejections(scope: String) -> Prometheus.Counter {
+        ProcessMetrics.registry.makeCounter(
+            descriptor: MetricNameDescriptor(
+                metricName: "gateway_rate_limit_rejections", unitName: "total",
+                helpText: "Calls the gateway refused with RESOURCE_EXHAUSTED because a rate limit (per client address, per user) was spent."),
+            labels: [("scope", scope)])
     }
 
     public func intercept(_ context: ServerContext) async throws {
@@ -75,6 +90,7 @@ public final class GatewayPolicy: ServerInterceptor {
     private func limitUser(_ identity: CallerIdentity?, _ context: ServerContext) throws {
         if notesIdentity, let identity { context.noteIdentity(identity) }
         if let identity, let limiter = userLimiter, let wait = limiter.acquire(identity.userID) {
+            userRejections.increment()
             throw RPCError.retryLater("too many requests for this user: retry in \(Self.describe(wait))", after: wait)
         }
     }
@@ -83,6 +99,7 @@ public final class GatewayPolicy: ServerInterceptor {
         guard let limiter = addressLimiter else { return }
         let address = context.peerHost
         if let wait = limiter.acquire(address) {
+            addressRejections.increment()
             throw RPCError.retryLater("too many requests from \(address): retry in \(Self.describe(wait))", after: wait)
         }
     }
