@@ -206,14 +206,20 @@ public final class Gateway: Sendable {
     static func statusBoard(configuration c: GatewayConfiguration, health: GatewayHealth, loop: any EventLoop) -> StatusBoard {
         let metrics = c.metrics
         var targets = [StatusBoard.Target(name: "gateway", source: .local { metrics ? ProcessMetrics.expositionBytes() : nil })]
+        var serverNames: [String: String] = [:]
         for u in c.upstreams {
             targets.append(
                 StatusBoard.Target(name: u.name, source: .http(host: u.host, port: u.port), required: c.requiredUpstreams.contains(u.name)))
+            serverNames["\(u.host):\(u.port)"] = u.tlsServerName
         }
+        let tls = c.upstreamScrapeTLS
         return StatusBoard(
             targets: targets, interval: c.statusScrapeInterval, timeout: StatusBoard.timeout(for: c.statusScrapeInterval ?? .seconds(10)),
             serving: { name in name == "gateway" ? health.overall == .serving : health.isServing(upstream: name) },
-            fetch: { host, port, timeout in try await MetricsFetch.get(host: host, port: port, timeout: timeout, on: loop) })
+            fetch: { [serverNames] host, port, timeout in
+                try await MetricsFetch.get(
+                    host: host, port: port, timeout: timeout, tls: tls, serverName: serverNames["\(host):\(port)"], on: loop)
+            })
     }
 
     static func statusPage(

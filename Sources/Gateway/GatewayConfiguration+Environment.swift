@@ -42,6 +42,7 @@ extension GatewayConfiguration {
         }
         c.tls = try settings.serverTLS(alpn: ["h2", "http/1.1"])
         c.upstreamTLS = settings.peerTLS
+        c.upstreamScrapeTLS = try ServiceSettings.peerTLS(settings.settings, alpn: ["http/1.1"])
         let unbounded = 0...Int.max
         if let n = try env.int("gateway.max.request.bytes", range: unbounded) { c.maxRequestBytes = max(1024, n) }
         if let n = try env.int("gateway.max.response.bytes", range: unbounded) { c.maxResponseBytes = max(1024, n) }

@@ -27,6 +27,8 @@ public struct GatewayConfiguration: Sendable {
     /// the cluster CA, presenting the gateway's client certificate to services that require one.
     /// nil: h2c.
     public var upstreamTLS: TLSConfiguration?
+    /// The same TLS offering HTTP/1.1, for the status page's `GET /metrics` of each upstream.
+    public var upstreamScrapeTLS: TLSConfiguration?
     /// Where each service runs, by upstream name (`accounts`, `tasks`, ...).
     public var upstreams: [Upstream]
     /// Upstreams the gateway's overall health ("") requires (`GATEWAY_UPSTREAMS`).

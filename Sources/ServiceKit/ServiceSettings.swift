@@ -222,7 +222,9 @@ public struct ServiceSettings: Sendable {
 
     /// `PEER_TLS_CA` (turns TLS to peers on), `PEER_TLS_CERT`/`PEER_TLS_KEY` (this process's client
     /// certificate, for peers that require one), checked and loaded.
-    static func peerTLS(_ settings: Settings) throws -> TLSConfiguration? {
+    /// TLS towards peers from `PEER_TLS_*` (nil when `PEER_TLS_CA` is unset), offering `alpn`
+    /// (`h2` for gRPC; `http/1.1` for a plain GET of a peer's `/metrics`).
+    public static func peerTLS(_ settings: Settings, alpn: [String] = ["h2"]) throws -> TLSConfiguration? {
         let ca = settings.string("peer.tls.ca"), cert = settings.string("peer.tls.cert"), key = settings.string("peer.tls.key")
         if (cert == nil) != (key == nil) { throw ValidationError("PEER_TLS_CERT and PEER_TLS_KEY go together") }
         guard let ca else {
@@ -237,7 +239,7 @@ public struct ServiceSettings: Sendable {
         for (path, variable) in names { if let path { try checkReadable(path, variable) } }
         do {
             return try TLSConfiguration.client(
-                alpn: ["h2"], trustRootsPEMFile: ca, verifyPeer: true, serverName: nil, certificateChainPEMFile: cert,
+                alpn: alpn, trustRootsPEMFile: ca, verifyPeer: true, serverName: nil, certificateChainPEMFile: cert,
                 privateKeyPEMFile: key)
         } catch let error as TLSError {
             throw ValidationError(describe(error, names))

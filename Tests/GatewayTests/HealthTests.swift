@@ -121,7 +121,7 @@ import Testing
 
 /// Issue 19: the gateway counts the calls it relays, and serves its /metrics only to loopback
 /// clients or to a bearer of GATEWAY_METRICS_TOKEN (its port is public).
-@Suite(.serialized) struct GatewayMetricsTests {
+@Suite(.serialized) struct GatewayCallMetricsTests {
     @Test func relayedCallsAreCountedAndMetricsAreServedToLoopback() async throws {
         let h = try await Harness()
         defer { Task { await h.stop() } }

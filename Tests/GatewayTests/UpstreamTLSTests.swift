@@ -91,3 +91,35 @@ import Testing
         } throws: { "\($0)".contains("--tls-client-ca/GATEWAY_TLS_CLIENT_CA: the gateway's port is public") }
     }
 }
+
+/// The status page scrapes `/metrics` over the cluster's TLS when `PEER_TLS_*` is set: HTTP/1.1
+/// by ALPN, the gateway's client certificate presented to a mutual-TLS port.
+@Suite struct StatusScrapeTLSTests {
+    @Test func metricsAreFetchedOverMutualTLSWithTheGatewaysCertificate() async throws {
+        let certs = try TestCertificates()
+        defer { certs.remove() }
+        var config = ServerConfiguration(host: "127.0.0.1", port: 0)
+        config.threads = 1
+        config.tls = try TLSConfiguration.server(
+            certificateChainPEMFile: certs.certFile("accounts"), privateKeyPEMFile: certs.keyFile("accounts"), alpn: ["h2", "http/1.1"],
+            clientCertificateAuthorityPEMFile: certs.caFile)
+        ServiceHost.addMetrics(to: &config)
+        let server = RPCServer(configuration: config, services: [])
+        let port = try await server.start()
+        defer { Task { await server.shutdownGracefully() } }
+
+        func scrapeTLS(as name: String?) throws -> TLSConfiguration? {
+            try ServiceSettings.peerTLS(Settings(environment: certs.peerEnvironment(as: name)), alpn: ["http/1.1"])
+        }
+        let body = try await MetricsFetch.get(
+            host: "127.0.0.1", port: port, timeout: .seconds(5), tls: try scrapeTLS(as: "gateway"), serverName: "accounts")
+        #expect(String(decoding: body, as: UTF8.self).contains("# TYPE"))
+        // Without a client certificate the port refuses; cleartext too.
+        await #expect(throws: (any Error).self) {
+            _ = try await MetricsFetch.get(host: "127.0.0.1", port: port, timeout: .seconds(5), tls: try scrapeTLS(as: nil), serverName: "accounts")
+        }
+        await #expect(throws: (any Error).self) {
+            _ = try await MetricsFetch.get(host: "127.0.0.1", port: port, timeout: .seconds(5))
+        }
+    }
+}

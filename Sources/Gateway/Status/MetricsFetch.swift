@@ -1,5 +1,6 @@
 import NIOCore
 import NIOPosix
+import RPCTLS
 import Synchronization
 
 #if canImport(Glibc)
@@ -7,7 +8,8 @@ import Glibc
 #endif
 
 /// A small HTTP/1.1 client for one thing: `GET /metrics` from a process of the cluster, over
-/// cleartext, on one event loop, within a deadline that covers everything (connecting, sending,
+/// cleartext or, when the cluster's ports speak TLS (`PEER_TLS_*`), over TLS with ALPN
+/// `http/1.1` and the gateway's client certificate, on one event loop, within a deadline that covers everything (connecting, sending,
 /// the whole answer) and with a bound on the answer's size. One connection per request
 /// (`Connection: close`); the answer is read as `Content-Length`, chunked, or up to the close.
 /// Only status 200 is a success. Failures say what happened without naming the address (they are
@@ -41,6 +43,7 @@ enum MetricsFetch {
     /// `GET path` from `host:port`; the body of a 200 answer.
     static func get(
         host: String, port: Int, path: String = "/metrics", timeout: Duration, maxBytes: Int = 4 * 1024 * 1024,
+        tls: TLSConfiguration? = nil, serverName: String? = nil,
         on loop: any EventLoop = MultiThreadedEventLoopGroup.singleton.next()
     ) async throws -> [UInt8] {
         let request = Array(
@@ -54,6 +57,10 @@ enum MetricsFetch {
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    if let tls {
+                        // Writes wait in the TLS handler until its handshake is done.
+                        try channel.pipeline.syncOperations.addHandler(OpenSSLHandler(configuration: tls, serverName: serverName ?? host))
+                    }
                     try channel.pipeline.syncOperations.addHandler(Handler(exchange: exchange, request: request, maxBody: maxBytes))
                 }
             }
