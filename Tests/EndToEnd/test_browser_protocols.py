@@ -38,12 +38,11 @@ from pathlib import Path
 import pytest
 
 from conftest import BIN, ROOT, Proc, free_port
+from headless import chromium
 
 PASSWORD = "correct horse battery staple"
 BUF = ROOT / ".venv" / "bin" / "buf"
 PAGES = Path(__file__).resolve().parent / "browser"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 SERVICES = ("accounts", "social", "finance", "tasks", "matchmaking")
 
 
@@ -539,24 +538,7 @@ def test_buf_curl_server_streams(cluster, buf_image):
 
 @pytest.fixture
 def browser():
-    webdriver = pytest.importorskip("selenium.webdriver")
-    from selenium.webdriver.chrome.service import Service
-
-    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
-        pytest.skip("chromium and chromium-driver are not installed (scripts/setup installs them)")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=600,900",
-                "--no-first-run", "--disable-extensions", "--disable-background-networking"):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(30)
-    driver.set_script_timeout(30)
-    try:
-        yield driver
-    finally:
-        driver.quit()
+    yield from chromium("600,900", browser_logs=True)
 
 
 def artifacts(tmp_path):

@@ -18,11 +18,10 @@ import grpc
 import pytest
 
 from conftest import Proc, free_port
+from headless import chromium
 
 PASSWORD = "correct horse battery staple"
 SERVICES = ("accounts", "social", "finance", "tasks", "matchmaking")
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 SERVICE_TOKEN = "e2e-service-credential-0123456789abcdef"
 GATEWAY_TOKEN = "e2e-gateway-credential-0123456789abcdef"
 
@@ -58,22 +57,7 @@ def cluster(tmp_path, stubs):
 
 @pytest.fixture
 def browser():
-    webdriver = pytest.importorskip("selenium.webdriver")
-    from selenium.webdriver.chrome.service import Service
-
-    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
-        pytest.skip("chromium and chromium-driver are not installed (scripts/setup installs them)")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1280,900",
-                "--no-first-run", "--disable-extensions", "--disable-background-networking"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(30)
-    try:
-        yield driver
-    finally:
-        driver.quit()
+    yield from chromium("1280,900")
 
 
 class Load:

@@ -6,7 +6,6 @@ and the public link page are checked too. Screenshots of every page are kept (pa
 $E2E_ARTIFACTS when set)."""
 import hashlib
 import os
-import shutil
 import time
 import urllib.error
 import urllib.request
@@ -14,29 +13,13 @@ import urllib.request
 import pytest
 
 from tasks_cluster import artifacts_dir, auth, start_cluster
+from headless import chromium
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 
 
 @pytest.fixture
 def browser():
-    webdriver = pytest.importorskip("selenium.webdriver")
-    from selenium.webdriver.chrome.service import Service
-
-    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
-        pytest.skip("chromium and chromium-driver are not installed (scripts/setup installs them)")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=430,900",
-                "--no-first-run", "--disable-extensions", "--disable-background-networking"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(30)
-    try:
-        yield driver
-    finally:
-        driver.quit()
+    yield from chromium("430,900")
 
 
 @pytest.fixture
