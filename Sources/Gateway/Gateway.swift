@@ -104,11 +104,13 @@ public final class Gateway: Sendable {
         // The gateway never accepts a credential from outside (it strips them), so it holds none
         // to check: it only verifies users' tokens.
         let verifier = AuthInterceptor(keys: keys, serviceToken: "")
+        // One line per call, unless off or hidden by the log level (then nothing is noted for it).
+        let accessLog = configuration.accessLog ? AccessLogObserver(AccessLog()) : nil
         let policy = GatewayPolicy(
             verifier: verifier,
             addressLimiter: configuration.addressRate > 0 ? RateLimiter(rate: configuration.addressRate, burst: configuration.addressBurst) : nil,
             userLimiter: configuration.userRate > 0 ? RateLimiter(rate: configuration.userRate, burst: configuration.userBurst) : nil,
-            notesIdentity: configuration.accessLog)
+            notesIdentity: accessLog != nil)
 
         health = GatewayHealth(
             upstreams: healthUpstreams.sorted(by: { $0.key < $1.key }).map { name, services in
@@ -133,7 +135,7 @@ public final class Gateway: Sendable {
         config.threads = serverLoops.count
         config.interceptors = [policy]
         config.observer = ServerCallObservers.combine(
-            (configuration.metrics ? [RPCServerMetrics()] : []) + (configuration.accessLog ? [AccessLogObserver(AccessLog())] : []))
+            (configuration.metrics ? [RPCServerMetrics()] : []) + (accessLog.map { [$0] } ?? []))
         let health = self.health
         let upstreamList = configuration.upstreams
         var connect = ConnectHandler(

@@ -81,13 +81,16 @@ public struct AccessLog: Sendable {
 }
 
 /// The access log as the transport's call observer: one line per call the server ends, whatever
-/// ended it (docs/observability.md). Skipped at once when the logger's level hides info lines.
+/// ended it (docs/observability.md). None when the logger's level hides info lines (the level is
+/// set once, at start): then the transport is not even told.
 public struct AccessLogObserver: ServerCallObserver {
     public let log: AccessLog
-    public init(_ log: AccessLog) { self.log = log }
+    public init?(_ log: AccessLog) {
+        guard log.logger.logLevel <= .info else { return nil }
+        self.log = log
+    }
 
     public func callEnded(_ call: ServerCallRecord) {
-        guard log.logger.logLevel <= .info else { return }
         log.line(
             method: call.method?.path ?? "unknown", code: call.code, duration: call.duration, peer: call.peer,
             user: call.context?.identity)

@@ -123,8 +123,8 @@ public enum ServiceHost {
     /// What the settings ask for: metrics (`METRICS`) and one access-log line per call (`ACCESS_LOG`).
     public static func addObservers(_ settings: ServiceSettings, to config: inout ServerConfiguration) {
         if settings.metrics { addMetrics(to: &config) }
-        if let log = AccessLog(settings: settings) {
-            config.observer = ServerCallObservers.combine([config.observer, AccessLogObserver(log)].compactMap { $0 })
+        if let log = AccessLog(settings: settings).flatMap(AccessLogObserver.init) {
+            config.observer = ServerCallObservers.combine([config.observer, log].compactMap { $0 })
         }
     }
 
