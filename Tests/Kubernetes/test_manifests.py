@@ -131,6 +131,9 @@ def test_every_workload_has_probes_resources_and_a_locked_down_security_context(
         assert c["securityContext"]["allowPrivilegeEscalation"] is False, name
         assert c["securityContext"]["capabilities"]["drop"] == ["ALL"], name
         assert pod["automountServiceAccountToken"] is False, name
+        # Service links would set GATEWAY_PORT=tcp://…, ACCOUNTS_PORT=… (Services of those names):
+        # the processes read <NAME>_PORT as a port number and refuse to start.
+        assert pod["enableServiceLinks"] is False, name
         # Termination: the drain, plus any preStop pause, plus room to stop the jobs and close.
         pre_stop = c.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command", [])
         pause = int(pre_stop[1]) if pre_stop[:1] == ["sleep"] else 0
@@ -158,6 +161,7 @@ def test_each_service_is_one_statefulset_replica_with_its_own_volume_and_a_headl
         # The volume is the data directory's, and nothing else keeps state: no emptyDir for it.
         headless = objs[("Service", sts["serviceName"])]["spec"]
         assert sts["serviceName"] == name and headless["clusterIP"] == "None"
+        assert headless["publishNotReadyAddresses"] is True, name
         assert [p["port"] for p in headless["ports"]] == [port]
         assert headless["selector"] == sts["selector"]["matchLabels"]
 
