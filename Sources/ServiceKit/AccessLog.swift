@@ -22,6 +22,8 @@ import RPCCore
 public struct AccessLog: Sendable {
     /// The label of the access log's logger.
     public static let label = "access"
+    /// Calls to it are logged only when they fail (`AccessLogObserver`).
+    public static let healthService = "grpc.health.v1.Health"
     /// The longest method or peer text written; longer (a path a client made up) is cut, ending `…`.
     public static let maxFieldLength = 256
 
@@ -91,6 +93,9 @@ public struct AccessLogObserver: ServerCallObserver {
     }
 
     public func callEnded(_ call: ServerCallRecord) {
+        // Health checks that answer are the probes' and the gateway's polls, every few seconds
+        // from each: counted in the metrics, not logged (a failing one is).
+        if call.code == .ok, call.method?.service == AccessLog.healthService { return }
         log.line(
             method: call.method?.path ?? "unknown", code: call.code, duration: call.duration, peer: call.peer,
             user: call.context?.identity)

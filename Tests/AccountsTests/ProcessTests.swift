@@ -208,6 +208,8 @@ struct ProcessTests {
         await expectFailure(.unauthenticated) {
             _ = try await client.getMyProfile(Accounts_V1_GetMyProfileRequest(), options: bearer("not-a-token"))
         }
+        // A health check that answers is counted, not logged.
+        #expect(try await Grpc_Health_V1_HealthClient(channel.client).check(Grpc_Health_V1_HealthCheckRequest()).status == .serving)
         await channel.close()
         service.signal(SIGTERM)
         #expect(await service.waitForExit() == 0)
@@ -230,6 +232,7 @@ struct ProcessTests {
         #expect(Double(ok?["duration_ms"] as? String ?? "") != nil)
         let refused = profile.first { $0["rpc.code"] as? String == "UNAUTHENTICATED" }
         #expect(refused != nil && refused?["user"] == nil)
+        #expect(lines("grpc.health.v1.Health/Check").isEmpty)
         #expect(!service.log.contains(token) && !service.log.contains("not-a-token"), "no token in the log")
         #expect(!service.log.contains("correct horse battery staple"), "no password in the log")
 
