@@ -133,11 +133,13 @@ final class Counter: Sendable {
         // The peer comes back.
         seen.down.store(false, ordering: .releasing)
         #expect(await eventually(timeout: .seconds(20)) { seen.ids.withLock { $0.count } >= total })
+        // The loop marks a batch delivered after its call returns: wait for that before stopping
+        // it (cancelled in between, the last batch would be sent again on the next start).
+        #expect(await eventually(timeout: .seconds(20)) { (try? await db.pendingOutbox().isEmpty) == true })
         loop.cancel()
         await loop.value
         let got = seen.ids.withLock { $0 }
         #expect(got == (0..<total).map { String(format: "e%04d", $0) }, "every event once, in order")
-        #expect(try await db.pendingOutbox().isEmpty)
         await peer.stop()
         await peers.close()
     }
