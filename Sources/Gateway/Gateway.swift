@@ -117,7 +117,7 @@ public final class Gateway: Sendable {
                 GatewayHealth.Upstream(name: name, transport: pools[name]!, services: services)
             },
             required: configuration.requiredUpstreams, timeout: configuration.upstreamConnectTimeout, logger: logger)
-        status = Self.statusBoard(configuration: configuration, health: health, loop: ownGroup.next())
+        status = Self.statusBoard(configuration: configuration, health: health, loop: ownGroup.next(), logger: logger)
         let publicNames = services.map(\.serviceName)
         let index = ReflectionIndex(descriptors: descriptors, services: publicNames + StandardServices.standardNames)
         services += [health] + StandardServices.reflection(index: index)
@@ -148,6 +148,7 @@ public final class Gateway: Sendable {
         connect.sideEffectFree = registry.sideEffectFreePaths
         connect.status = status
         config.httpHandler = connect
+        configuration.connection?.apply(to: &config)
         configuration.adjustServer(&config)
         server = RPCServer(configuration: config, services: services, logger: logger, group: serverGroup)
     }
@@ -205,7 +206,7 @@ public final class Gateway: Sendable {
 
     /// The status page's board: the gateway itself (its own registry, read in place), then every
     /// configured upstream's `GET /metrics` on its gRPC port, fetched on the gateway's own loop.
-    static func statusBoard(configuration c: GatewayConfiguration, health: GatewayHealth, loop: any EventLoop) -> StatusBoard {
+    static func statusBoard(configuration c: GatewayConfiguration, health: GatewayHealth, loop: any EventLoop, logger: Logger) -> StatusBoard {
         let metrics = c.metrics
         var targets = [StatusBoard.Target(name: "gateway", source: .local { metrics ? ProcessMetrics.expositionBytes() : nil })]
         var serverNames: [String: String] = [:]
@@ -217,7 +218,7 @@ public final class Gateway: Sendable {
         let tls = c.upstreamScrapeTLS
         return StatusBoard(
             targets: targets, interval: c.statusScrapeInterval, timeout: StatusBoard.timeout(for: c.statusScrapeInterval ?? .seconds(10)),
-            serving: { name in name == "gateway" ? health.overall == .serving : health.isServing(upstream: name) },
+            serving: { name in name == "gateway" ? health.overall == .serving : health.isServing(upstream: name) }, logger: logger,
             fetch: { [serverNames] host, port, timeout in
                 try await MetricsFetch.get(
                     host: host, port: port, timeout: timeout, tls: tls, serverName: serverNames["\(host):\(port)"], on: loop)

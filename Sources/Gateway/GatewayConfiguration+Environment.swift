@@ -68,11 +68,13 @@ extension GatewayConfiguration {
             c.metricsToken = token
         }
         // The transport's connection settings, read as every service reads them (`<SERVICE>_*`, here
-        // `GATEWAY_*`, or `SERVER_*`: keepalive, idle and age limits, HTTP/1.1 idle, TCP keepalive);
-        // checked now, applied when the server is built.
-        var probe = ServerConfiguration(host: "127.0.0.1", port: 0)
-        try ServiceHost.applyServerSettings(settings, to: &probe)
-        c.adjustServer = { config in try? ServiceHost.applyServerSettings(settings, to: &config) }
+        // `GATEWAY_*`, or `SERVER_*`: keepalive, idle and age limits, HTTP/1.1 idle, TCP keepalive).
+        // Only these: the gateway's limits (request bytes, connections, streams, threads) are
+        // its own settings above, never overridden by a cluster-wide `SERVER_*`.
+        c.connection = try ServiceHost.ConnectionSettings(settings)
+        if env.string("gateway.http1.idle.ms") != nil {
+            throw ValidationError("GATEWAY_HTTP1_IDLE_MS is now GATEWAY_HTTP1_IDLE_TIMEOUT_MS (as every process names it)")
+        }
         let corsMaxAge = try env.int("gateway.cors.max.age.s", range: 0...CORSPolicy.maxMaxAge) ?? 600
         if let origins = env.list("gateway.cors.origins") {
             do { c.cors = try CORSPolicy(origins: origins, maxAge: corsMaxAge) } catch { throw ValidationError(error.description) }

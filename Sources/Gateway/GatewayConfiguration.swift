@@ -1,5 +1,6 @@
 import RPCTLS
 import RPCTransport
+import ServiceKit
 
 /// Everything the gateway needs to start. `GatewayConfiguration.from(settings:)`
 /// reads the environment variables `docs/gateway.md` lists; tests build one directly.
@@ -53,6 +54,8 @@ public struct GatewayConfiguration: Sendable {
     public var maxConcurrentStreams = 100
     /// Open client connections (`ServerConfiguration.maxConnections`).
     public var maxConnections = 10_000
+    /// Connection lifetimes and keepalives from the environment (`GATEWAY_*` or `SERVER_*`).
+    public var connection: ServiceHost.ConnectionSettings?
     /// Last word on the server's settings (connection management timeouts...): tests shorten
     /// them here.
     public var adjustServer: @Sendable (inout ServerConfiguration) -> Void = { _ in }

@@ -53,33 +53,23 @@ public final class RPCServerMetrics: ServerCallObserver, Sendable {
         }
     }
 
+    /// The metric names (one help text each: swift-prometheus stops a process that registers a
+    /// name twice with different help).
     enum Names {
-        static var handled: MetricNameDescriptor {
-            .init(
-                metricName: "grpc_server_handled", unitName: "total", helpText: "gRPC calls completed on the server, by status code.")
+        static func d(_ name: String, _ unit: String, _ help: String) -> MetricNameDescriptor {
+            .init(metricName: name, unitName: unit, helpText: help)
         }
+        static var handled: MetricNameDescriptor { d("grpc_server_handled", "total", "gRPC calls completed on the server, by status code.") }
         static var handling: MetricNameDescriptor {
-            .init(
-                metricName: "grpc_server_handling", unitName: "seconds",
-                helpText: "Time from a call's request headers to its status, by method.")
+            d("grpc_server_handling", "seconds", "Time from a call's request headers to its status, by method.")
         }
-        static var received: MetricNameDescriptor {
-            .init(
-                metricName: "grpc_server_msg_received", unitName: "total", helpText: "Request messages received.")
-        }
-        static var sent: MetricNameDescriptor {
-            .init(
-                metricName: "grpc_server_msg_sent", unitName: "total", helpText: "Response messages sent.")
-        }
+        static var received: MetricNameDescriptor { d("grpc_server_msg_received", "total", "Request messages received.") }
+        static var sent: MetricNameDescriptor { d("grpc_server_msg_sent", "total", "Response messages sent.") }
         static var receivedBytes: MetricNameDescriptor {
-            .init(
-                metricName: "grpc_server_received_bytes", unitName: "total",
-                helpText: "Request message bytes received (as sent: compressed when compressed).")
+            d("grpc_server_received_bytes", "total", "Request message bytes received (as sent: compressed when compressed).")
         }
         static var sentBytes: MetricNameDescriptor {
-            .init(
-                metricName: "grpc_server_sent_bytes", unitName: "total",
-                helpText: "Response message bytes handed to the transport (before compression).")
+            d("grpc_server_sent_bytes", "total", "Response message bytes handed to the transport (before compression).")
         }
     }
 
@@ -88,7 +78,7 @@ public final class RPCServerMetrics: ServerCallObserver, Sendable {
         let methods: [ObjectIdentifier: Method]
         init(_ methods: [ObjectIdentifier: Method]) { self.methods = methods }
     }
-    private let table = Atomic<Unmanaged<Table>?>(nil)
+    private let table = AtomicLazyReference<Table>()
     /// Methods not prepared (a server without `prepare`, tests), made when first seen.
     private let late = Mutex<[ObjectIdentifier: Method]>([:])
     private let unknown: Method
@@ -101,19 +91,17 @@ public final class RPCServerMetrics: ServerCallObserver, Sendable {
         ProcessMetrics.collectOnScrape(self)
     }
 
-    deinit { table.load(ordering: .acquiring)?.release() }
-
     public func prepare(_ methods: [MethodDescriptor]) {
         var m: [ObjectIdentifier: Method] = [:]
         for d in methods { m[ObjectIdentifier(d)] = Method(service: d.service, method: d.method) }
-        let fresh = Unmanaged.passRetained(Table(m))
-        table.exchange(fresh, ordering: .acquiringAndReleasing)?.release()
+        // Set once (a server prepares once); methods of a later call are made as first seen.
+        _ = table.storeIfNil(Table(m))
     }
 
     private func metrics(for method: MethodDescriptor?) -> Method {
         guard let method else { return unknown }
         let key = ObjectIdentifier(method)
-        if let t = table.load(ordering: .acquiring), let m = t.takeUnretainedValue().methods[key] { return m }
+        if let m = table.load()?.methods[key] { return m }
         return late.withLock { late in
             if let m = late[key] { return m }
             let m = Method(service: method.service, method: method.method)

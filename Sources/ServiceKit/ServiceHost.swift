@@ -147,10 +147,6 @@ public enum ServiceHost {
         func int(_ key: String, _ range: ClosedRange<Int>) throws -> Int? {
             try s.int("\(name).\(key)", range: range) ?? s.int("server.\(key)", range: range)
         }
-        func optionalTimer(_ key: String) throws -> Duration?? {
-            guard let ms = try int(key, 0...Int(Int32.max)) else { return nil }
-            return .some(ms == 0 ? nil : .milliseconds(ms))
-        }
         if let n = try int("max.connections", 1...10_000_000) { config.maxConnections = n }
         if let n = try int("max.concurrent.streams", 1...100_000) { config.maxConcurrentStreams = n }
         if let n = try int("max.request.bytes", 1024...(1 << 30)) { config.maxReceiveMessageSize = n }
@@ -158,14 +154,53 @@ public enum ServiceHost {
         if let n = try int("max.buffered.request.bytes", 64 * 1024...(1 << 32)) { config.maxBufferedRequestBytesPerProcess = n }
         if let n = try int("initial.window.bytes", 16 * 1024...Int(Int32.max)) { config.initialWindowSize = n }
         if let n = try int("threads", 1...256) { config.threads = n }
-        if let t = try optionalTimer("first.request.timeout.ms") { config.firstRequestTimeout = t }
-        if let t = try optionalTimer("keepalive.time.ms") { config.keepaliveTime = t }
-        if let n = try int("keepalive.timeout.ms", 1...Int(Int32.max)) { config.keepaliveTimeout = .milliseconds(n) }
-        if let t = try optionalTimer("max.connection.idle.ms") { config.maxConnectionIdle = t }
-        if let t = try optionalTimer("max.connection.age.ms") { config.maxConnectionAge = t }
-        if let n = try int("max.connection.age.grace.ms", 0...Int(Int32.max)) { config.maxConnectionAgeGrace = .milliseconds(n) }
-        if let t = try optionalTimer("http1.idle.timeout.ms") { config.http1IdleTimeout = t }
-        if let n = try int("tcp.keepalive.s", 0...86_400) { config.tcpKeepaliveIdle = n == 0 ? nil : .seconds(n) }
+        try ConnectionSettings(settings).apply(to: &config)
+    }
+
+    /// How long connections live and how they are kept alive (`<SERVICE>_*` or `SERVER_*`:
+    /// first-request timeout, keepalive PINGs, idle and age limits, HTTP/1.1 idle, TCP
+    /// keepalive), read and checked once; nil leaves the transport's default. The gateway reads
+    /// only these from the shared names: its limits have settings of their own.
+    public struct ConnectionSettings: Sendable {
+        var firstRequestTimeout: Duration??
+        var keepaliveTime: Duration??
+        var keepaliveTimeout: Duration?
+        var maxConnectionIdle: Duration??
+        var maxConnectionAge: Duration??
+        var maxConnectionAgeGrace: Duration?
+        var http1IdleTimeout: Duration??
+        var tcpKeepaliveIdle: Duration??
+
+        public init(_ settings: ServiceSettings) throws {
+            let s = settings.settings, name = settings.name
+            func int(_ key: String, _ range: ClosedRange<Int>) throws -> Int? {
+                try s.int("\(name).\(key)", range: range) ?? s.int("server.\(key)", range: range)
+            }
+            // Milliseconds; 0 turns the timer off (`.some(nil)`), unset keeps the default (nil).
+            func optionalTimer(_ key: String) throws -> Duration?? {
+                guard let ms = try int(key, 0...Int(Int32.max)) else { return nil }
+                return .some(ms == 0 ? nil : .milliseconds(ms))
+            }
+            firstRequestTimeout = try optionalTimer("first.request.timeout.ms")
+            keepaliveTime = try optionalTimer("keepalive.time.ms")
+            keepaliveTimeout = try int("keepalive.timeout.ms", 1...Int(Int32.max)).map { .milliseconds($0) }
+            maxConnectionIdle = try optionalTimer("max.connection.idle.ms")
+            maxConnectionAge = try optionalTimer("max.connection.age.ms")
+            maxConnectionAgeGrace = try int("max.connection.age.grace.ms", 0...Int(Int32.max)).map { .milliseconds($0) }
+            http1IdleTimeout = try optionalTimer("http1.idle.timeout.ms")
+            tcpKeepaliveIdle = try int("tcp.keepalive.s", 0...86_400).map { $0 == 0 ? nil : .seconds($0) }
+        }
+
+        public func apply(to config: inout ServerConfiguration) {
+            if let t = firstRequestTimeout { config.firstRequestTimeout = t }
+            if let t = keepaliveTime { config.keepaliveTime = t }
+            if let t = keepaliveTimeout { config.keepaliveTimeout = t }
+            if let t = maxConnectionIdle { config.maxConnectionIdle = t }
+            if let t = maxConnectionAge { config.maxConnectionAge = t }
+            if let t = maxConnectionAgeGrace { config.maxConnectionAgeGrace = t }
+            if let t = http1IdleTimeout { config.http1IdleTimeout = t }
+            if let t = tcpKeepaliveIdle { config.tcpKeepaliveIdle = t }
+        }
     }
 
     /// A client for another service of the cluster, carrying the service credential.

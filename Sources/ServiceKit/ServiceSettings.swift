@@ -126,7 +126,7 @@ public struct ServiceSettings: Sendable {
         logLevel = settings.string("log.level", default: "info")
         metrics = try settings.bool("metrics", default: true)
         logFormat = try settings.choice("log.format") ?? .text
-        accessLog = try settings.onOff("access.log", default: true)
+        accessLog = try settings.bool("access.log", default: true)
         devCredentials = try settings.bool("allow.dev.credentials")
         let resolver = Credentials(settings: settings, root: root, development: devCredentials)
         serviceToken = credentials == .service ? try resolver.resolve(.service) : ""

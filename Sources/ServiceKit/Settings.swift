@@ -78,19 +78,9 @@ public struct Settings: Sendable {
         try int(key, range: range).map { .seconds($0) }
     }
 
-    /// `1`/`true`/`yes`/`on` or `0`/`false`/`no`/`off`.
+    /// `on`/`1`/`true`/`yes` or `off`/`0`/`false`/`no` (any case, spaces around ignored);
+    /// anything else throws naming the variable.
     public func bool(_ key: String, default value: Bool = false) throws -> Bool {
-        guard let text = string(key) else { return value }
-        switch text.lowercased() {
-        case "1", "true", "yes", "on": return true
-        case "0", "false", "no", "off": return false
-        default: throw SettingsError(key, "must be 1 or 0 (true or false), got '\(text)'")
-        }
-    }
-
-    /// `on` or `off` (the other spellings `bool` takes are accepted too); throws naming `on` and
-    /// `off`.
-    public func onOff(_ key: String, default value: Bool) throws -> Bool {
         guard let text = string(key) else { return value }
         switch text.trimmingCharacters(in: .whitespaces).lowercased() {
         case "on", "1", "true", "yes": return true

@@ -103,6 +103,7 @@ import Testing
         #expect(c.maxDeadline == .milliseconds(1500))
         #expect(c.gatewayToken == "t")
         var server = ServerConfiguration(host: "127.0.0.1", port: 0)
+        c.connection?.apply(to: &server)
         c.adjustServer(&server)
         #expect(server.keepaliveTime == .seconds(15))
         #expect(server.maxConnectionAge == nil, "0 turns it off")

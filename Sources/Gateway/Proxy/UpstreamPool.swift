@@ -109,8 +109,13 @@ public final class UpstreamPool: ClientTransport, Sendable {
     /// server's event loops.
     func close() async {
         guard !closed.exchange(true, ordering: .relaxed) else { return }
-        let all = allChannels
-        for s in allSlots { s.channels.withLock { $0 = [] } }
+        // Each slot taken and emptied in one step: a channel added meanwhile is not dropped unclosed.
+        let all = allSlots.flatMap { s in
+            s.channels.withLock { list in
+                defer { list = [] }
+                return list
+            }
+        }
         for c in all where c.ownLoop { await c.channel.close() }
     }
 }

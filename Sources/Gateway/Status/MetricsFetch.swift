@@ -23,6 +23,14 @@ enum MetricsFetch {
         case malformed(String)
         case closed
         case cancelled
+        /// The TLS handshake failed: its kind for the public page, the full reason for the log.
+        case tls(String, detail: String)
+
+        /// What the gateway's log says: the description, with a TLS failure's full reason.
+        var detail: String {
+            if case .tls(_, let detail) = self { return detail }
+            return description
+        }
 
         var description: String {
             switch self {
@@ -33,6 +41,7 @@ enum MetricsFetch {
             case .malformed(let why): "malformed answer (\(why))"
             case .closed: "connection closed before the answer ended"
             case .cancelled: "cancelled"
+            case .tls(let kind, _): "TLS: \(kind)"
             }
         }
     }
@@ -75,6 +84,17 @@ enum MetricsFetch {
             try await exchange.promise.futureResult.get()
         } onCancel: {
             exchange.finish(.failure(Failure.cancelled))
+        }
+    }
+
+    /// A TLS failure's kind in a few words (shown on the public page).
+    static func describe(_ kind: TLSError.Kind) -> String {
+        switch kind {
+        case .certificateVerificationFailed: "the service's certificate is not trusted"
+        case .certificateRejectedByPeer: "the service refused the gateway's certificate"
+        case .handshakeTimeout: "handshake timed out"
+        case .closedDuringHandshake: "closed during the handshake"
+        case .configuration, .handshakeFailed, .protocolError: "handshake failed"
         }
     }
 
@@ -157,7 +177,12 @@ enum MetricsFetch {
         }
 
         func errorCaught(context: ChannelHandlerContext, error: any Error) {
-            exchange.finish(.failure(Failure.closed))
+            // A TLS refusal says which (certificate rejected, not trusted, …), not "closed".
+            if let tls = error as? TLSError {
+                exchange.finish(.failure(Failure.tls(MetricsFetch.describe(tls.kind), detail: tls.description)))
+            } else {
+                exchange.finish(.failure(Failure.closed))
+            }
             context.close(promise: nil)
         }
 

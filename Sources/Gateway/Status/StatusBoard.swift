@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import Observability
 import Synchronization
 
@@ -40,6 +41,8 @@ public final class StatusBoard: Sendable {
     /// Whether a target is serving (the gateway's health polls; for the gateway itself its
     /// overall health).
     let serving: @Sendable (String) -> Bool
+    /// Where a target that starts (or stops) failing is told, with the address and full reason.
+    let logger: Logger
 
     struct Scrape: Sendable {
         var at: ContinuousClock.Instant
@@ -59,8 +62,9 @@ public final class StatusBoard: Sendable {
 
     public init(
         targets: [Target], interval: Duration?, timeout: Duration, serving: @escaping @Sendable (String) -> Bool,
-        fetch: @escaping Fetch
+        logger: Logger = Logger(label: "gateway.status"), fetch: @escaping Fetch
     ) {
+        self.logger = logger
         self.targets = targets
         self.interval = interval
         self.timeout = timeout
@@ -118,13 +122,21 @@ public final class StatusBoard: Sendable {
             }
         case .failure(let error):
             let why = (error as? MetricsFetch.Failure)?.description ?? "failed"
-            state.withLock { all in
+            let wasFailing = state.withLock { all in
                 var s = all[target.name] ?? TargetState()
+                let was = s.failure != nil
                 s.attempted = true
                 s.failure = why
                 // A rate across an outage would blend the time before and after it: start again.
                 s.rates = nil
                 all[target.name] = s
+                return was
+            }
+            // The page shows a short public reason; the operator's log gets where and why, once
+            // per outage.
+            if !wasFailing, case .http(let host, let port) = target.source {
+                let detail = (error as? MetricsFetch.Failure)?.detail ?? "\(error)"
+                logger.warning("status page: cannot scrape \(target.name) at \(host):\(port)/metrics: \(detail)")
             }
         }
     }
