@@ -22,7 +22,6 @@ public final class Gateway: Sendable {
     let server: RPCServer
     let ownGroup: MultiThreadedEventLoopGroup
     let logger: Logger
-    let sweeper: DeadlineSweeper
     private let background = Mutex<Task<Void, Never>?>(nil)
 
     /// The descriptors the gateway routes and transcodes from: our contracts and the standard ones.
@@ -60,7 +59,6 @@ public final class Gateway: Sendable {
         // The serving loops, made here so that each upstream pool keeps per-loop connections.
         let serverGroup = MultiThreadedEventLoopGroup(numberOfThreads: max(1, configuration.threads ?? System.coreCount))
         let serverLoops = Array(serverGroup.makeIterator())
-        sweeper = DeadlineSweeper(loops: serverLoops)
 
         var pools: [String: UpstreamPool] = [:]
         for u in configuration.upstreams {
@@ -92,7 +90,7 @@ public final class Gateway: Sendable {
             guard let pool = pools[upstream] else { continue }
             let proxy = Proxy(
                 pool: pool, gatewayToken: configuration.gatewayToken, maxDeadline: configuration.maxDeadline,
-                maxStreamDeadline: configuration.maxStreamDeadline, sweeper: sweeper)
+                maxStreamDeadline: configuration.maxStreamDeadline)
             services.append(ProxyService(serviceName: service, methods: methods.map { ServerMethod($0, proxy.handler(for: $0)) }))
             healthUpstreams[upstream, default: []].append(service)
         }
@@ -158,17 +156,12 @@ public final class Gateway: Sendable {
     public func start() async throws -> Int {
         let port = try await server.start()
         let health = self.health
-        let sweeper = self.sweeper
         let status = self.status
         let interval = configuration.healthInterval
-        // Sweep often enough that a capped call ends within a tenth of the cap (at most 250 ms).
-        // (At least 10 ms apart: a cap of a few milliseconds must not turn this into a busy loop.)
-        let sweepEvery = max(.milliseconds(10), min(.milliseconds(250), min(configuration.maxDeadline, configuration.maxStreamDeadline) / 10))
         background.withLock {
             $0 = Task {
                 await withTaskGroup(of: Void.self) { group in
                     group.addTask { await health.run(interval: interval) }
-                    group.addTask { await sweeper.run(interval: sweepEvery) }
                     group.addTask { await status.run() }
                 }
             }

@@ -1,17 +1,31 @@
-/// Per-call options for a client.
 public struct CallOptions: Sendable {
     /// Relative deadline; sent as `grpc-timeout` and enforced locally.
     public var timeout: Duration?
     public var metadata: Metadata
     /// Compress request messages with gzip.
     public var compressRequests: Bool
+    /// Without a `timeout`: ends the call with DEADLINE_EXCEEDED and this limit's message once it
+    /// has run `after`, without telling the server (no `grpc-timeout` goes out). For a relay that
+    /// caps calls whose own clients set no deadline.
+    public var limit: CallLimit?
 
-    public init(timeout: Duration? = nil, metadata: Metadata = Metadata(), compressRequests: Bool = false) {
+    public init(timeout: Duration? = nil, metadata: Metadata = Metadata(), compressRequests: Bool = false, limit: CallLimit? = nil) {
         self.timeout = timeout
         self.metadata = metadata
         self.compressRequests = compressRequests
+        self.limit = limit
     }
     public static let defaults = CallOptions()
+}
+
+/// How long a call may run at most when it has no deadline of its own, and what it ends with.
+public struct CallLimit: Sendable {
+    public var after: Duration
+    public var message: String
+    public init(after: Duration, message: String) {
+        self.after = after
+        self.message = message
+    }
 }
 
 /// A client-side call as a transport exposes it: raw messages both ways. One task sends, one

@@ -11,16 +11,14 @@ public enum RawHandler: Sendable {
     case clientStreaming(@Sendable (_ requests: RawMessageStream, _ context: ServerContext) async throws -> [UInt8])
     case bidirectionalStreaming(
         @Sendable (_ requests: RawMessageStream, _ responses: any ServerResponseSink, _ context: ServerContext) async throws -> Void)
-    /// A unary handler that answers through a callback instead of returning from a task: for
+    /// A unary handler that answers through a responder instead of returning from a task: for
     /// handlers that only pass the call on (the gateway's relay). The transport calls it on the
     /// connection's event loop, without starting a task when every interceptor decides at once;
-    /// it must not block, and must call `done` exactly once, from any thread. `cancellation`
-    /// fires when the call ends early (client cancelled, deadline passed).
+    /// it must not block, and must answer through `responder` exactly once, from any thread. It
+    /// returns what stops its work when the call ends early (client cancelled, deadline passed),
+    /// if anything does.
     case unaryForwarding(
-        @Sendable (
-            _ request: [UInt8], _ context: ServerContext, _ cancellation: CallCancellation,
-            _ done: @escaping @Sendable (Result<[UInt8], any Error>) -> Void
-        ) -> Void)
+        @Sendable (_ request: [UInt8], _ context: ServerContext, _ responder: any UnaryResponder) -> (any Cancellable)?)
 
     public var kind: CallKind {
         switch self {
@@ -42,7 +40,8 @@ public enum RawHandler: Sendable {
                 let cancellation = CallCancellation()
                 return try await withTaskCancellationHandler {
                     try await withCheckedThrowingContinuation { continuation in
-                        body(request, context, cancellation) { continuation.resume(with: $0) }
+                        let work = body(request, context, ClosureResponder { continuation.resume(with: $0) })
+                        if let work { cancellation.onCancel(cancelling: work) }
                     }
                 } onCancel: {
                     cancellation.cancel()
@@ -192,6 +191,18 @@ public enum CredentialCheck {
 /// Something the end of a call can cancel (the upstream call a relay started).
 public protocol Cancellable: Sendable {
     func cancel()
+}
+
+/// Where a `unaryForwarding` handler's answer goes: called exactly once, from any thread.
+public protocol UnaryResponder: AnyObject, Sendable {
+    func respond(_ result: Result<[UInt8], any Error>)
+}
+
+/// A responder that runs a closure (callers that are not the HTTP/2 transport).
+public final class ClosureResponder: UnaryResponder {
+    let body: @Sendable (Result<[UInt8], any Error>) -> Void
+    public init(_ body: @escaping @Sendable (Result<[UInt8], any Error>) -> Void) { self.body = body }
+    public func respond(_ result: Result<[UInt8], any Error>) { body(result) }
 }
 
 /// Cancels work a `unaryForwarding` handler started: the handler registers what to cancel, the

@@ -238,7 +238,7 @@ import Testing
             #expect(e.code == .deadlineExceeded, "\(e)")
         }
         #expect(ContinuousClock.now - streamStart < .seconds(3))
-        #expect(try await eventually { h.gateway.sweeper.count == 0 })
+        #expect(try await eventually { h.gateway.activeUpstreamCalls("social") == 0 })
     }
 
     @Test func serverStreamingPassesThroughLive() async throws {
@@ -294,8 +294,8 @@ import Testing
     }
 
     @Test func finishedUnaryCallsAreFreed() async throws {
-        // A call without a deadline is watched by the sweeper, whose cancel handler holds the
-        // upstream call, whose completion held the watch: a cycle that leaked every call.
+        // The client's stream holds the relayed call (to cancel it) and the call holds the stream
+        // (to answer it) until the answer: a cycle that must break, or every call leaks.
         let h = try await Harness()
         defer { Task { await h.stop() } }
         let accounts = Accounts_V1_AccountsClient(h.client)

@@ -198,6 +198,49 @@ func withEchoServer<R>(
         }
     }
 
+    /// A connection ends its calls at their deadlines with one timer, set for the earliest: a
+    /// later call with an earlier deadline (a timeout, or a limit) moves it, and a call whose
+    /// deadline is far off is not cut when the timer fires for the others.
+    @Test func deadlinesAndLimitsShareOneTimerPerConnection() async throws {
+        try await withEchoServer { _, client in
+            let long = Task {
+                try await client.unary(EchoService.sleepMethod, Bytes("10#long"), as: Bytes.self, options: CallOptions(timeout: .seconds(30)))
+            }
+            while !sleepsStarted.withLock({ $0.contains("10#long") }) { try await Task.sleep(for: .milliseconds(10)) }
+            let start = ContinuousClock.now
+            async let limited: Void = {
+                do {
+                    _ = try await client.unary(
+                        EchoService.sleepMethod, Bytes("10#limited"), as: Bytes.self,
+                        options: CallOptions(limit: CallLimit(after: .milliseconds(300), message: "past the relay's limit")))
+                    Issue.record("the limit did not end the call")
+                } catch let e as RPCError {
+                    #expect(e.code == .deadlineExceeded && e.message == "past the relay's limit", "\(e)")
+                }
+            }()
+            async let timed: Void = {
+                do {
+                    _ = try await client.unary(
+                        EchoService.sleepMethod, Bytes("10#timed"), as: Bytes.self, options: CallOptions(timeout: .milliseconds(200)))
+                    Issue.record("the timeout did not end the call")
+                } catch let e as RPCError {
+                    #expect(e.code == .deadlineExceeded && e.message.hasPrefix("deadline exceeded after"), "\(e)")
+                }
+            }()
+            _ = try await (limited, timed)
+            #expect(ContinuousClock.now - start < .seconds(5))
+            // The long call is still running: cancelled here, not cut at the others' deadlines.
+            try await Task.sleep(for: .milliseconds(100))
+            long.cancel()
+            do {
+                _ = try await long.value
+                Issue.record("expected the cancellation")
+            } catch let e as RPCError {
+                #expect(e.code == .cancelled, "\(e)")
+            }
+        }
+    }
+
     @Test func cancellationStopsTheCall() async throws {
         try await withEchoServer { _, client in
             let task = Task {

@@ -307,7 +307,8 @@ extension ConnectHandler {
         let relay = { @Sendable in
             let input: [UInt8]
             do { input = try message() } catch { return send(finish(.failure(error))) }
-            forward(input, context, cancellation) { result in send(finish(result)) }
+            let work = forward(input, context, ClosureResponder { result in send(finish(result)) })
+            if let work { cancellation.onCancel(cancelling: work) }
         }
         if pending.isEmpty {
             relay()

@@ -21,14 +21,12 @@ struct Proxy: Sendable {
     let maxDeadline: Duration
     /// Cap for server-streaming and bidirectional calls (subscriptions live long).
     let maxStreamDeadline: Duration
-    /// Ends calls without a client deadline once they reach the cap.
-    let sweeper: DeadlineSweeper
 
     func handler(for method: MethodDescriptor) -> RawHandler {
         switch method.kind {
         case .unary:
-            return .unaryForwarding { request, context, cancellation, done in
-                unary(method, request, context, cancellation, done)
+            return .unaryForwarding { request, context, responder in
+                unary(method, request, context, responder)
             }
         case .serverStreaming:
             return .serverStreaming { request, sink, context in try await serverStreaming(method, request, sink, context) }
@@ -42,8 +40,11 @@ struct Proxy: Sendable {
 
     static let capReached = RPCError.deadlineExceeded("the call reached the gateway's deadline limit")
 
+    func limit(for kind: CallKind) -> CallLimit { CallLimit(after: cap(for: kind), message: Self.capReached.message) }
+
     /// The upstream call's options: the client's metadata (filtered) and deadline (capped). A
-    /// call without a client deadline goes up without one and is capped by the sweeper.
+    /// call without a client deadline goes up without one, limited to the cap by the channel
+    /// (`CallOptions.limit`: no timer per call).
     func options(_ context: ServerContext, kind: CallKind) throws -> CallOptions {
         var timeout: Duration? = nil
         if let remaining = context.timeRemaining {
@@ -53,7 +54,7 @@ struct Proxy: Sendable {
         let metadata = HeaderPolicy.upstreamMetadata(
             context.requestMetadata, clientAddress: context.peerHost,
             gatewayToken: gatewayToken)
-        return CallOptions(timeout: timeout, metadata: metadata)
+        return CallOptions(timeout: timeout, metadata: metadata, limit: timeout == nil ? limit(for: kind) : nil)
     }
 
     /// The upstream's status as the error the gateway answers with (details kept).
@@ -64,9 +65,9 @@ struct Proxy: Sendable {
         return RPCError(status.code, status.message, trailers: t, details: details)
     }
 
-    /// A streaming relay's upstream call: started on this loop's pool, watched by the sweeper
-    /// when it has no deadline of its own, cancelled with the client's call. A failure of `body`
-    /// becomes the upstream's own status when the upstream ended the call.
+    /// A streaming relay's upstream call: started on this loop's pool, limited to the cap when it
+    /// has no deadline of its own, cancelled with the client's call. A failure of `body` becomes
+    /// the upstream's own status when the upstream ended the call.
     func withUpstreamCall(
         _ method: MethodDescriptor, _ context: ServerContext,
         _ body: (any RawClientCall) async throws -> Void
@@ -75,13 +76,10 @@ struct Proxy: Sendable {
         let lease = pool.acquire()
         defer { pool.release(lease) }
         let call = try await lease.channel.startCall(method, options: options)
-        let watch = options.timeout == nil ? sweeper.watch(call, for: cap(for: method.kind)) : nil
-        defer { watch?.disarm() }
         try await withTaskCancellationHandler {
             do {
                 try await body(call)
             } catch {
-                if let watch, watch.isCancelled { throw Self.capReached }
                 call.cancel()  // no-op when the upstream already ended it
                 let (status, trailers) = await call.finalStatus()
                 throw status.code == .ok ? error : Self.error(status, trailers)
@@ -100,37 +98,28 @@ struct Proxy: Sendable {
 
     /// Unary calls relay without a task: the upstream stream opens on a connection of the
     /// calling event loop, the request leaves with its headers, and the upstream's answer
-    /// completes the client's call from the connection's read (see `PendingUnaryCall`).
+    /// completes the client's call from the connection's read. One object per relayed call
+    /// (`RelayedUnaryCall`) is the upstream call, what cancels it and what answers the client.
     func unary(
-        _ method: MethodDescriptor, _ request: [UInt8], _ context: ServerContext, _ cancellation: CallCancellation,
-        _ done: @escaping @Sendable (Result<[UInt8], any Error>) -> Void
-    ) {
+        _ method: MethodDescriptor, _ request: [UInt8], _ context: ServerContext, _ responder: any UnaryResponder
+    ) -> (any Cancellable)? {
         let options: CallOptions
-        do { options = try self.options(context, kind: .unary) } catch { return done(.failure(error)) }
-        let pool = self.pool
-        let lease = pool.acquire()
-        let watch = options.timeout == nil ? sweeper.watch(for: cap(for: .unary)) : nil
-        let call = lease.channel.unary(method, request: request, options: options) { result in
-            pool.release(lease)
-            // Disarming drops the call from the watch (the call holds this closure, which holds the watch).
-            watch?.disarm()
-            cancellation.disarm()
-            done(Self.outcome(result, method, context, expired: watch?.isCancelled ?? false))
+        do { options = try self.options(context, kind: .unary) } catch {
+            responder.respond(.failure(error))
+            return nil
         }
-        cancellation.onCancel(cancelling: call)
-        watch?.onCancel(cancelling: call)
+        let lease = pool.acquire()
+        let call = RelayedUnaryCall(request, method, context, responder, pool, lease)
+        lease.channel.start(call, method, options: options)
+        return call
     }
 
     /// The upstream's answer to a unary call as the gateway's: its message, headers and
     /// trailers, or its status (details kept).
-    static func outcome(
-        _ r: UnaryCallResult, _ method: MethodDescriptor, _ context: ServerContext,
-        expired: Bool
-    ) -> Result<[UInt8], any Error> {
-        // Headers go back on errors too (Trailers-Only carries them); an answer that made it in
-        // time is kept even if the sweeper fired meanwhile.
+    static func outcome(_ r: UnaryCallResult, _ method: MethodDescriptor, _ context: ServerContext) -> Result<[UInt8], any Error> {
+        // Headers go back on errors too (Trailers-Only carries them).
         context.initialMetadata = r.initialMetadata
-        guard r.status.code == .ok else { return .failure(expired ? capReached : error(r.status, r.trailers)) }
+        guard r.status.code == .ok else { return .failure(error(r.status, r.trailers)) }
         guard r.responseCount == 1, let response = r.response else {
             return .failure(RPCError(.internal, "\(method.path): upstream sent \(r.responseCount) response messages to a unary call"))
         }
@@ -198,5 +187,35 @@ struct Proxy: Sendable {
             try await sink.write(m.bytes, compress: nil)
         }
         try await Self.finish(call, context)
+    }
+}
+
+/// One relayed unary call: the upstream call, what cancels it (the client's call ending early
+/// cancels it) and the state its answer needs to complete the client's call.
+final class RelayedUnaryCall: PendingUnaryCall, @unchecked Sendable {
+    let method: MethodDescriptor
+    let context: ServerContext
+    let pool: UpstreamPool
+    let lease: PooledChannel
+    /// Dropped once answered (it may hold this call, to cancel it).
+    private var responder: (any UnaryResponder)?
+
+    init(
+        _ request: [UInt8], _ method: MethodDescriptor, _ context: ServerContext, _ responder: any UnaryResponder,
+        _ pool: UpstreamPool, _ lease: PooledChannel
+    ) {
+        self.method = method
+        self.context = context
+        self.pool = pool
+        self.lease = lease
+        self.responder = responder
+        super.init(request: request)
+    }
+
+    override func completed(_ result: UnaryCallResult) {
+        pool.release(lease)
+        let responder = self.responder
+        self.responder = nil
+        responder?.respond(Proxy.outcome(result, method, context))
     }
 }

@@ -28,7 +28,13 @@ final class ClientStreamState {
     var statusDetails: [UInt8]?
     var headersReceived = false
     var deframer: MessageDeframer
-    var deadlineTimer: Scheduled<Void>?
+    /// When the call ends on its own if still running (its `timeout`, or its `limit`), and how.
+    var expiresAt: NIODeadline?
+    var expiry: Expiry = .timeout(.zero)
+    enum Expiry {
+        case timeout(Duration)
+        case limit(String)
+    }
 
     init(call: any ClientCallObserver, maxMessageSize: Int) {
         self.call = call
@@ -82,6 +88,9 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     private var readsAtTick = 0
     private var keepaliveTimer: RepeatedTask?
     private var pingTimeout: Scheduled<Void>?
+    /// The timer for the earliest call deadline, and when it fires (see `expire`).
+    private var expiryTimer: Scheduled<Void>?
+    private var expiryAt = NIODeadline.distantFuture
     /// The request headers every call on this connection sends, built once (`:path` and the
     /// call's own go around them).
     private lazy var requestHeaders: HeaderBlock = {
@@ -253,6 +262,8 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         keepaliveTimer = nil
         pingTimeout?.cancel()
         pingTimeout = nil
+        expiryTimer?.cancel()
+        expiryTimer = nil
         closeReason = error
         handshakeDone = false
         firstBytesTimeout?.cancel()
@@ -326,9 +337,9 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             return
         }
         if let timeout = options.timeout {
-            state.deadlineTimer = context.eventLoop.scheduleTask(in: TimeAmount(timeout)) {
-                bound.value.cancel(id, status: RPCStatus(.deadlineExceeded, "deadline exceeded after \(timeout)"))
-            }
+            expire(state, after: timeout, .timeout(timeout))
+        } else if let limit = options.limit {
+            expire(state, after: limit.after, .limit(limit.message))
         }
         scheduleFlush()
     }
@@ -383,9 +394,50 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         }
     }
 
+    // MARK: Deadlines
+
+    /// Calls end at their deadline without a timer each: one timer per connection, set for the
+    /// earliest deadline of its calls, ends those due and is set again for the next. Calls on a
+    /// connection usually share one timeout (or one limit), so a new call's deadline is rarely
+    /// the earliest and a call costs a clock read, not a timer.
+    private func expire(_ s: ClientStreamState, after d: Duration, _ how: ClientStreamState.Expiry) {
+        let at = NIODeadline.now() + TimeAmount(d)
+        s.expiresAt = at
+        s.expiry = how
+        armExpiry(at)
+    }
+
+    private func armExpiry(_ at: NIODeadline) {
+        guard at < expiryAt, let context else { return }
+        expiryTimer?.cancel()
+        expiryAt = at
+        let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        expiryTimer = context.eventLoop.scheduleTask(deadline: at) { bound.value.expireDue() }
+    }
+
+    private func expireDue() {
+        expiryTimer = nil
+        expiryAt = .distantFuture
+        let now = NIODeadline.now()
+        var next = NIODeadline.distantFuture
+        var due: [ClientStreamState] = []
+        for s in streams.all {
+            guard let at = s.expiresAt else { continue }
+            if at <= now { due.append(s) } else if at < next { next = at }
+        }
+        for s in due {
+            let status =
+                switch s.expiry {
+                case .timeout(let t): RPCStatus(.deadlineExceeded, "deadline exceeded after \(t)")
+                case .limit(let message): RPCStatus(.deadlineExceeded, message)
+                }
+            cancel(s.id, status: status)
+        }
+        if next != .distantFuture { armExpiry(next) }
+    }
+
     private func finishStream(_ s: ClientStreamState, status: RPCStatus, trailers: Metadata) {
-        s.deadlineTimer?.cancel()
-        s.deadlineTimer = nil
+        s.expiresAt = nil
         let waiters = s.sendWaiters
         s.sendWaiters = []
         for w in waiters { w.resume(throwing: RPCError(status.code == .ok ? .cancelled : status.code, status.message)) }

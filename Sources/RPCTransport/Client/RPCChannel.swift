@@ -128,6 +128,12 @@ public final class RPCChannel: ClientTransport, Sendable {
         completion: @escaping @Sendable (UnaryCallResult) -> Void
     ) -> PendingUnaryCall {
         let call = PendingUnaryCall(request: request, completion: completion)
+        start(call, method, options: options)
+        return call
+    }
+
+    /// Starts a unary call made by the caller (a `PendingUnaryCall` subclass), as `unary` does.
+    public func start(_ call: PendingUnaryCall, _ method: MethodDescriptor, options: CallOptions = .defaults) {
         if let connection = state.withLock({ $0.connection }) {
             Self.start(call, method, options, on: connection)
         } else {
@@ -141,7 +147,6 @@ public final class RPCChannel: ClientTransport, Sendable {
                 }
             }
         }
-        return call
     }
 
     private static func start(_ call: PendingUnaryCall, _ method: MethodDescriptor, _ options: CallOptions, on connection: Connection) {

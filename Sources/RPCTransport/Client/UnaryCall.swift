@@ -21,8 +21,9 @@ public struct UnaryCallResult: Sendable {
 /// and the completion runs once when the call ends: on the connection's event loop when the
 /// call got that far, else on whatever thread cancelled it or failed to connect (a completion
 /// that touches loop-bound state must hop). Made for relays that already run on an event loop
-/// (the gateway); everything else uses `RPCClient`.
-public final class PendingUnaryCall: ClientCallObserver, Cancellable, @unchecked Sendable {
+/// (the gateway); everything else uses `RPCClient`. A relay subclasses it and overrides
+/// `completed`, so that one object per call holds the relay's state too.
+open class PendingUnaryCall: ClientCallObserver, Cancellable, @unchecked Sendable {
     let request: [UInt8]
     /// Dropped once called: whatever it captured (often something that holds this call, to
     /// cancel it) is released with it.
@@ -43,6 +44,14 @@ public final class PendingUnaryCall: ClientCallObserver, Cancellable, @unchecked
     init(request: [UInt8], completion: @escaping @Sendable (UnaryCallResult) -> Void) {
         self.request = request
         self.completion = completion
+        #if DEBUG
+        Self.live.add(1, ordering: .relaxed)
+        #endif
+    }
+
+    /// For subclasses, which override `completed`; start it with `RPCChannel.start(_:_:options:)`.
+    public init(request: [UInt8]) {
+        self.request = request
         #if DEBUG
         Self.live.add(1, ordering: .relaxed)
         #endif
@@ -100,12 +109,18 @@ public final class PendingUnaryCall: ClientCallObserver, Cancellable, @unchecked
             s.target = nil
             return true
         }
-        guard first, let completion else { return }
-        self.completion = nil
-        completion(
+        guard first else { return }
+        completed(
             UnaryCallResult(
                 status: status, initialMetadata: headers ?? trailersOnlyHeaders ?? Metadata(),
                 response: response, responseCount: count, trailers: trailers))
         response = nil
+    }
+
+    /// The call ended (exactly once): runs the completion given at init.
+    open func completed(_ result: UnaryCallResult) {
+        guard let completion else { return }
+        self.completion = nil
+        completion(result)
     }
 }

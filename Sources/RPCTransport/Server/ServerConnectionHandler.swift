@@ -801,11 +801,8 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             runTask(streaming: false) { try await body(request, callContext) }
         case .unaryForwarding(let body):
             let request = takeSingle()
-            let cancellation = CallCancellation()
-            stream.cancellation = cancellation
-            let done: @Sendable (Result<[UInt8], any Error>) -> Void = { result in
-                loop.runOnLoop { bound.value.complete(id, response: result) }
-            }
+            stream.owner = bound
+            stream.ownerLoop = loop
             // Interceptors that can decide at once do; the first that cannot, and the ones
             // after it, run in a task. Usually none does, and the call needs no task at all.
             var pending = interceptors[...]
@@ -814,16 +811,21 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             } catch {
                 return complete(id, response: .failure(error))
             }
-            if pending.isEmpty { return body(request, callContext, cancellation, done) }
+            if pending.isEmpty {
+                stream.cancellation = body(request, callContext, stream)
+                return
+            }
             let rest = Array(pending)
+            let cancellation = CallCancellation()
+            stream.cancellation = cancellation
             stream.task = Task(executorPreference: executor) {
                 do {
                     for i in rest { try await i.intercept(callContext) }
                     try Task.checkCancellation()
                 } catch {
-                    return done(.failure(error))
+                    return stream.respond(.failure(error))
                 }
-                body(request, callContext, cancellation, done)
+                if let work = body(request, callContext, stream) { cancellation.onCancel(cancelling: work) }
             }
         case .serverStreaming(let body):
             let request = takeSingle()

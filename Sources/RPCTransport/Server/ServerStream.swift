@@ -2,8 +2,9 @@ import NIOCore
 import RPCCore
 
 /// One request stream's state. Owned by its `ServerConnectionHandler` and touched only on the
-/// connection's event loop.
-final class ServerStream {
+/// connection's event loop; the one exception is `respond`, a forwarding handler's answer,
+/// which may come from any thread and only reads what was set before the handler ran.
+final class ServerStream: UnaryResponder, @unchecked Sendable {
     enum Phase { case receivingHeaders, receiving, running, done }
 
     let id: Int32
@@ -74,7 +75,11 @@ final class ServerStream {
     var context: ServerContext?
     var task: Task<Void, Never>?
     /// What stops a `unaryForwarding` handler (it runs without a task of its own).
-    var cancellation: CallCancellation?
+    var cancellation: (any Cancellable)?
+    /// A `unaryForwarding` handler's answer goes back to this connection, on its loop (set
+    /// before the handler runs, read-only afterwards).
+    var owner: NIOLoopBound<ServerConnectionHandler>?
+    var ownerLoop: (any EventLoop)?
     var deadlineTimer: Scheduled<Void>?
     /// `grpc-accept-encoding` lists gzip.
     var clientAcceptsGzip = false
@@ -96,5 +101,16 @@ final class ServerStream {
         self.id = id
         self.deframer = MessageDeframer(maxMessageSize: maxMessageSize)
         self.outbound = .empty
+    }
+
+    /// A `unaryForwarding` handler's answer: completes the call on its connection's loop.
+    func respond(_ result: Result<[UInt8], any Error>) {
+        guard let owner, let loop = ownerLoop else { return }
+        if loop.inEventLoop {
+            owner.value.complete(id, response: result)
+        } else {
+            let id = self.id
+            loop.execute { owner.value.complete(id, response: result) }
+        }
     }
 }
