@@ -7,7 +7,7 @@ import RPCTLS
 final class ClientStreamState {
     var id: Int32 = -1
     let call: any ClientCallObserver
-    var outbound: ByteBuffer
+    var outbound = OutboundBytes()
     var sendClosed = false
     /// The request headers said `grpc-encoding: gzip`; only then may a message be compressed.
     var mayCompress = false
@@ -38,7 +38,6 @@ final class ClientStreamState {
 
     init(call: any ClientCallObserver, maxMessageSize: Int) {
         self.call = call
-        self.outbound = .empty
         self.deframer = MessageDeframer(maxMessageSize: maxMessageSize)
     }
 }
@@ -91,6 +90,8 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     /// The timer for the earliest call deadline, and when it fires (see `expire`).
     private var expiryTimer: Scheduled<Void>?
     private var expiryAt = NIODeadline.distantFuture
+    /// Storage for each call's request header block, reused (see `start`).
+    private var requestBlock = HeaderBlock()
     /// The request headers every call on this connection sends, built once (`:path` and the
     /// call's own go around them).
     private lazy var requestHeaders: HeaderBlock = {
@@ -313,10 +314,12 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         state.mayCompress = options.compressRequests
         if let request {
             // The whole request is known: it leaves with the headers, END_STREAM set.
-            state.outbound.writeGRPCMessage(request, compress: options.compressRequests)
+            state.outbound.writeMessage(request, compress: options.compressRequests)
             state.sendClosed = true
         }
-        var block = HeaderBlock()
+        // The block's storage is the connection's, reused call after call (nghttp2 copies it).
+        var block = HeaderBlock(capacity: 0)
+        swap(&block, &requestBlock)
         block.add(":path", method.path)
         block.append(requestHeaders)
         if options.compressRequests { block.add("grpc-encoding", "gzip") }
@@ -324,6 +327,8 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         block.add(metadata: options.metadata)
         var provider = nghttp2_data_provider(source: nghttp2_data_source(ptr: nil), read_callback: clientReadData)
         let id = block.withNV { nva, n in nghttp2_submit_request(session, nil, nva, n, &provider, nil) }
+        block.removeAll()
+        swap(&block, &requestBlock)
         guard id > 0 else {
             call.fail(RPCStatus(.unavailable, "could not start a stream: \(String(cString: nghttp2_strerror(id)))"))
             return
@@ -350,7 +355,7 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         guard let s = streams[id], !s.sendClosed else {
             return c.resume(throwing: RPCError(.failedPrecondition, "the request stream is closed"))
         }
-        s.outbound.writeGRPCMessage(message, compress: compress && s.mayCompress)
+        s.outbound.writeMessage(message, compress: compress && s.mayCompress)
         resume(s)
         if s.outbound.readableBytes <= configuration.maxBufferedRequestBytes { c.resume() } else { s.sendWaiters.append(c) }
         scheduleFlush()
@@ -448,13 +453,8 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
 
     func readData(_ id: Int32, _ buf: UnsafeMutablePointer<UInt8>, _ length: Int, _ flags: UnsafeMutablePointer<UInt32>) -> Int {
         guard let s = streams[id] else { return Int(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue) }
-        let n = min(length, s.outbound.readableBytes)
+        let n = s.outbound.read(into: buf, max: length)
         if n > 0 {
-            s.outbound.readWithUnsafeReadableBytes { src in
-                buf.update(from: src.baseAddress!.assumingMemoryBound(to: UInt8.self), count: n)
-                return n
-            }
-            if s.outbound.readableBytes == 0 { s.outbound.clear() }
             if !s.sendWaiters.isEmpty && s.outbound.readableBytes <= configuration.maxBufferedRequestBytes {
                 let w = s.sendWaiters
                 s.sendWaiters = []

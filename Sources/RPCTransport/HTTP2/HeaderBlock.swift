@@ -13,6 +13,12 @@ struct HeaderBlock {
         if capacity > 0 { bytes.reserveCapacity(capacity) }
     }
 
+    /// Empties the block, keeping its storage for the next one.
+    mutating func removeAll() {
+        bytes.removeAll(keepingCapacity: true)
+        count = 0
+    }
+
     /// Adds every header of `other`, in order.
     mutating func append(_ other: HeaderBlock) {
         bytes.append(contentsOf: other.bytes)

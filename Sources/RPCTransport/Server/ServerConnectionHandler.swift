@@ -3,6 +3,10 @@ import Logging
 import NIOCore
 import RPCCore
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// One HTTP/2 connection of a gRPC server: bytes in → `nghttp2_session_mem_recv`, nghttp2 callbacks
 /// build per-stream state and start handlers, `nghttp2_session_mem_send` → bytes out. Every nghttp2
 /// call for the connection runs on its event loop; handler tasks run there too (see
@@ -54,6 +58,16 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     private var graceTimer: Scheduled<Void>?
     /// The first request headers have been reported to the `ConnectionGuard`.
     private var sawRequest = false
+
+    // Per-call allocations saved by reuse (all on the loop).
+    /// Header blocks for responses and trailers, kept once submitted (nghttp2 copies them).
+    private var spareBlocks: [HeaderBlock] = []
+    /// The headers of the request whose header block is arriving (one at a time: HTTP/2 does not
+    /// interleave header blocks), until its content-type says gRPC; a plain HTTP request takes
+    /// them when its headers are complete.
+    private var headScratch = HeaderBlock(capacity: 0)
+    /// Paths seen lately: a request for one of them shares its string instead of making one.
+    private var recentPaths: [String] = []
 
     init(shared: ServerShared) {
         self.shared = shared
@@ -334,6 +348,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         else { return 0 }
         let stream = ServerStream(id: hd.stream_id, maxMessageSize: shared.configuration.maxReceiveMessageSize)
         streams[hd.stream_id] = stream
+        headScratch.removeAll()
         streamsBegun &+= 1
         return 0
     }
@@ -353,13 +368,13 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         let valueBytes = UnsafeRawBufferPointer(start: value, count: valueLen)
         switch HeaderName.classify(nameBytes) {
         case .method: stream.method = String(nghttp2: value, count: valueLen)
-        case .path: stream.path = String(nghttp2: value, count: valueLen)
+        case .path: stream.path = path(value, valueLen)
         case .authority: stream.authority = String(nghttp2: value, count: valueLen)
         case .host: if stream.authority.isEmpty { stream.authority = String(nghttp2: value, count: valueLen) }
         case .contentType:
             stream.isGRPCContentType = HeaderName.isGRPCContentType(valueBytes)
             if stream.isGRPCContentType {
-                stream.rawHeaders = HeaderBlock(capacity: 0)
+                headScratch.removeAll()
             } else {
                 stream.contentType = String(nghttp2: value, count: valueLen)
             }
@@ -386,9 +401,30 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         // once the content-type says gRPC (classified above): those kept before it are dropped
         // then, and it and later ones are never copied (gRPC clients send it first).
         if keepsRawHeaders && !stream.isGRPCContentType && (nameLen == 0 || name[0] != UInt8(ascii: ":")) {
-            stream.rawHeaders.add(name, nameLen, value, valueLen)
+            headScratch.add(name, nameLen, value, valueLen)
         }
         return 0
+    }
+
+    /// The request's `:path`, shared with an earlier request's when it is one of the last few
+    /// seen (clients call the same methods over and over).
+    private func path(_ value: UnsafePointer<UInt8>, _ count: Int) -> String {
+        for p in recentPaths where p.utf8.count == count {
+            let same = p.utf8.withContiguousStorageIfAvailable { memcmp($0.baseAddress!, value, count) == 0 } ?? false
+            if same { return p }
+        }
+        let p = String(nghttp2: value, count: count)
+        if recentPaths.count < 8 { recentPaths.append(p) } else { recentPaths[streamsBegun & 7] = p }
+        return p
+    }
+
+    private func takeBlock() -> HeaderBlock { spareBlocks.popLast() ?? HeaderBlock() }
+
+    private func recycle(_ block: consuming HeaderBlock) {
+        guard spareBlocks.count < 8 else { return }
+        var b = block
+        b.removeAll()
+        spareBlocks.append(b)
     }
 
     func onFrameRecv(_ frame: UnsafePointer<nghttp2_frame>) -> Int32 {
@@ -617,6 +653,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         }
         if !stream.isGRPCContentType, keepsRawHeaders {
             stream.isHTTP = true
+            swap(&stream.rawHeaders, &headScratch)
             let config = shared.configuration
             stream.httpLimit =
                 config.httpHandler?.maxBodyBytes(method: stream.method, path: HTTPRequest.path(of: stream.path))
@@ -912,7 +949,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         if stream.charged > 0 || stream.awaitingAdmission { releaseCharges(stream) }
         stream.deadlineTimer?.cancel()
         stream.deadlineTimer = nil
-        var trailers = stream.headersSent ? HeaderBlock(capacity: 128) : responseHeaderBlock(stream)
+        var trailers = stream.headersSent ? takeBlock() : responseHeaderBlock(stream)
         trailers.add("grpc-status", String(status.code.rawValue))
         if !status.message.isEmpty { trailers.add("grpc-message", PercentEncoding.encode(status.message)) }
         if let details = status.details { trailers.add("grpc-status-details-bin", Base64.encode(details)) }
@@ -924,6 +961,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         } else {
             stream.headersSent = true
             _ = trailers.withNV { nva, n in nghttp2_submit_response(session, stream.id, nva, n, nil) }
+            recycle(trailers)
         }
         if !stream.inputClosed {
             // The client may still be sending; it can stop now (gRPC servers send RST NO_ERROR).
@@ -1071,7 +1109,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     }
 
     private func responseHeaderBlock(_ stream: ServerStream) -> HeaderBlock {
-        var block = HeaderBlock()
+        var block = takeBlock()
         block.add(":status", "200")
         block.add("content-type", "application/grpc")
         if stream.clientAcceptsGzip { block.add("grpc-encoding", "gzip") }
@@ -1086,6 +1124,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         let block = responseHeaderBlock(stream)
         var provider = nghttp2_data_provider(source: nghttp2_data_source(ptr: nil), read_callback: serverReadData)
         _ = block.withNV { nva, n in nghttp2_submit_response(session, stream.id, nva, n, &provider) }
+        recycle(block)
     }
 
     /// Queues one response message (framed, compressed when agreed). Returns false when the
@@ -1097,7 +1136,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         stream.responseBytes += message.count
         let wantsCompression = compress ?? stream.context?.compressResponses ?? false
         let compressed = wantsCompression && stream.clientAcceptsGzip
-        stream.outbound.writeGRPCMessage(message, compress: compressed)
+        stream.outbound.writeMessage(message, compress: compressed)
         resumeData(stream)
         return stream.outbound.readableBytes <= shared.configuration.maxBufferedResponseBytes
     }
@@ -1115,13 +1154,8 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         _ flags: UnsafeMutablePointer<UInt32>
     ) -> Int {
         guard let stream = streams[streamID], let session else { return Int(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue) }
-        let n = min(length, stream.outbound.readableBytes)
+        let n = stream.outbound.read(into: buf, max: length)
         if n > 0 {
-            stream.outbound.readWithUnsafeReadableBytes { src in
-                buf.update(from: src.baseAddress!.assumingMemoryBound(to: UInt8.self), count: n)
-                return n
-            }
-            if stream.outbound.readableBytes == 0 { stream.outbound.clear() }
             if !stream.writeWaiters.isEmpty && stream.outbound.readableBytes <= shared.configuration.maxBufferedResponseBytes {
                 let waiters = stream.writeWaiters
                 stream.writeWaiters = []
@@ -1132,6 +1166,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             flags.pointee |= NGHTTP2_DATA_FLAG_EOF.rawValue | NGHTTP2_DATA_FLAG_NO_END_STREAM.rawValue
             stream.trailers = nil
             _ = trailers.withNV { nva, count in nghttp2_submit_trailer(session, streamID, nva, count) }
+            recycle(trailers)
             return n
         }
         if stream.outbound.readableBytes == 0 && stream.httpComplete {

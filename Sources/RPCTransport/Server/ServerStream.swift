@@ -86,7 +86,7 @@ final class ServerStream: UnaryResponder, @unchecked Sendable {
 
     // Response.
     var headersSent = false
-    var outbound: ByteBuffer
+    var outbound = OutboundBytes()
     var dataDeferred = false
     var trailers: HeaderBlock?
     var writeWaiters: [CheckedContinuation<Void, any Error>] = []
@@ -100,7 +100,6 @@ final class ServerStream: UnaryResponder, @unchecked Sendable {
     init(id: Int32, maxMessageSize: Int) {
         self.id = id
         self.deframer = MessageDeframer(maxMessageSize: maxMessageSize)
-        self.outbound = .empty
     }
 
     /// A `unaryForwarding` handler's answer: completes the call on its connection's loop.

@@ -1,0 +1,42 @@
+import NIOCore
+import Testing
+
+@testable import RPCTransport
+
+@Suite struct OutboundBytesTests {
+    /// What nghttp2 would pull, `chunk` bytes at a time.
+    static func drain(_ o: inout OutboundBytes, chunk: Int) -> [UInt8] {
+        var out: [UInt8] = []
+        var buf = [UInt8](repeating: 0, count: chunk)
+        while o.readableBytes > 0 {
+            let before = o.readableBytes
+            let n = buf.withUnsafeMutableBufferPointer { o.read(into: $0.baseAddress!, max: chunk) }
+            #expect(n > 0 && o.readableBytes == before - n)
+            out += buf[..<n]
+        }
+        return out
+    }
+
+    /// The same bytes as framing every message into a buffer, whatever the reads' sizes.
+    @Test(arguments: [1, 2, 4, 5, 6, 7, 300, 70_000])
+    func framesAsTheBufferWould(chunk: Int) {
+        let first = (0..<300).map { UInt8(truncatingIfNeeded: $0 * 7) }
+        let second: [UInt8] = Array("second".utf8)
+        let big = [UInt8](repeating: 0xAB, count: 66_000)
+        var reference = ByteBuffer()
+        var o = OutboundBytes()
+        for m in [first, second, [], big] {
+            reference.writeGRPCMessage(m, compress: false)
+            o.writeMessage(m, compress: false)
+        }
+        reference.writeBytes([1, 2, 3])
+        o.writeBytes([1, 2, 3])
+        #expect(o.readableBytes == reference.readableBytes)
+        #expect(Self.drain(&o, chunk: chunk) == Array(reference.readableBytesView))
+        // Empty again: the next message is kept as an array again and read as framed.
+        o.writeMessage([], compress: false)
+        #expect(Self.drain(&o, chunk: chunk) == [0, 0, 0, 0, 0])
+        o.writeMessage(second, compress: false)
+        #expect(Self.drain(&o, chunk: chunk) == [0, 0, 0, 0, 6] + second)
+    }
+}
