@@ -40,7 +40,6 @@ Run alone: `E2E_STRICT=1 .venv/bin/python -m pytest -q -s Tests/Cluster/test_net
 (`-s` prints the measured figures). It must run in a pytest process of its own: its main thread
 moves to the bridge's namespace, and grpcio threads made before that would stay outside.
 """
-import contextlib
 import ctypes
 import os
 import re
