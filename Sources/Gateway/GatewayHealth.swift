@@ -113,6 +113,9 @@ public final class GatewayHealth: Grpc_Health_V1_HealthService, Sendable {
             let r = try await client.check(Grpc_Health_V1_HealthCheckRequest(), options: CallOptions(timeout: timeout))
             return r.status == .serving
         } catch {
+            // No answer (or no connection): if the upstream vanished without closing, the relayed
+            // calls on its open connections would hang until their deadlines; a PING each tells.
+            (u.transport as? UpstreamPool)?.checkConnections(timeout: timeout)
             return false
         }
     }

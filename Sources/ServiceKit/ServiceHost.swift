@@ -86,7 +86,7 @@ public enum ServiceHost {
         var jobs = background
         if let outbox {
             let delivery = OutboxDelivery(
-                database: outbox.database, retry: outbox.retry, logger: logger,
+                database: outbox.database, retry: try settings.outboxRetry(outbox.retry), logger: logger,
                 deliver: (outbox.senders ?? .rpc(peers: peers)).deliver)
             jobs.append { await delivery.run() }
         }

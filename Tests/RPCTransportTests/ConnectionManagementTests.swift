@@ -212,6 +212,52 @@ import Testing
     }
 }
 
+extension ConnectionManagementTests {
+    /// A caller with a sign the peer vanished (the gateway, after a health check timed out) asks
+    /// for a liveness PING: a silent peer's connection ends within its timeout, and the call
+    /// waiting on it fails with UNAVAILABLE then, not at its 30 s deadline (keepalive off here).
+    @Test func aLivenessCheckEndsTheConnectionOfASilentPeer() async throws {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let server = try await ServerBootstrap(group: group)
+            .childChannelInitializer { $0.pipeline.addHandler(SilentHTTP2Peer()) }
+            .bind(host: "127.0.0.1", port: 0).get()
+        var config = ChannelConfiguration(host: "127.0.0.1", port: server.localAddress!.port!)
+        config.keepaliveTime = nil
+        let channel = RPCChannel(configuration: config)
+        let call = Task {
+            try await channel.client.unary(EchoService.unaryMethod, Bytes("hello?"), as: Bytes.self, options: CallOptions(timeout: .seconds(30)))
+        }
+        // Once the call is on the connection, nothing more is read from the silent peer.
+        try await Task.sleep(for: .milliseconds(300))
+        let start = ContinuousClock.now
+        channel.checkLiveness(timeout: .milliseconds(200))
+        do {
+            _ = try await call.value
+            Issue.record("a call to a silent peer succeeded")
+        } catch let e as RPCError {
+            #expect(e.code == .unavailable)
+            #expect(e.message.contains("liveness PING"), "\(e.message)")
+        }
+        #expect(ContinuousClock.now - start < .seconds(10))
+        await channel.close()
+        try await server.close()
+        try await group.shutdownGracefully()
+    }
+
+    /// A peer that answers keeps its connection through a liveness check.
+    @Test func aLivenessCheckKeepsAConnectionThatAnswers() async throws {
+        try await withServer({ _ in }) { server, port in
+            let channel = RPCChannel(host: "127.0.0.1", port: port)
+            _ = try await channel.client.unary(EchoService.unaryMethod, Bytes("a"), as: Bytes.self)
+            channel.checkLiveness(timeout: .milliseconds(300))
+            try await Task.sleep(for: .milliseconds(600))
+            _ = try await channel.client.unary(EchoService.unaryMethod, Bytes("b"), as: Bytes.self)
+            #expect(server.openSocketCount == 1)
+            await channel.close()
+        }
+    }
+}
+
 /// Sends its SETTINGS, then reads and ignores everything: no SETTINGS ACK, no PING ACK, no answer.
 final class SilentHTTP2Peer: ChannelInboundHandler, Sendable {
     typealias InboundIn = ByteBuffer

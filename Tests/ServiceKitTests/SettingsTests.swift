@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import Storage
 import Testing
 
 @testable import ServiceKit
@@ -20,6 +21,22 @@ import Testing
         #expect { try s.int("bad.int") } throws: { "\($0)".contains("BAD_INT must be an integer") }
         #expect { try s.int("accounts.scrypt.n", range: 1...1000) } throws: { "\($0)".contains("ACCOUNTS_SCRYPT_N must be in 1...1000") }
         #expect { try s.bool("bad.int") } throws: { "\($0)".contains("BAD_INT") }
+    }
+
+    @Test func theOutboxRetryPolicyComesFromTheEnvironment() throws {
+        func settings(_ env: [String: String]) throws -> ServiceSettings {
+            try ServiceSettings(name: "tasks", options: try ServiceOptions.parse(["--dev-credentials"]), environment: env)
+        }
+        let base = OutboxRetryPolicy(initialDelay: .seconds(1), maximumDelay: .seconds(300))
+        let unchanged = try settings([:]).outboxRetry(base)
+        #expect(unchanged.initialDelay == .seconds(1) && unchanged.maximumDelay == .seconds(300))
+        let short = try settings(["OUTBOX_RETRY_INITIAL_MS": "50", "OUTBOX_RETRY_MAX_MS": "500"]).outboxRetry(base)
+        #expect(short.initialDelay == .milliseconds(50) && short.maximumDelay == .milliseconds(500))
+        // A maximum below the default first wait caps it too.
+        let capped = try settings(["OUTBOX_RETRY_MAX_MS": "200"]).outboxRetry(base)
+        #expect(capped.initialDelay == .milliseconds(200) && capped.maximumDelay == .milliseconds(200))
+        #expect { try settings(["OUTBOX_RETRY_MAX_MS": "soon"]).outboxRetry(base) } throws: { "\($0)".contains("OUTBOX_RETRY_MAX_MS") }
+        #expect { try settings(["OUTBOX_RETRY_INITIAL_MS": "0"]).outboxRetry(base) } throws: { "\($0)".contains("OUTBOX_RETRY_INITIAL_MS") }
     }
 
     @Test func flagsWinOverTheEnvironment() throws {

@@ -100,7 +100,7 @@ public final class UpstreamPool: ClientTransport, Sendable {
 
     private var allSlots: [Slot] { [fallbackSlot] + slots.values }
 
-    private var allChannels: [PooledChannel] { allSlots.flatMap { s in s.channels.withLock { $0 } } }
+    var allChannels: [PooledChannel] { allSlots.flatMap { s in s.channels.withLock { $0 } } }
 
     /// Calls in flight through this pool.
     public var activeCalls: Int { allChannels.reduce(0) { $0 + $1.active.load(ordering: .relaxed) } }

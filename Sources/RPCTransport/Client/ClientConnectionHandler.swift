@@ -144,16 +144,30 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     /// Nothing read for a whole `keepaliveTime` (and a call open, unless `keepaliveWithoutCalls`):
     /// PING; nothing read within `keepaliveTimeout` after it ends the connection.
     private func keepaliveTick() {
-        guard let session, let context, pingTimeout == nil else { return }
+        guard session != nil, context != nil, pingTimeout == nil else { return }
         if reads != readsAtTick {
             readsAtTick = reads
             return
         }
         guard configuration.keepaliveWithoutCalls || !streams.isEmpty else { return }
+        ping(timeout: configuration.keepaliveTimeout, what: "a keepalive PING")
+    }
+
+    /// A PING now, whatever was read lately: nothing read within `timeout` ends the connection
+    /// (its calls fail with UNAVAILABLE). What a caller asks for when it has reason to think the
+    /// peer is gone (`RPCChannel.checkLiveness`: the gateway, after a health check of the
+    /// upstream timed out) rather than waiting for `keepaliveTime` of silence. Nothing is sent
+    /// while a PING is already out.
+    func checkLiveness(timeout: Duration) {
+        guard session != nil, context != nil, pingTimeout == nil else { return }
+        ping(timeout: timeout, what: "a liveness PING")
+    }
+
+    private func ping(timeout: Duration, what: String) {
+        guard let session, let context else { return }
         nghttp2_submit_ping(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), nil)
         flush()
         let snapshot = reads
-        let timeout = configuration.keepaliveTimeout
         let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
         pingTimeout = context.eventLoop.scheduleTask(in: TimeAmount(timeout)) {
             let h = bound.value
@@ -162,7 +176,7 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
                 h.readsAtTick = h.reads
                 return
             }
-            h.teardown(RPCError(.unavailable, "\(h.configuration.target) did not answer a keepalive PING within \(timeout)"))
+            h.teardown(RPCError(.unavailable, "\(h.configuration.target) did not answer \(what) within \(timeout)"))
             h.context?.close(promise: nil)
         }
     }

@@ -267,6 +267,18 @@ public final class RPCChannel: ClientTransport, Sendable {
         }
     }
 
+    /// Asks the open connection, if any, to prove the peer is still there: a PING now, and the
+    /// connection ends (its calls fail with UNAVAILABLE, the next call reconnects) when nothing
+    /// comes back within `timeout`. For a caller that has a sign the peer vanished without
+    /// closing (a link cut, packets dropped: no FIN, no RST), such as a health check that timed
+    /// out, so that the calls waiting on a dead connection fail now rather than at their
+    /// deadlines or at the next keepalive. Costs one PING round trip on a healthy connection.
+    public func checkLiveness(timeout: Duration) {
+        guard let connection = state.withLock({ $0.connection }) else { return }
+        let handler = connection.handler
+        connection.channel.eventLoop.execute { handler.value.checkLiveness(timeout: timeout) }
+    }
+
     /// Closes the connection (in-flight calls fail with UNAVAILABLE) and the channel's own threads.
     public func close() async {
         let conn = state.withLock { s in
