@@ -42,7 +42,7 @@ public struct Metadata: Sendable, Hashable, Sequence, CustomStringConvertible {
     /// nghttp2 has checked): no case scan. The first entry reserves room for a few more, so a
     /// request's handful of headers costs one allocation rather than one per doubling.
     public mutating func add(lowercased key: String, _ value: Value) {
-        if entries.isEmpty { entries.reserveCapacity(4) }
+        if entries.capacity == 0 { entries.reserveCapacity(4) }
         entries.append((key, value))
     }
 

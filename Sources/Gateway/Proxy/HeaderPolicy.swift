@@ -29,8 +29,8 @@ public enum HeaderPolicy {
     /// client's address and the gateway's credential.
     public static func upstreamMetadata(_ client: Metadata, clientAddress: String, gatewayToken: String) -> Metadata {
         var out = client.filter(reservingExtra: 2) { !isStripped($0) }
-        out.add("x-forwarded-for", clientAddress)
-        if !gatewayToken.isEmpty { out.add("x-gateway-token", gatewayToken) }
+        out.add(lowercased: "x-forwarded-for", .string(clientAddress))
+        if !gatewayToken.isEmpty { out.add(lowercased: "x-gateway-token", .string(gatewayToken)) }
         return out
     }
 }

@@ -421,7 +421,8 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     private func takeBlock() -> HeaderBlock { spareBlocks.popLast() ?? HeaderBlock() }
 
     private func recycle(_ block: consuming HeaderBlock) {
-        guard spareBlocks.count < 8 else { return }
+        // Enough for the trailers of the calls answered in one read, a few KiB at most.
+        guard spareBlocks.count < 16 else { return }
         var b = block
         b.removeAll()
         spareBlocks.append(b)
