@@ -40,3 +40,19 @@ import Testing
         #expect(Self.drain(&o, chunk: chunk) == [0, 0, 0, 0, 6] + second)
     }
 }
+
+@Suite struct HeaderBlockCheckTests {
+    @Test func namesAndValuesAreCheckedWholly() {
+        #expect(HeaderBlock.isValidName("x-gateway-token"))
+        #expect(HeaderBlock.isValidName("a.b_c-9"))
+        #expect(!HeaderBlock.isValidName(""))
+        #expect(!HeaderBlock.isValidName("X-Upper"))
+        #expect(!HeaderBlock.isValidName(String(repeating: "a", count: 300) + " "))
+        let token = "Bearer " + String(repeating: "abcDEF123-_.", count: 30)
+        #expect(HeaderBlock.sanitize(token) == token)
+        // A bad byte anywhere, even past the first vector's worth, is replaced.
+        #expect(HeaderBlock.sanitize(token + "\n") == token + "?")
+        #expect(HeaderBlock.sanitize("é") == "??")
+        #expect(HeaderBlock.sanitize(String(repeating: "a", count: 100) + "\u{7F}" + "b") == String(repeating: "a", count: 100) + "?b")
+    }
+}
