@@ -7,6 +7,8 @@ import RPCCore
 struct HeaderBlock {
     private var bytes: [UInt8] = []
     private(set) var count = 0
+    /// A block built once and shared (a constant): never emptied for reuse.
+    var isShared = false
 
     /// `capacity` 0 allocates nothing until the first header.
     init(capacity: Int = 512) {

@@ -421,6 +421,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     private func takeBlock() -> HeaderBlock { spareBlocks.popLast() ?? HeaderBlock() }
 
     private func recycle(_ block: consuming HeaderBlock) {
+        if block.isShared { return }
         // Enough for the trailers of the calls answered in one read, a few KiB at most.
         guard spareBlocks.count < 16 else { return }
         var b = block
@@ -950,11 +951,20 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         if stream.charged > 0 || stream.awaitingAdmission { releaseCharges(stream) }
         stream.deadlineTimer?.cancel()
         stream.deadlineTimer = nil
+        let contextTrailers = stream.context?.trailers ?? Metadata()
+        if stream.headersSent, status.code == .ok, status.message.isEmpty, status.details == nil, contextTrailers.count == 0,
+            status.trailers.count == 0
+        {
+            // The usual end of a call, the same bytes every time.
+            stream.trailers = Self.okTrailers
+            resumeData(stream)
+            return ended(stream, status)
+        }
         var trailers = stream.headersSent ? takeBlock() : responseHeaderBlock(stream)
         trailers.add("grpc-status", String(status.code.rawValue))
         if !status.message.isEmpty { trailers.add("grpc-message", PercentEncoding.encode(status.message)) }
         if let details = status.details { trailers.add("grpc-status-details-bin", Base64.encode(details)) }
-        if let ctx = stream.context { trailers.add(metadata: ctx.trailers) }
+        trailers.add(metadata: contextTrailers)
         trailers.add(metadata: status.trailers)
         if stream.headersSent {
             stream.trailers = trailers
@@ -964,6 +974,11 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             _ = trailers.withNV { nva, n in nghttp2_submit_response(session, stream.id, nva, n, nil) }
             recycle(trailers)
         }
+        ended(stream, status)
+    }
+
+    /// What follows a call's status, however it was sent.
+    private func ended(_ stream: ServerStream, _ status: RPCError) {
         if !stream.inputClosed {
             // The client may still be sending; it can stop now (gRPC servers send RST NO_ERROR).
             stream.requestStream?.finish()
@@ -1111,13 +1126,29 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
 
     private func responseHeaderBlock(_ stream: ServerStream) -> HeaderBlock {
         var block = takeBlock()
-        block.add(":status", "200")
-        block.add("content-type", "application/grpc")
-        if stream.clientAcceptsGzip { block.add("grpc-encoding", "gzip") }
-        block.add("grpc-accept-encoding", "gzip,identity")
+        block.append(stream.clientAcceptsGzip ? Self.gzipResponseHead : Self.responseHead)
         if let ctx = stream.context { block.add(metadata: ctx.initialMetadata) }
         return block
     }
+
+    /// The response headers every gRPC call starts with, built once (its metadata follows).
+    static let responseHead = head(gzip: false)
+    static let gzipResponseHead = head(gzip: true)
+    private static func head(gzip: Bool) -> HeaderBlock {
+        var block = HeaderBlock()
+        block.add(":status", "200")
+        block.add("content-type", "application/grpc")
+        if gzip { block.add("grpc-encoding", "gzip") }
+        block.add("grpc-accept-encoding", "gzip,identity")
+        return block
+    }
+    /// The trailers of a call that ended OK with no trailing metadata (shared: never recycled).
+    static let okTrailers: HeaderBlock = {
+        var block = HeaderBlock()
+        block.add("grpc-status", "0")
+        block.isShared = true
+        return block
+    }()
 
     func sendHeadersIfNeeded(_ stream: ServerStream) {
         guard !stream.headersSent, let session else { return }
