@@ -635,22 +635,25 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     }
 }
 
+/// Calls `body` with the connection nghttp2 calls back for, without a retain and release per
+/// callback (several per call): nghttp2 calls back only from inside the connection's own calls
+/// (mem_recv, mem_send, submit), while the connection is alive.
 @inline(__always)
-private func clientHandler(_ p: UnsafeMutableRawPointer?) -> ClientConnectionHandler {
-    Unmanaged<ClientConnectionHandler>.fromOpaque(p!).takeUnretainedValue()
+private func clientHandler<R>(_ p: UnsafeMutableRawPointer?, _ body: (ClientConnectionHandler) -> R) -> R {
+    Unmanaged<ClientConnectionHandler>.fromOpaque(p!)._withUnsafeGuaranteedRef(body)
 }
 private let clientOnHeader: nghttp2_on_header_callback = { _, frame, name, nameLen, value, valueLen, _, user in
-    clientHandler(user).onHeader(frame!, name!, nameLen, value!, valueLen)
+    clientHandler(user) { $0.onHeader(frame!, name!, nameLen, value!, valueLen) }
 }
 private let clientOnFrameRecv: nghttp2_on_frame_recv_callback = { _, frame, user in
-    clientHandler(user).onFrameRecv(frame!)
+    clientHandler(user) { $0.onFrameRecv(frame!) }
 }
 private let clientOnDataChunk: nghttp2_on_data_chunk_recv_callback = { _, _, id, data, len, user in
-    clientHandler(user).onDataChunk(id, data!, len)
+    clientHandler(user) { $0.onDataChunk(id, data!, len) }
 }
 private let clientOnStreamClose: nghttp2_on_stream_close_callback = { _, id, code, user in
-    clientHandler(user).onStreamClose(id, code)
+    clientHandler(user) { $0.onStreamClose(id, code) }
 }
 private let clientReadData: nghttp2_data_source_read_callback = { _, id, buf, length, flags, _, user in
-    clientHandler(user).readData(id, buf!, length, flags!)
+    clientHandler(user) { $0.readData(id, buf!, length, flags!) }
 }

@@ -991,7 +991,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
 
     /// Reports an observed call's end once (a call is observed from its accepted headers on).
     private func observeEnd(_ stream: ServerStream, _ code: StatusCode) {
-        guard let observer, let started = stream.startedAt else { return }
+        guard let started = stream.startedAt, let observer else { return }
         stream.startedAt = nil
         observer.callEnded(
             ServerCallRecord(
@@ -1287,26 +1287,29 @@ struct HTTP2BodyWriter: HTTPBodyWriter {
 
 // MARK: C callbacks → the handler (user_data is the unretained handler)
 
+/// Calls `body` with the connection nghttp2 calls back for, without a retain and release per
+/// callback (several per call): nghttp2 calls back only from inside the connection's own calls
+/// (mem_recv, mem_send, submit), while the connection is alive.
 @inline(__always)
-private func handler(_ p: UnsafeMutableRawPointer?) -> ServerConnectionHandler {
-    Unmanaged<ServerConnectionHandler>.fromOpaque(p!).takeUnretainedValue()
+private func handler<R>(_ p: UnsafeMutableRawPointer?, _ body: (ServerConnectionHandler) -> R) -> R {
+    Unmanaged<ServerConnectionHandler>.fromOpaque(p!)._withUnsafeGuaranteedRef(body)
 }
 
 private let serverOnBeginHeaders: nghttp2_on_begin_headers_callback = { _, frame, user in
-    handler(user).onBeginHeaders(frame!)
+    handler(user) { $0.onBeginHeaders(frame!) }
 }
 private let serverOnHeader: nghttp2_on_header_callback = { _, frame, name, nameLen, value, valueLen, _, user in
-    handler(user).onHeader(frame!, name!, nameLen, value!, valueLen)
+    handler(user) { $0.onHeader(frame!, name!, nameLen, value!, valueLen) }
 }
 private let serverOnFrameRecv: nghttp2_on_frame_recv_callback = { _, frame, user in
-    handler(user).onFrameRecv(frame!)
+    handler(user) { $0.onFrameRecv(frame!) }
 }
 private let serverOnDataChunk: nghttp2_on_data_chunk_recv_callback = { _, _, streamID, data, len, user in
-    handler(user).onDataChunk(streamID, data!, len)
+    handler(user) { $0.onDataChunk(streamID, data!, len) }
 }
 private let serverOnStreamClose: nghttp2_on_stream_close_callback = { _, streamID, code, user in
-    handler(user).onStreamClose(streamID, code)
+    handler(user) { $0.onStreamClose(streamID, code) }
 }
 private let serverReadData: nghttp2_data_source_read_callback = { _, streamID, buf, length, flags, _, user in
-    handler(user).readData(streamID, buf!, length, flags!)
+    handler(user) { $0.readData(streamID, buf!, length, flags!) }
 }
