@@ -54,6 +54,9 @@ final class MatchQueue: Sendable {
         /// The match was not written after all.
         func unclaim() { state.withLock { $0.claimed = false } }
 
+        /// Its match is being written (claimed and not given back).
+        var isClaimed: Bool { state.withLock { $0.claimed && !$0.finished } }
+
         /// Ends the stream with CANCELLED unless its match is being written. True when it did.
         func cancelUnlessClaimed() -> Bool {
             let (cancelled, w): (Bool, CheckedContinuation<Update?, Never>?) = state.withLock { s in
@@ -147,39 +150,56 @@ final class MatchQueue: Sendable {
 
     func ticket(of userID: String) -> Ticket? { state.withLock { $0.byUser[userID] } }
 
+    /// What `join` did.
+    enum JoinOutcome {
+        /// The ticket `stream` now carries.
+        case joined(Ticket)
+        /// The queue is closed (the process is stopping).
+        case closed
+        /// The user's ticket was paired and its match is being written this moment: no new
+        /// ticket (the user is about to be in a match); asking again shortly tells which.
+        case beingMatched
+
+        var ticket: Ticket? { if case .joined(let t) = self { t } else { nil } }
+    }
+
     /// Joins (or reattaches to the user's SEARCHING ticket, keeping its waiting time: the older
-    /// stream is told CANCELLED and ends). Returns the ticket now carried by `stream`.
-    func join(userID: String, rating: Double, ticketID: String, now: Int64, stream: Stream) -> Ticket? {
-        let (ticket, superseded): (Ticket?, Stream?) = state.withLock { s in
-            if s.closed { return (nil, nil) }
+    /// stream is told CANCELLED and ends).
+    func join(userID: String, rating: Double, ticketID: String, now: Int64, stream: Stream) -> JoinOutcome {
+        let (outcome, superseded): (JoinOutcome, Stream?) = state.withLock { s in
+            if s.closed { return (.closed, nil) }
             if var existing = s.byUser[userID] {
                 let old = existing.stream
                 existing.stream = stream
                 existing.lastStatusAt = now
                 s.byUser[userID] = existing
-                return (existing, old)
+                return (.joined(existing), old)
             }
             // Being paired, its match not written yet: the older stream ends (CANCELLED), so the
-            // pairing gives up on it, and the ticket waits on with this stream.
-            if var existing = s.pairing[userID], existing.stream.cancelUnlessClaimed() {
-                s.pairing[userID] = nil
-                existing.stream = stream
-                existing.lastStatusAt = now
-                s.byUser[userID] = existing
-                return (existing, nil)
+            // pairing gives up on it, and the ticket waits on with this stream. Its match being
+            // written already (claimed): no second ticket, which a later pass could pair again.
+            if var existing = s.pairing[userID] {
+                if existing.stream.cancelUnlessClaimed() {
+                    s.pairing[userID] = nil
+                    existing.stream = stream
+                    existing.lastStatusAt = now
+                    s.byUser[userID] = existing
+                    return (.joined(existing), nil)
+                }
+                if existing.stream.isClaimed { return (.beingMatched, nil) }
             }
             let t = Ticket(
                 number: s.nextNumber, ticketID: ticketID, userID: userID, rating: rating, joinedAt: now, stream: stream,
                 lastStatusAt: now, lastHalfWidth: QueuePairing.halfWidth(waitedMilliseconds: 0))
             s.nextNumber += 1
             s.byUser[userID] = t
-            return (t, nil)
+            return (.joined(t), nil)
         }
         if let superseded {
             superseded.deliver(.cancelled)
             superseded.finish()
         }
-        return ticket
+        return outcome
     }
 
     /// The stream carrying `userID`'s ticket ended: the ticket leaves the queue at once (unless

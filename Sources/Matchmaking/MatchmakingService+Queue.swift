@@ -29,8 +29,16 @@ extension MatchmakingService {
         _ = await core.directory.bestEffort(id: caller.userID)
         let stream = MatchQueue.Stream()
         let queue = core.queue
-        guard let ticket = queue.join(userID: caller.userID, rating: rating, ticketID: ULID.make(), now: core.now(), stream: stream) else {
-            throw RPCError(.unavailable, "the server is shutting down: join again in a moment")
+        let ticket: MatchQueue.Ticket
+        switch queue.join(userID: caller.userID, rating: rating, ticketID: ULID.make(), now: core.now(), stream: stream) {
+        case .joined(let t): ticket = t
+        case .closed: throw RPCError(.unavailable, "the server is shutting down: join again in a moment")
+        case .beingMatched:
+            // A reconnect while the earlier ticket's match is being written: no second ticket.
+            throw RPCError(
+                .aborted,
+                "your earlier ticket was paired and its match is being made right now: join again in a moment (ListMyMatches shows the match once it is made)"
+            )
         }
         defer {
             stream.finish()

@@ -624,7 +624,7 @@ struct GameTests {
             _ = queue.join(userID: c.id, rating: 1500, ticketID: "t-c2", now: env.clock.nowMilliseconds(), stream: sc2)
             #expect(await eventually { queue.ticket(of: b.id) == nil && queue.ticket(of: c.id) == nil })
             let again = queue.join(userID: c.id, rating: 1500, ticketID: "t-c3", now: env.clock.nowMilliseconds(), stream: sc3)
-            #expect(again?.ticketID == "t-c2")
+            #expect(again.ticket?.ticketID == "t-c2")
             gate.signal()
             let superseded = await sc2.next()
             #expect({ if case .cancelled? = superseded { true } else { false } }())
