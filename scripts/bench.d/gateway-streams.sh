@@ -106,9 +106,13 @@ PYEOF
   for label in "${RS_LABELS[@]}"; do
     EXTRA_LINES+=("$(printf '%-26s %10s %8s %8s %14s %12s %14s %12s' "$label" "${RS_KIB[$label]}" "${RS_FDS[$label]}" \
       "${RS_THREADS[$label]}" "${RS_CPU[$label]}" \
-      "$(awk -v a="${RS_CPU[$label]}" -v b="${RS_CPU[nghttpx]:-}" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')" \
+      "$(awk -v a="${RS_CPU[$label]}" -v b="${RS_CPU[nghttpx]:-}" -v direct="${label%% *}" \
+         'BEGIN { if (b > 0 && direct != "social-service") printf "%.2f", a / b; else print "-" }')" \
       "${RS_SVC[$label]}" "${RS_RATE[$label]}")")
   done
   EXTRA_LINES+=("  (100 streams per connection; $RELAY_ROUNDS notifications to every stream for the CPU figures; social's row: the service itself, no proxy)")
+  if [ -n "${RS_CPU[gateway]:-}" ] && [ -n "${RS_CPU[nghttpx]:-}" ]; then
+    echo "bench: relayed server streams: gateway ${RS_KIB[gateway]} KiB per idle stream (nghttpx ${RS_KIB[nghttpx]}), ${RS_CPU[gateway]} µs per relayed message (nghttpx ${RS_CPU[nghttpx]})" >&2
+  fi
   kill -0 "$RS_SOC_PID" || { echo "bench: social-service died" >&2; tail -n 20 "$WORK/relay-social.log" >&2; exit 1; }
 fi

@@ -85,6 +85,7 @@ class Conn:
         self.want = {}      # stream id -> bytes missing of the current message
         self.prefix = {}    # stream id -> bytes of a length prefix split across frames
         self.got = {}       # stream id -> messages received
+        self.bytes = 0      # DATA payload bytes
         enc = hpack.Encoder()
         out = [b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
                frame(4, 0, 0, struct.pack(">HI", 2, 0) + struct.pack(">HI", 4, MAX_WINDOW)),  # no push; window
@@ -106,6 +107,7 @@ class Conn:
         want = self.want.get(sid)
         if want is None:
             return 0
+        self.bytes += len(payload)
         pre = self.prefix.pop(sid, b"")
         pos, end, messages = 0, len(payload), 0
         while pos < end:
@@ -213,6 +215,7 @@ def send():
         errors.append(e)
 
 
+bytes0 = sum(c.bytes for c in conns)
 ticks0 = [ticks(p) for p in pids]
 service0 = ticks(service_pid)
 t0 = time.monotonic()
@@ -220,7 +223,8 @@ sender = threading.Thread(target=send)
 sender.start()
 messages = n * rounds
 try:
-    read_until(conns, messages, 120)
+    if messages:
+        read_until(conns, messages, 120)
 finally:
     sender.join()
 seconds = time.monotonic() - t0
@@ -238,6 +242,9 @@ print(f"threads={held_threads}")
 print(f"open_seconds={open_s:.1f}")
 print(f"messages={messages}")
 print(f"seconds={seconds:.2f}")
-print(f"cpu_us_per_message={cpu * TICK_US / messages:.2f}")
-print(f"service_cpu_us_per_message={service_cpu * TICK_US / messages:.2f}")
+if messages:
+    print(f"bytes_per_message={(sum(c.bytes for c in conns) - bytes0) / messages:.1f}")
+if messages:
+    print(f"cpu_us_per_message={cpu * TICK_US / messages:.2f}")
+    print(f"service_cpu_us_per_message={service_cpu * TICK_US / messages:.2f}")
 time.sleep(1)  # the closed streams leave before the next target starts
