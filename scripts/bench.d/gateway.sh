@@ -10,19 +10,6 @@ if [ $BUILD = 1 ]; then
 fi
 GW_BIN=${GATEWAY_BINARY:-$ROOT/.build/release/gateway}
 
-# nghttpx_binary: prints nghttpx's path: from PATH, or Debian's nghttp2-proxy unpacked (not
-# installed: the package would also enable a system service) into .build/bench-tools; its
-# libraries come with scripts/setup. Prints nothing when there is no nghttpx that runs.
-nghttpx_binary() {
-  if command -v nghttpx; then return 0; fi
-  local dir=$ROOT/.build/bench-tools
-  if [ ! -x "$dir/usr/sbin/nghttpx" ]; then
-    mkdir -p "$dir/deb"
-    { (cd "$dir/deb" && apt-get download nghttp2-proxy) && dpkg-deb -x "$dir"/deb/nghttp2-proxy_*.deb "$dir"; } >&2 || true
-  fi
-  if "$dir/usr/sbin/nghttpx" --version >/dev/null 2>&1; then echo "$dir/usr/sbin/nghttpx"; fi
-}
-
 if [ ! -x "$GW_BIN" ] || [ -z "${ACC_PORT:-}" ]; then
   echo "bench: gateway rows skipped ($GW_BIN missing, or no accounts-service from accounts.sh)" >&2
 else
