@@ -75,7 +75,7 @@ public final class Gateway: Sendable {
             channel.keepaliveTimeout = configuration.upstreamKeepaliveTimeout
             pools[u.name] = UpstreamPool(
                 name: u.name, configuration: channel, loops: serverLoops, fallbackLoop: ownGroup.next(),
-                streamsPerConnection: configuration.streamsPerUpstreamConnection)
+                streamsPerConnection: configuration.streamsPerUpstreamConnection, maxConnectionsPerLoop: configuration.upstreamMaxConnections)
         }
         self.pools = pools
 

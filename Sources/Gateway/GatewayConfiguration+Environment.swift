@@ -57,6 +57,7 @@ extension GatewayConfiguration {
         if let n = try env.double("gateway.address.burst") { c.addressBurst = max(1, n) }
         if let n = try env.int("gateway.health.interval.ms", range: unbounded) { c.healthInterval = .milliseconds(max(100, n)) }
         if let n = try env.int("gateway.upstream.connect.timeout.ms", range: unbounded) { c.upstreamConnectTimeout = .milliseconds(max(10, n)) }
+        if let n = try env.int("gateway.upstream.max.connections", range: 1...10_000) { c.upstreamMaxConnections = n }
         if let n = try env.int("gateway.threads", range: unbounded) { c.threads = max(1, n) }
         if let n = try env.int("gateway.status.scrape.ms", range: unbounded) { c.statusScrapeInterval = n == 0 ? nil : .milliseconds(max(100, n)) }
         c.metrics = settings.metrics

@@ -85,6 +85,10 @@ public struct GatewayConfiguration: Sendable {
     public var upstreamMaxBackoff: Duration = .seconds(1)
     /// Streams per upstream connection before another connection is opened.
     public var streamsPerUpstreamConnection = 90
+    /// Connections per event loop and upstream (`GATEWAY_UPSTREAM_MAX_CONNECTIONS`): with 90
+    /// streams each, 11,520 calls and subscriptions per loop and upstream. Past that a new call
+    /// is refused at once with UNAVAILABLE rather than left waiting for a free stream.
+    public var upstreamMaxConnections = 128
     /// Event loop threads (default: one per core).
     public var threads: Int? = nil
     /// How often the status page's board scrapes every process's `GET /metrics`

@@ -293,6 +293,54 @@ import Testing
         #expect(try await eventually { h.gateway.activeUpstreamCalls("social") == 0 })
     }
 
+    /// Past the streams every upstream connection of a loop may carry, a new call is refused at
+    /// once with UNAVAILABLE naming the limit (it used to wait, silently, for a free stream: for
+    /// a subscription, until another one ended); once a stream ends, calls get through again.
+    @Test func callsPastTheUpstreamConnectionLimitAreRefusedAtOnce() async throws {
+        let h = try await Harness {
+            $0.threads = 1
+            $0.streamsPerUpstreamConnection = 2
+            $0.upstreamMaxConnections = 1
+        }
+        defer { Task { await h.stop() } }
+        let social = Social_V1_SocialClient(h.client)
+        let options = CallOptions(metadata: h.bearer(h.keys.token()))
+        // Two endless subscriptions, each open once its first message came.
+        var held: [Task<Void, any Error>] = []
+        for _ in 0..<2 {
+            let (opened, open) = AsyncStream.makeStream(of: Void.self)
+            held.append(
+                Task {
+                    try await social.subscribeNotifications(Social_V1_SubscribeNotificationsRequest(), options: options) { s in
+                        for try await _ in s.messages { open.yield() }
+                    }
+                })
+            var it = opened.makeAsyncIterator()
+            _ = await it.next()
+        }
+        let start = ContinuousClock.now
+        do {
+            try await social.subscribeNotifications(Social_V1_SubscribeNotificationsRequest(), options: options) { s in
+                for try await _ in s.messages {}
+            }
+            Issue.record("a third stream got through")
+        } catch let e as RPCError {
+            #expect(e.code == .unavailable && e.message.contains("as many calls to social as it may"), "\(e)")
+        }
+        #expect(ContinuousClock.now - start < .seconds(2))
+        held[0].cancel()
+        #expect(try await eventually { h.gateway.activeUpstreamCalls("social") == 1 })
+        var req = Social_V1_SubscribeNotificationsRequest()
+        req.afterNotificationId = "1"  // the fake sends one, then ends
+        let (events, _, _) = try await social.subscribeNotifications(req, options: options) { s in
+            var got = 0
+            for try await _ in s.messages { got += 1 }
+            return (got, 0, 0)
+        }
+        #expect(events == 2)
+        held[1].cancel()
+    }
+
     @Test func finishedUnaryCallsAreFreed() async throws {
         // The client's stream holds the relayed call (to cancel it) and the call holds the stream
         // (to answer it) until the answer: a cycle that must break, or every call leaks.

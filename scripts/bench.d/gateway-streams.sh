@@ -11,9 +11,9 @@
 #    against nghttpx's (and social's own per message delivered).
 # The client is raw HTTP/2 in Python (scripts/bench.d/relay_streams.py) with windows of 2^31-1,
 # so it never sends WINDOW_UPDATE and costs little per message. social-service runs with
-# SOCIAL_SUBSCRIPTIONS_PER_USER=1000 and SOCIAL_MAX_CONCURRENT_STREAMS=1000: the gateway's
-# upstream pool opens at most 16 connections per event loop and otherwise needs more than 100
-# streams on one (docs/gateway.md, "Streams"). Needs accounts.sh's accounts-service (ACC_PORT).
+# SOCIAL_SUBSCRIPTIONS_PER_USER=1000 and SOCIAL_MAX_CONCURRENT_STREAMS=1000 (kept from when the
+# gateway's upstream pool opened at most 16 connections per event loop; it now opens up to 128,
+# docs/gateway.md, "Upstream connections"). Needs accounts.sh's accounts-service (ACC_PORT).
 if [ $BUILD = 1 ]; then
   echo "bench: swift build -c release --product gateway --product social-service" >&2
   swift build -c release --product gateway >&2

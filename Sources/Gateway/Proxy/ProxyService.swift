@@ -73,7 +73,7 @@ struct Proxy: Sendable {
         _ body: (any RawClientCall) async throws -> Void
     ) async throws {
         let options = try options(context, kind: method.kind)
-        let lease = pool.acquire()
+        let lease = try pool.acquire()
         defer { pool.release(lease) }
         let call = try await lease.channel.startCall(method, options: options)
         try await withTaskCancellationHandler {
@@ -108,7 +108,11 @@ struct Proxy: Sendable {
             responder.respond(.failure(error))
             return nil
         }
-        let lease = pool.acquire()
+        let lease: PooledChannel
+        do { lease = try pool.acquire() } catch {
+            responder.respond(.failure(error))
+            return nil
+        }
         let call = RelayedUnaryCall(request, method, context, responder, pool, lease)
         lease.channel.start(call, method, options: options)
         return call

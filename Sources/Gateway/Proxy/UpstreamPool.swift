@@ -68,17 +68,19 @@ public final class UpstreamPool: ClientTransport, Sendable {
     }
 
     /// A connection for a new call, its active count already raised (lower it with `release`).
-    func acquire() -> PooledChannel {
+    /// Throws UNAVAILABLE when every connection this loop may open carries its full share of
+    /// streams: a further stream would wait, silently, inside the connection until another
+    /// ended (for a subscription, indefinitely).
+    func acquire() throws(RPCError) -> PooledChannel {
         let slot = slot()
-        return slot.channels.withLock { list in
+        let chosen: PooledChannel? = slot.channels.withLock { list in
             var best: PooledChannel? = nil
-            var bestLoad = Int.max
-            for c in list {
-                let load = c.active.load(ordering: .relaxed)
-                if load < streamsPerConnection { best = c; bestLoad = load; break }
-                if load < bestLoad { best = c; bestLoad = load }
+            for c in list where c.active.load(ordering: .relaxed) < streamsPerConnection {
+                best = c
+                break
             }
-            if best == nil || (bestLoad >= streamsPerConnection && list.count < maxConnectionsPerLoop) {
+            if best == nil {
+                guard list.count < maxConnectionsPerLoop else { return nil }
                 let fresh = PooledChannel(
                     RPCChannel(configuration: configuration, group: slot.loop), ownLoop: slot.loop === fallbackLoop)
                 list.append(fresh)
@@ -87,13 +89,20 @@ public final class UpstreamPool: ClientTransport, Sendable {
             best!.active.add(1, ordering: .relaxed)
             return best!
         }
+        guard let chosen else {
+            throw RPCError(
+                .unavailable,
+                "the gateway holds as many calls to \(name) as it may (\(maxConnectionsPerLoop) connections × \(streamsPerConnection) streams per event loop): retry shortly"
+            )
+        }
+        return chosen
     }
 
     func release(_ c: PooledChannel) { c.active.subtract(1, ordering: .relaxed) }
 
     /// ClientTransport for calls the gateway makes itself (health checks, token keys).
     public func startCall(_ method: MethodDescriptor, options: CallOptions) async throws -> any RawClientCall {
-        let c = acquire()
+        let c = try acquire()
         defer { release(c) }
         return try await c.channel.startCall(method, options: options)
     }
