@@ -97,7 +97,8 @@ public struct GatewayConfiguration: Sendable {
     public var statusScrapeInterval: Duration? = .seconds(10)
     /// Calls counted and timed, `GET /metrics` served (`METRICS`, default on).
     public var metrics = true
-    /// One access-log line per call (`ACCESS_LOG`, default on; lines are at info level).
+    /// One access-log line per call, at info level. Off when built in code; `from(environment:)`
+    /// sets it from `ACCESS_LOG`, on unless `off`.
     public var accessLog = false
     /// `GATEWAY_METRICS_TOKEN`: the bearer token `/metrics` asks for; nil: loopback clients only.
     public var metricsToken: String?

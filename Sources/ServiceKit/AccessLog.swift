@@ -1,3 +1,4 @@
+import GRPCContracts
 import Logging
 import RPCCore
 
@@ -23,7 +24,7 @@ public struct AccessLog: Sendable {
     /// The label of the access log's logger.
     public static let label = "access"
     /// Calls to it are logged only when they fail (`AccessLogObserver`).
-    public static let healthService = "grpc.health.v1.Health"
+    public static let healthService = Grpc_Health_V1_HealthMethods.serviceName
     /// The longest method or peer text written; longer (a path a client made up) is cut, ending `…`.
     public static let maxFieldLength = 256
 

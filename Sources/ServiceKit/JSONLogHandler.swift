@@ -109,7 +109,8 @@ public struct JSONLogHandler: LogHandler {
 /// the process's, and a test closes the pipe or file it passed.
 public final class LogOutput: Sendable {
     public let fileDescriptor: Int32
-    private let lock = Mutex(())
+    /// Held while a line is written; true when the last line was cut short (see `write`).
+    private let lock = Mutex(false)
 
     public init(fileDescriptor: Int32) {
         self.fileDescriptor = fileDescriptor
@@ -119,28 +120,39 @@ public final class LogOutput: Sendable {
     public static let standardError = LogOutput(fileDescriptor: STDERR_FILENO)
 
     /// Writes `bytes` whole (a line is lost only when the descriptor refuses it: there is nowhere
-    /// to report that).
+    /// to report that). A line cut short (the descriptor stayed full for a second) is ended with a
+    /// newline before the next one, so that one starts a line of its own.
     public func write(_ bytes: [UInt8]) {
-        lock.withLock { _ in
-            bytes.withUnsafeBytes { raw in
-                guard let base = raw.baseAddress else { return }
-                var offset = 0
-                while offset < raw.count {
-                    let n = systemWrite(fileDescriptor, base + offset, raw.count - offset)
-                    if n > 0 {
-                        offset += n
-                    } else if n < 0 && errno == EINTR {
-                        continue
-                    } else if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
-                        // A non-blocking descriptor that is full: wait a little for room.
-                        var p = pollfd(fd: fileDescriptor, events: Int16(POLLOUT), revents: 0)
-                        if poll(&p, 1, 1000) <= 0 { return }
-                    } else {
-                        return
-                    }
-                }
+        lock.withLock { cut in
+            if cut {
+                // The previous line was cut short: end it before this one.
+                let newline: [UInt8] = [UInt8(ascii: "\n")]
+                guard newline.withUnsafeBytes({ writeAll($0.baseAddress!, 1) }) == 1 else { return }
+                cut = false
+            }
+            let written = bytes.withUnsafeBytes { raw in raw.baseAddress.map { writeAll($0, raw.count) } ?? 0 }
+            cut = written > 0 && written < bytes.count
+        }
+    }
+
+    /// Bytes written before the descriptor refused more (all of them, normally).
+    private func writeAll(_ base: UnsafeRawPointer, _ count: Int) -> Int {
+        var offset = 0
+        while offset < count {
+            let n = systemWrite(fileDescriptor, base + offset, count - offset)
+            if n > 0 {
+                offset += n
+            } else if n < 0 && errno == EINTR {
+                continue
+            } else if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
+                // A non-blocking descriptor that is full: wait a little for room.
+                var p = pollfd(fd: fileDescriptor, events: Int16(POLLOUT), revents: 0)
+                if poll(&p, 1, 1000) <= 0 { return offset }
+            } else {
+                return offset
             }
         }
+        return offset
     }
 }
 

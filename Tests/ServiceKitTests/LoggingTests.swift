@@ -272,4 +272,36 @@ enum TestTrace {
         #expect(lines.count == 800)
         for line in lines { #expect(throws: Never.self) { try jsonObject(String(line)) } }
     }
+
+    /// A line cut short (a non-blocking pipe nobody reads stays full for the write's second) is
+    /// ended before the next line, which then starts a line of its own.
+    @Test func aLineCutShortIsEndedBeforeTheNext() throws {
+        var fds: [Int32] = [0, 0]
+        #expect(pipe(&fds) == 0)
+        let (readEnd, writeEnd) = (fds[0], fds[1])
+        defer { close(readEnd) }
+        _ = fcntl(writeEnd, F_SETFL, fcntl(writeEnd, F_GETFL) | O_NONBLOCK)
+        let output = LogOutput(fileDescriptor: writeEnd)
+        // Larger than the pipe holds: written in part, then given up after a second.
+        output.write(Array(String(repeating: "x", count: 200_000).utf8) + [UInt8(ascii: "\n")])
+        var got: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        _ = fcntl(readEnd, F_SETFL, fcntl(readEnd, F_GETFL) | O_NONBLOCK)
+        while true {
+            let n = read(readEnd, &buffer, buffer.count)
+            if n <= 0 { break }
+            got += buffer[0..<n]
+        }
+        #expect(!got.isEmpty && got.count < 200_001 && !got.contains(UInt8(ascii: "\n")))
+        output.write(Array("{\"msg\":\"next\"}\n".utf8))
+        close(writeEnd)
+        while true {
+            let n = read(readEnd, &buffer, buffer.count)
+            if n <= 0 { break }
+            got += buffer[0..<n]
+        }
+        let lines = String(decoding: got, as: UTF8.self).split(separator: "\n")
+        #expect(lines.count == 2)
+        #expect(lines.last == "{\"msg\":\"next\"}")
+    }
 }

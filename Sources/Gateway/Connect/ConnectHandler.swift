@@ -385,6 +385,6 @@ struct MetricsAccess: Sendable {
             return ConstantTime.equals(String(presented), token)
         }
         let host = ServerContext.host(ofPeer: request.peer)
-        return host == "127.0.0.1" || host == "::1" || host.hasPrefix("127.") || host == "::ffff:127.0.0.1"
+        return host == "::1" || host.hasPrefix("127.") || host.hasPrefix("::ffff:127.")
     }
 }

@@ -1,3 +1,4 @@
+import GRPCContracts
 import Observability
 
 /// One scrape of a process, reduced to what the status page shows: its gRPC calls by status code
@@ -19,7 +20,7 @@ struct ProcessTotals: Sendable, Equatable {
     var outbox: [OutboxRow]?
 
     /// Calls that are the load balancers' and the gateway's own probing, not traffic.
-    static let ignoredServices: Set<String> = ["grpc.health.v1.Health"]
+    static let ignoredServices: Set<String> = [Grpc_Health_V1_HealthMethods.serviceName]
 
     struct OutboxRow: Sendable, Equatable {
         var destination: String
