@@ -124,6 +124,8 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         session = s
         var settings = [
             nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_ENABLE_PUSH.rawValue), value: 0),
+            // RFC 9218: no RFC 7540 priority tree, and no closed streams kept for it.
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES.rawValue), value: 1),
             nghttp2_settings_entry(
                 settings_id: Int32(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE.rawValue), value: HTTP2Setting.window(configuration.initialWindowSize)),
             nghttp2_settings_entry(

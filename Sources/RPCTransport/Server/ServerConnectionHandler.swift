@@ -256,6 +256,8 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         var settings = [
             nghttp2_settings_entry(
                 settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue), value: HTTP2Setting.value(config.maxConcurrentStreams)),
+            // RFC 9218: no RFC 7540 priority tree, and no closed streams kept for it.
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES.rawValue), value: 1),
             nghttp2_settings_entry(
                 settings_id: Int32(NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE.rawValue), value: HTTP2Setting.value(config.maxHeaderListSize)),
             nghttp2_settings_entry(
