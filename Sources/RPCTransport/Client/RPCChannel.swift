@@ -132,8 +132,8 @@ public final class RPCChannel: ClientTransport, Sendable {
         return call
     }
 
-    /// Starts a unary call made by the caller (a `PendingUnaryCall` subclass), as `unary` does.
-    public func start(_ call: PendingUnaryCall, _ method: MethodDescriptor, options: CallOptions = .defaults) {
+    /// Starts a call made by the caller (a `TasklessCall` subclass), as `unary` does.
+    public func start(_ call: TasklessCall, _ method: MethodDescriptor, options: CallOptions = .defaults) {
         if let connection = state.withLock({ $0.connection }) {
             Self.start(call, method, options, on: connection)
         } else {
@@ -149,7 +149,7 @@ public final class RPCChannel: ClientTransport, Sendable {
         }
     }
 
-    private static func start(_ call: PendingUnaryCall, _ method: MethodDescriptor, _ options: CallOptions, on connection: Connection) {
+    private static func start(_ call: TasklessCall, _ method: MethodDescriptor, _ options: CallOptions, on connection: Connection) {
         let handler = connection.handler
         let loop = connection.channel.eventLoop
         // Not `runOnLoop`: its escaping closure would be allocated on the usual, same-loop path.

@@ -17,14 +17,10 @@ public struct UnaryCallResult: Sendable {
     public var trailers: Metadata
 }
 
-/// A unary call in flight without a task: the request goes out with its headers in one flush
-/// and the completion runs once when the call ends: on the connection's event loop when the
-/// call got that far, else on whatever thread cancelled it or failed to connect (a completion
-/// that touches loop-bound state must hop). Made for relays that already run on an event loop
-/// (the gateway); everything else uses `RPCClient`. A relay subclasses it and overrides
-/// `completed`, so that one object per call holds the relay's state too.
-open class PendingUnaryCall: ClientCallObserver, Cancellable, @unchecked Sendable {
-    let request: [UInt8]
+/// A unary call in flight without a task (see `TasklessCall`): the completion runs once when the
+/// call ends. A relay subclasses it and overrides `completed`, so that one object per call holds
+/// the relay's state too.
+open class PendingUnaryCall: TasklessCall, @unchecked Sendable {
     /// Dropped once called: whatever it captured (often something that holds this call, to
     /// cancel it) is released with it.
     private var completion: (@Sendable (UnaryCallResult) -> Void)?
@@ -34,24 +30,17 @@ open class PendingUnaryCall: ClientCallObserver, Cancellable, @unchecked Sendabl
     private var response: [UInt8]?
     private var count = 0
 
-    private struct Shared {
-        var finished = false
-        var cancelled = false
-        var target: CallLink.Target?
-    }
-    private let shared = Mutex(Shared())
-
     init(request: [UInt8], completion: @escaping @Sendable (UnaryCallResult) -> Void) {
-        self.request = request
         self.completion = completion
+        super.init(request: request)
         #if DEBUG
         Self.live.add(1, ordering: .relaxed)
         #endif
     }
 
     /// For subclasses, which override `completed`; start it with `RPCChannel.start(_:_:options:)`.
-    public init(request: [UInt8]) {
-        self.request = request
+    public override init(request: [UInt8]) {
+        super.init(request: request)
         #if DEBUG
         Self.live.add(1, ordering: .relaxed)
         #endif
@@ -64,52 +53,15 @@ open class PendingUnaryCall: ClientCallObserver, Cancellable, @unchecked Sendabl
     deinit { Self.live.subtract(1, ordering: .relaxed) }
     #endif
 
-    /// Cancels the call (RST_STREAM CANCEL); the completion reports CANCELLED unless the call
-    /// already ended. Safe from any thread.
-    public func cancel() {
-        let (target, runNow): (CallLink.Target?, Bool) = shared.withLock { s in
-            if s.finished || s.cancelled { return (nil, false) }
-            s.cancelled = true
-            return (s.target, s.target == nil)
-        }
-        if let t = target {
-            t.loop.runOnLoop { t.handler.value.cancel(t.streamID, status: RPCStatus(.cancelled, "cancelled by the client")) }
-        } else if runNow {
-            // Not on a connection yet: the start will find the flag; report now.
-            fail(RPCStatus(.cancelled, "cancelled by the client"))
-        }
-    }
+    public override func headersArrived(_ metadata: Metadata) { headers = metadata }
 
-    // MARK: ClientCallObserver (on the connection's loop, or before it has one)
-
-    var isFinished: Bool { shared.withLock { $0.finished } }
-
-    func attach(handler: NIOLoopBound<ClientConnectionHandler>, loop: any EventLoop, streamID: Int32) -> Bool {
-        shared.withLock { s in
-            if s.cancelled { return false }
-            s.target = .init(handler: handler, loop: loop, streamID: streamID)
-            return true
-        }
-    }
-
-    func headersArrived(_ metadata: Metadata) { headers = metadata }
-
-    func received(_ message: RawMessageStream.InboundMessage) -> Bool {
+    public override func received(_ message: RawMessageStream.InboundMessage) -> Bool {
         if response == nil { response = message.bytes }
         count += 1
         return true
     }
 
-    func fail(_ status: RPCStatus) { finish(status: status, trailers: Metadata(), headers: nil) }
-
-    func finish(status: RPCStatus, trailers: Metadata, headers trailersOnlyHeaders: Metadata?) {
-        let first = shared.withLock { s -> Bool in
-            if s.finished { return false }
-            s.finished = true
-            s.target = nil
-            return true
-        }
-        guard first else { return }
+    public override func ended(status: RPCStatus, trailers: Metadata, headers trailersOnlyHeaders: Metadata?) {
         completed(
             UnaryCallResult(
                 status: status, initialMetadata: headers ?? trailersOnlyHeaders ?? Metadata(),
