@@ -20,10 +20,17 @@ public enum RawHandler: Sendable {
     case unaryForwarding(
         @Sendable (_ request: [UInt8], _ context: ServerContext, _ responder: any UnaryResponder) -> (any Cancellable)?)
 
+    /// A server-streaming handler that passes responses on as they come instead of running in a
+    /// task (the gateway's relay): called on the connection's event loop as `unaryForwarding` is,
+    /// it must not block; it sends through `responses` (headers, each message, the end, exactly
+    /// once) and returns what stops its work when the call ends early.
+    case serverStreamingForwarding(
+        @Sendable (_ request: [UInt8], _ context: ServerContext, _ responses: any ResponseForwarder) -> (any Cancellable)?)
+
     public var kind: CallKind {
         switch self {
         case .unary, .unaryForwarding: .unary
-        case .serverStreaming: .serverStreaming
+        case .serverStreaming, .serverStreamingForwarding: .serverStreaming
         case .clientStreaming: .clientStreaming
         case .bidirectionalStreaming: .bidirectionalStreaming
         }
@@ -43,6 +50,30 @@ public enum RawHandler: Sendable {
                         let work = body(request, context, ClosureResponder { continuation.resume(with: $0) })
                         if let work { cancellation.onCancel(cancelling: work) }
                     }
+                } onCancel: {
+                    cancellation.cancel()
+                }
+            }
+        default:
+            return nil
+        }
+    }
+
+    /// A server-streaming handler as an async function, whichever form it has (nil for other
+    /// kinds): what callers outside the HTTP/2 transport use (the gateway's browser protocols).
+    public var asyncServerStreaming:
+        (@Sendable (_ request: [UInt8], _ responses: any ServerResponseSink, _ context: ServerContext) async throws -> Void)?
+    {
+        switch self {
+        case .serverStreaming(let body):
+            return body
+        case .serverStreamingForwarding(let body):
+            return { request, sink, context in
+                let bridge = ForwardedResponses()
+                let cancellation = CallCancellation()
+                try await withTaskCancellationHandler {
+                    if let work = body(request, context, bridge) { cancellation.onCancel(cancelling: work) }
+                    try await bridge.pump(into: sink)
                 } onCancel: {
                     cancellation.cancel()
                 }
@@ -203,6 +234,111 @@ public final class ClosureResponder: UnaryResponder {
     let body: @Sendable (Result<[UInt8], any Error>) -> Void
     public init(_ body: @escaping @Sendable (Result<[UInt8], any Error>) -> Void) { self.body = body }
     public func respond(_ result: Result<[UInt8], any Error>) { body(result) }
+}
+
+/// Where a `serverStreamingForwarding` handler's responses go. Meant to be called on the call's
+/// event loop, where `forward` can say at once whether the client keeps up; from elsewhere each
+/// call hops there (and `forward` reports room).
+public protocol ResponseForwarder: AnyObject, Sendable {
+    /// Sends the response headers (`ServerContext.initialMetadata`) if not sent yet.
+    func sendHeaders()
+    /// Queues one response message; false when the queued responses are past the limit: hold
+    /// the source back until `whenWritable` calls back.
+    func forward(_ message: [UInt8]) -> Bool
+    /// Runs `body` once the queued responses are back under the limit (at once if they are);
+    /// never if the call ends first.
+    func whenWritable(_ body: @escaping @Sendable () -> Void)
+    /// Ends the call: OK with `ServerContext.trailers`, or the error. Exactly once.
+    func end(_ result: Result<Void, any Error>)
+}
+
+/// A `ResponseForwarder` drained into an async `ServerResponseSink` (see
+/// `RawHandler.asyncServerStreaming`): responses wait here, at most `limit` messages before the
+/// source is held back.
+final class ForwardedResponses: ResponseForwarder, @unchecked Sendable {
+    enum Event {
+        case headers
+        case message([UInt8])
+        case end(Result<Void, any Error>)
+    }
+    private struct State {
+        var events: [Event] = []
+        var queuedMessages = 0
+        var waiter: CheckedContinuation<Event, Never>?
+        var writable: (@Sendable () -> Void)?
+    }
+    private let state = Mutex(State())
+    let limit = 16
+
+    func sendHeaders() { push(.headers) }
+
+    func forward(_ message: [UInt8]) -> Bool {
+        push(.message(message))
+        return state.withLock { $0.queuedMessages < limit }
+    }
+
+    func whenWritable(_ body: @escaping @Sendable () -> Void) {
+        let now = state.withLock { s -> Bool in
+            if s.queuedMessages < limit { return true }
+            s.writable = body
+            return false
+        }
+        if now { body() }
+    }
+
+    func end(_ result: Result<Void, any Error>) { push(.end(result)) }
+
+    private func push(_ event: Event) {
+        let waiter = state.withLock { s -> CheckedContinuation<Event, Never>? in
+            if case .message = event { s.queuedMessages += 1 }
+            if let w = s.waiter {
+                s.waiter = nil
+                return w
+            }
+            s.events.append(event)
+            return nil
+        }
+        if let waiter { taken(event, resuming: waiter) }
+    }
+
+    /// An event leaves: a message makes room.
+    private func taken(_ event: Event, resuming waiter: CheckedContinuation<Event, Never>? = nil) {
+        var writable: (@Sendable () -> Void)? = nil
+        if case .message = event {
+            writable = state.withLock { s in
+                s.queuedMessages -= 1
+                guard s.queuedMessages < limit else { return nil }
+                defer { s.writable = nil }
+                return s.writable
+            }
+        }
+        waiter?.resume(returning: event)
+        writable?()
+    }
+
+    private func next() async -> Event {
+        await withCheckedContinuation { c in
+            let event = state.withLock { s -> Event? in
+                if s.events.isEmpty {
+                    s.waiter = c
+                    return nil
+                }
+                return s.events.removeFirst()
+            }
+            if let event { taken(event, resuming: c) }
+        }
+    }
+
+    /// Writes the responses into `sink` until the end; throws the call's error.
+    func pump(into sink: any ServerResponseSink) async throws {
+        while true {
+            switch await next() {
+            case .headers: try await sink.sendInitialMetadata()
+            case .message(let m): try await sink.write(m, compress: nil)
+            case .end(let result): return try result.get()
+            }
+        }
+    }
 }
 
 /// Cancels work a `unaryForwarding` handler started: the handler registers what to cancel, the

@@ -428,6 +428,32 @@ import Testing
         #expect(count == 512)
     }
 
+    /// A relayed server stream whose client stops reading holds the upstream back (the relay
+    /// keeps the upstream's bytes in its flow-control window once the client's queue is full)
+    /// instead of buffering the stream in the gateway; reading on, everything arrives in order.
+    @Test func aStalledClientHoldsTheUpstreamBack() async throws {
+        let h = try await Harness()
+        defer { Task { await h.stop() } }
+        let total = 2000  // 125 MiB of 64 KiB messages
+        let before = Fake.expandWritten.load(ordering: .relaxed)
+        let count = try await h.client.serverStreaming(Fake.expand, Bytes("\(total):65536"), as: Bytes.self) { stream in
+            var n = 0
+            for try await m in stream.messages {
+                if n == 0 {
+                    // Stalled: the upstream may fill the windows and buffers on the way, no more
+                    // (35 messages here; 538 when unfinished messages' bytes were always given back).
+                    try await Task.sleep(for: .milliseconds(800))
+                    let written = Fake.expandWritten.load(ordering: .relaxed) - before
+                    #expect(written < 100, "the upstream wrote \(written) of \(total) messages while the client read one")
+                }
+                #expect(m.data.count == 65536 && m.data.first == UInt8(ascii: "0") + UInt8(n % 10))
+                n += 1
+            }
+            return n
+        }
+        #expect(count == total)
+    }
+
     @Test func messagesOfSeveralMegabytesPassBothWays() async throws {
         let h = try await Harness()
         defer { Task { await h.stop() } }

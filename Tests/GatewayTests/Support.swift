@@ -246,6 +246,8 @@ enum Fake {
     static let chat = MethodDescriptor(service: "test.v1.Echo", method: "Chat", kind: .bidirectionalStreaming, visibility: .publicAnonymous)
     static let collect = MethodDescriptor(service: "test.v1.Echo", method: "Collect", kind: .clientStreaming, visibility: .publicAnonymous)
     static let expand = MethodDescriptor(service: "test.v1.Echo", method: "Expand", kind: .serverStreaming, visibility: .publicAnonymous)
+    /// Messages `Expand` has written so far (its writes return once the transport took them).
+    static let expandWritten = Atomic<Int>(0)
 
     /// Bidi and client-streaming echo (no public contract has those kinds yet).
     struct Echo: RPCService {
@@ -280,6 +282,7 @@ enum Fake {
                         let parts = req.text.split(separator: ":").compactMap { Int($0) }
                         for i in 0..<(parts.first ?? 0) {
                             try await out.write(Bytes(String(repeating: String(i % 10), count: parts.count > 1 ? parts[1] : 1)))
+                            Fake.expandWritten.add(1, ordering: .relaxed)
                         }
                     }),
             ]

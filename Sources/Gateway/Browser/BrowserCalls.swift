@@ -71,8 +71,8 @@ extension ConnectHandler {
             return Self.grpcWebTrailersOnly(Self.rpcError(error), format: format, initial: Metadata())
         }
 
-        switch method.handler {
-        case .serverStreaming(let body):
+        switch method.handler.asyncServerStreaming {
+        case let body?:
             let relay = StreamRelay { message in format.wire(GRPCWeb.frame(message)) }
             relay.start { sink in try await body(input, sink, context) }
             switch await relay.awaitHead() {
@@ -366,7 +366,7 @@ extension ConnectHandler {
             r.headers.append(("allow", "POST"))
             return r
         }
-        guard case .serverStreaming(let body) = method.handler else {
+        guard let body = method.handler.asyncServerStreaming else {
             let what =
                 method.handler.kind == .unary
                 ? "a unary method: call it with application/json or application/proto" : "a client-streaming method: call it with gRPC"

@@ -29,7 +29,9 @@ struct Proxy: Sendable {
                 unary(method, request, context, responder)
             }
         case .serverStreaming:
-            return .serverStreaming { request, sink, context in try await serverStreaming(method, request, sink, context) }
+            return .serverStreamingForwarding { request, context, responses in
+                serverStreaming(method, request, context, responses)
+            }
         case .clientStreaming, .bidirectionalStreaming:
             return .bidirectionalStreaming { requests, sink, context in try await streaming(method, requests, sink, context) }
         }
@@ -131,15 +133,25 @@ struct Proxy: Sendable {
         return .success(response)
     }
 
+    /// Server streams relay without a task too: the upstream stream opens on a connection of
+    /// the calling loop, and each upstream message is queued for the client from the upstream
+    /// connection's read (`RelayedServerStream`). While the client is slow, the upstream's bytes
+    /// are held in its flow-control window, so a fast upstream is held back there.
     func serverStreaming(
-        _ method: MethodDescriptor, _ request: [UInt8], _ sink: any ServerResponseSink,
-        _ context: ServerContext
-    ) async throws {
-        try await withUpstreamCall(method, context) { call in
-            try await call.send(request, compress: false)
-            try await call.closeSend()
-            try await relayResponses(call, sink, context)
+        _ method: MethodDescriptor, _ request: [UInt8], _ context: ServerContext, _ responses: any ResponseForwarder
+    ) -> (any Cancellable)? {
+        let options: CallOptions
+        let lease: PooledChannel
+        do {
+            options = try self.options(context, kind: .serverStreaming)
+            lease = try pool.acquire()
+        } catch {
+            responses.end(.failure(error))
+            return nil
         }
+        let call = RelayedServerStream(request, context, responses, pool, lease)
+        lease.channel.start(call, method, options: options)
+        return call
     }
 
     func streaming(
@@ -221,5 +233,65 @@ final class RelayedUnaryCall: PendingUnaryCall, @unchecked Sendable {
         let responder = self.responder
         self.responder = nil
         responder?.respond(Proxy.outcome(result, method, context))
+    }
+}
+
+/// One relayed server stream: the upstream call, what cancels it, and the client's stream its
+/// headers, messages and status go to as they arrive (all on one event loop: the upstream
+/// connection is the client connection's loop's).
+final class RelayedServerStream: TasklessCall, @unchecked Sendable {
+    let context: ServerContext
+    let pool: UpstreamPool
+    let lease: PooledChannel
+    /// Dropped once the call ended (it may hold this call, to cancel it).
+    private var responses: (any ResponseForwarder)?
+    /// Upstream bytes held in the window while the client is behind, and whether a callback for
+    /// when it catches up is registered.
+    private var held = 0
+    private var waiting = false
+
+    init(
+        _ request: [UInt8], _ context: ServerContext, _ responses: any ResponseForwarder, _ pool: UpstreamPool, _ lease: PooledChannel
+    ) {
+        self.context = context
+        self.responses = responses
+        self.pool = pool
+        self.lease = lease
+        super.init(request: request)
+    }
+
+    override func headersArrived(_ metadata: Metadata) {
+        context.initialMetadata = metadata
+        responses?.sendHeaders()
+    }
+
+    override func received(_ message: RawMessageStream.InboundMessage) -> Bool {
+        guard let responses, !responses.forward(message.bytes) else { return true }
+        // Queued, but the client is behind: its bytes stay in the upstream's window until it
+        // catches up.
+        held += message.wireSize
+        if !waiting {
+            waiting = true
+            responses.whenWritable { [self] in
+                let n = held
+                held = 0
+                waiting = false
+                consumed(n)
+            }
+        }
+        return false
+    }
+
+    override func ended(status: RPCStatus, trailers: Metadata, headers: Metadata?) {
+        pool.release(lease)
+        guard let responses else { return }
+        self.responses = nil
+        if let headers { context.initialMetadata = headers }  // Trailers-Only
+        if status.code == .ok {
+            context.trailers = trailers
+            responses.end(.success(()))
+        } else {
+            responses.end(.failure(Proxy.error(status, trailers)))
+        }
     }
 }

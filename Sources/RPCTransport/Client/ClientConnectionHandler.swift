@@ -15,6 +15,9 @@ final class ClientStreamState {
     /// Bytes of delivered-but-unread response messages still holding the flow-control window;
     /// returned to the connection when the stream closes, whatever the reader does later.
     var heldBytes = 0
+    /// Bytes of the message still arriving, held back because the reader was behind (see
+    /// `onDataChunk`); counted into that message's bytes once it completes.
+    var heldPartial = 0
     var sendWaiters: [CheckedContinuation<Void, any Error>] = []
 
     var responseStatus = 0
@@ -396,9 +399,10 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     /// Returns a closing stream's unread bytes to the connection window (nghttp2 updates only the
     /// connection-level window for a stream it no longer tracks).
     private func releaseHeld(_ s: ClientStreamState) {
-        guard let session, s.heldBytes > 0 else { return }
-        nghttp2_session_consume(session, s.id, s.heldBytes)
+        guard let session, s.heldBytes + s.heldPartial > 0 else { return }
+        nghttp2_session_consume(session, s.id, s.heldBytes + s.heldPartial)
         s.heldBytes = 0
+        s.heldPartial = 0
     }
 
     func cancel(_ id: Int32, status: RPCStatus) {
@@ -579,8 +583,14 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             nghttp2_session_consume(session, id, len)
             return 0
         }
+        // Bytes of the message in progress held back by earlier chunks: they belong to the first
+        // message this chunk completes.
+        var carried = s.heldPartial
+        s.heldPartial = 0
         do throws(MessageDeframer.Failure) {
-            let partial = try s.deframer.feed(UnsafeRawBufferPointer(start: data, count: len)) { frame, deferred in
+            let partial = try s.deframer.feed(UnsafeRawBufferPointer(start: data, count: len)) { frame, ownBytes in
+                let deferred = ownBytes + carried
+                carried = 0
                 var payload = frame.payload
                 if frame.compressed {
                     guard s.encoding == "gzip", let inflated = try? Gzip.decompress(payload, limit: configuration.maxReceiveMessageSize) else {
@@ -601,8 +611,16 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
                     nghttp2_session_consume(session, id, deferred)
                 }
             }
-            if partial > 0 { nghttp2_session_consume(session, id, partial) }
+            // An unfinished message's bytes are given back at once, so a message larger than the
+            // window can arrive; but not while the reader is behind (completed messages unread):
+            // then they wait with it, or a reader that stopped would not hold the server back
+            // (only each message's last chunk would), and a relay would buffer the stream.
+            let unfinished = partial + carried
+            if unfinished > 0 {
+                if s.heldBytes > 0 { s.heldPartial = unfinished } else { nghttp2_session_consume(session, id, unfinished) }
+            }
         } catch {
+            if carried > 0 { nghttp2_session_consume(session, id, carried) }
             nghttp2_session_consume(session, id, len)
             switch error {
             case .tooLarge(let n):

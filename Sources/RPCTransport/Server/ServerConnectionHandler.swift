@@ -631,6 +631,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         stream.requestStream?.finish(throwing: RPCError.cancelled("the client cancelled the call"))
         let waiters = stream.writeWaiters
         stream.writeWaiters = []
+        stream.writableCallbacks = []
         for w in waiters { w.resume(throwing: RPCError.cancelled("the client cancelled the call")) }
         observeEnd(stream, .cancelled)
     }
@@ -836,16 +837,15 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             return stream.single!.bytes
         }
 
-        switch target.handler {
-        case .unary(let body):
-            let request = takeSingle()
-            runTask(streaming: false) { try await body(request, callContext) }
-        case .unaryForwarding(let body):
-            let request = takeSingle()
+        /// A forwarding handler: answers through the stream itself (`UnaryResponder`,
+        /// `ResponseForwarder`) from the connection's loop. Interceptors that can decide at once
+        /// do; the first that cannot, and the ones after it, run in a task. Usually none does,
+        /// and the call needs no task at all.
+        func forwardWithoutTask(
+            _ start: @escaping @Sendable () -> (any Cancellable)?, failing: @escaping @Sendable (any Error) -> Void
+        ) {
             stream.owner = bound
             stream.ownerLoop = loop
-            // Interceptors that can decide at once do; the first that cannot, and the ones
-            // after it, run in a task. Usually none does, and the call needs no task at all.
             var pending = interceptors[...]
             do {
                 while let first = pending.first, try first.interceptImmediately(callContext) { pending = pending.dropFirst() }
@@ -853,7 +853,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
                 return complete(id, response: .failure(error))
             }
             if pending.isEmpty {
-                stream.cancellation = body(request, callContext, stream)
+                stream.cancellation = start()
                 return
             }
             let rest = Array(pending)
@@ -864,10 +864,24 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
                     for i in rest { try await i.intercept(callContext) }
                     try Task.checkCancellation()
                 } catch {
-                    return stream.respond(.failure(error))
+                    return failing(error)
                 }
-                if let work = body(request, callContext, stream) { cancellation.onCancel(cancelling: work) }
+                if let work = start() { cancellation.onCancel(cancelling: work) }
             }
+        }
+
+        switch target.handler {
+        case .unary(let body):
+            let request = takeSingle()
+            runTask(streaming: false) { try await body(request, callContext) }
+        case .unaryForwarding(let body):
+            let request = takeSingle()
+            forwardWithoutTask(
+                { body(request, callContext, stream) }, failing: { stream.respond(.failure($0)) })
+        case .serverStreamingForwarding(let body):
+            let request = takeSingle()
+            forwardWithoutTask(
+                { body(request, callContext, stream) }, failing: { stream.end(.failure($0)) })
         case .serverStreaming(let body):
             let request = takeSingle()
             let sink = StreamSink(handler: bound, loop: loop, streamID: id)
@@ -987,6 +1001,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         }
         let waiters = stream.writeWaiters
         stream.writeWaiters = []
+        stream.writableCallbacks = []
         for w in waiters { w.resume(throwing: RPCError.cancelled("the call has ended")) }
         observeEnd(stream, status.code)
     }
@@ -1161,6 +1176,29 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         recycle(block)
     }
 
+    // MARK: Forwarded responses (ServerStream's ResponseForwarder, on the loop)
+
+    func forwardHeaders(_ stream: ServerStream) {
+        guard stream.phase == .running else { return }
+        sendHeadersIfNeeded(stream)
+        scheduleFlush()
+    }
+
+    /// False when the queued bytes are past the limit (the message is queued all the same).
+    func forward(_ stream: ServerStream, _ message: [UInt8]) -> Bool {
+        // A call already over takes nothing more; its source is being stopped.
+        guard stream.phase == .running else { return true }
+        let room = enqueue(stream, message: message, compress: nil)
+        scheduleFlush()
+        return room
+    }
+
+    func whenWritable(_ stream: ServerStream, _ body: @escaping @Sendable () -> Void) {
+        guard stream.phase == .running else { return }
+        if stream.outbound.readableBytes <= shared.configuration.maxBufferedResponseBytes { return body() }
+        stream.writableCallbacks.append(body)
+    }
+
     /// Queues one response message (framed, compressed when agreed). Returns false when the
     /// buffered bytes are over the limit and the writer should wait.
     @discardableResult
@@ -1190,10 +1228,17 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         guard let stream = streams[streamID], let session else { return Int(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue) }
         let n = stream.outbound.read(into: buf, max: length)
         if n > 0 {
-            if !stream.writeWaiters.isEmpty && stream.outbound.readableBytes <= shared.configuration.maxBufferedResponseBytes {
-                let waiters = stream.writeWaiters
-                stream.writeWaiters = []
-                for w in waiters { w.resume() }
+            if stream.outbound.readableBytes <= shared.configuration.maxBufferedResponseBytes {
+                if !stream.writeWaiters.isEmpty {
+                    let waiters = stream.writeWaiters
+                    stream.writeWaiters = []
+                    for w in waiters { w.resume() }
+                }
+                if !stream.writableCallbacks.isEmpty {
+                    let callbacks = stream.writableCallbacks
+                    stream.writableCallbacks = []
+                    for c in callbacks { c() }
+                }
             }
         }
         if stream.outbound.readableBytes == 0, let trailers = stream.trailers {

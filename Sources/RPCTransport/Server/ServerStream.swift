@@ -4,7 +4,7 @@ import RPCCore
 /// One request stream's state. Owned by its `ServerConnectionHandler` and touched only on the
 /// connection's event loop; the one exception is `respond`, a forwarding handler's answer,
 /// which may come from any thread and only reads what was set before the handler ran.
-final class ServerStream: UnaryResponder, @unchecked Sendable {
+final class ServerStream: UnaryResponder, ResponseForwarder, @unchecked Sendable {
     enum Phase { case receivingHeaders, receiving, running, done }
 
     let id: Int32
@@ -90,6 +90,8 @@ final class ServerStream: UnaryResponder, @unchecked Sendable {
     var dataDeferred = false
     var trailers: HeaderBlock?
     var writeWaiters: [CheckedContinuation<Void, any Error>] = []
+    /// A forwarding handler's `whenWritable` callbacks, run as `writeWaiters` are resumed.
+    var writableCallbacks: [@Sendable () -> Void] = []
 
     /// The call ended early (cancelled, deadline, connection gone): stop its handler.
     func cancelHandler() {
@@ -111,5 +113,33 @@ final class ServerStream: UnaryResponder, @unchecked Sendable {
             let id = self.id
             loop.execute { owner.value.complete(id, response: result) }
         }
+    }
+
+    // MARK: ResponseForwarder (a `serverStreamingForwarding` handler's responses)
+
+    /// Runs `body` with the connection on its loop: now when called there, else hopping.
+    private func onLoop(_ body: @escaping @Sendable (ServerConnectionHandler) -> Void) {
+        guard let owner, let loop = ownerLoop else { return }
+        if loop.inEventLoop { body(owner.value) } else { loop.execute { body(owner.value) } }
+    }
+
+    func sendHeaders() {
+        onLoop { h in h.forwardHeaders(self) }
+    }
+
+    func forward(_ message: [UInt8]) -> Bool {
+        guard let owner, let loop = ownerLoop else { return true }
+        if loop.inEventLoop { return owner.value.forward(self, message) }
+        loop.execute { _ = owner.value.forward(self, message) }
+        return true
+    }
+
+    func whenWritable(_ body: @escaping @Sendable () -> Void) {
+        onLoop { h in h.whenWritable(self, body) }
+    }
+
+    func end(_ result: Result<Void, any Error>) {
+        let id = self.id
+        onLoop { h in h.complete(id, response: result.map { [] }, streaming: true) }
     }
 }
