@@ -23,7 +23,7 @@ public final class RPCServerMetrics: ServerCallObserver, Sendable {
     final class Method: Sendable {
         let labels: [(String, String)]
         let ok: Counter
-        let latency: DurationHistogram
+        let latency: ValueHistogram
         let received: Counter
         let sent: Counter
         let receivedBytes: Counter
@@ -35,7 +35,7 @@ public final class RPCServerMetrics: ServerCallObserver, Sendable {
             let r = ProcessMetrics.registry
             labels = [("grpc_service", service), ("grpc_method", method)]
             ok = r.makeCounter(descriptor: Names.handled, labels: labels + [("grpc_code", StatusCode.ok.name)])
-            latency = r.makeDurationHistogram(descriptor: Names.handling, labels: labels, buckets: ProcessMetrics.latencyBuckets)
+            latency = r.makeValueHistogram(descriptor: Names.handling, labels: labels, buckets: ProcessMetrics.latencyBucketSeconds)
             received = r.makeCounter(descriptor: Names.received, labels: labels)
             sent = r.makeCounter(descriptor: Names.sent, labels: labels)
             receivedBytes = r.makeCounter(descriptor: Names.receivedBytes, labels: labels)
@@ -116,7 +116,7 @@ public final class RPCServerMetrics: ServerCallObserver, Sendable {
         inFlight.subtract(1, ordering: .relaxed)
         let m = metrics(for: call.method)
         m.handled(call.code).increment()
-        m.latency.record(call.duration)
+        m.latency.record(call.duration.inSeconds)
         if call.requestMessages > 0 {
             m.received.increment(by: Int64(call.requestMessages))
             m.receivedBytes.increment(by: Int64(call.requestBytes))
