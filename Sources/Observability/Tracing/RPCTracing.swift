@@ -1,0 +1,226 @@
+import RPCCore
+import Tracing
+
+/// Spans around gRPC calls: a server span for every call a service's handler runs (its parent the
+/// caller's `traceparent`, or a new trace), made the task-local `ServiceContext` of the handler;
+/// a client span for every call made through `TracingClientTransport` while a span is current,
+/// whose context goes out as `traceparent`/`tracestate`.
+///
+/// Nothing here is installed when tracing is off: the handlers and transports are wrapped only
+/// when a tracer exists, so a process without one does no per-call work for tracing.
+public enum RPCTracing {
+    /// Where a call's server span is kept on its `ServerContext` (for the access log's
+    /// `trace_id`/`span_id`, which is written outside the handler's task).
+    public static let spanKey = "observability.trace-span"
+
+    /// The trace context a request carries (`traceparent`, `tracestate`; several `tracestate`
+    /// headers are joined with commas, as the recommendation says), or nil.
+    public static func remoteParent(_ metadata: Metadata) -> TraceContext? {
+        guard let parent = metadata["traceparent"] else { return nil }
+        let states = metadata.values("tracestate").compactMap { v -> String? in
+            if case .string(let s) = v { return s }
+            return nil
+        }
+        return TraceContext.parse(traceparent: parent, tracestate: states.isEmpty ? nil : states.joined(separator: ","))
+    }
+
+    /// The span name of a method: its path without the leading `/` (`accounts.v1.Accounts/SignUp`),
+    /// as OpenTelemetry's RPC conventions name spans.
+    public static func spanName(_ method: MethodDescriptor) -> String { String(method.path.dropFirst()) }
+
+    /// Starts the server span of a call from its request metadata and notes it on the context.
+    public static func startServerSpan(_ tracer: SpanTracer, _ method: MethodDescriptor, _ context: ServerContext) -> TraceSpan {
+        let span = tracer.startSpan(spanName(method), parent: remoteParent(context.requestMetadata), kind: .server)
+        if span.isRecording {
+            span.setAttribute("rpc.system", .string("grpc"))
+            span.setAttribute("rpc.service", .string(method.service))
+            span.setAttribute("rpc.method", .string(method.method))
+            span.setAttribute("net.peer.address", .string(context.peerHost))
+        }
+        context[key: spanKey] = span
+        return span
+    }
+
+    /// Ends a call's span with its status code (`rpc.grpc.status_code`). A server span is an
+    /// error only for the codes that say the server failed (OpenTelemetry's gRPC rule: UNKNOWN,
+    /// DEADLINE_EXCEEDED, UNIMPLEMENTED, INTERNAL, UNAVAILABLE, DATA_LOSS); a client span for
+    /// every code but OK.
+    public static func end(_ span: TraceSpan, _ code: StatusCode, message: String? = nil) {
+        if span.isRecording {
+            span.setAttribute("rpc.grpc.status_code", .int64(Int64(code.rawValue)))
+            let failed: Bool
+            if span.kind == .server {
+                switch code {
+                case .unknown, .deadlineExceeded, .unimplemented, .internal, .unavailable, .dataLoss: failed = true
+                default: failed = false
+                }
+            } else {
+                failed = code != .ok
+            }
+            if failed { span.setStatus(SpanStatus(code: .error, message: message.map { String($0.prefix(256)) } ?? code.name)) }
+        }
+        span.end()
+    }
+
+    /// The status code a handler's outcome becomes on the wire (as the transport maps it).
+    public static func code(of error: any Error, _ context: ServerContext?) -> StatusCode {
+        if let rpc = error as? RPCError { return rpc.code }
+        if error is CancellationError {
+            if let remaining = context?.timeRemaining, remaining <= .zero { return .deadlineExceeded }
+            return .cancelled
+        }
+        return .internal
+    }
+
+    static func message(of error: any Error) -> String? { (error as? RPCError)?.message }
+
+    /// `service` with every method's handler run inside its server span.
+    public static func traced(_ service: any RPCService, tracer: SpanTracer) -> any RPCService {
+        TracedService(serviceName: service.serviceName, methods: service.methods.map { traced($0, tracer: tracer) })
+    }
+
+    /// `method` with its handler run inside a server span (the task-local `ServiceContext`).
+    public static func traced(_ method: ServerMethod, tracer: SpanTracer) -> ServerMethod {
+        let d = method.descriptor
+        switch method.handler {
+        case .unary(let body):
+            return ServerMethod(
+                d,
+                .unary { request, context in
+                    let span = startServerSpan(tracer, d, context)
+                    do {
+                        let r = try await ServiceContext.withValue(span.context) { try await body(request, context) }
+                        end(span, .ok)
+                        return r
+                    } catch {
+                        end(span, code(of: error, context), message: message(of: error))
+                        throw error
+                    }
+                })
+        case .unaryForwarding(let body):
+            return ServerMethod(
+                d,
+                .unaryForwarding { request, context, cancellation, done in
+                    let span = startServerSpan(tracer, d, context)
+                    ServiceContext.withValue(span.context) {
+                        body(request, context, cancellation) { result in
+                            switch result {
+                            case .success: end(span, .ok)
+                            case .failure(let error): end(span, code(of: error, context), message: message(of: error))
+                            }
+                            done(result)
+                        }
+                    }
+                })
+        case .serverStreaming(let body):
+            return ServerMethod(
+                d,
+                .serverStreaming { request, sink, context in
+                    let span = startServerSpan(tracer, d, context)
+                    do {
+                        try await ServiceContext.withValue(span.context) { try await body(request, sink, context) }
+                        end(span, .ok)
+                    } catch {
+                        end(span, code(of: error, context), message: message(of: error))
+                        throw error
+                    }
+                })
+        case .clientStreaming(let body):
+            return ServerMethod(
+                d,
+                .clientStreaming { requests, context in
+                    let span = startServerSpan(tracer, d, context)
+                    do {
+                        let r = try await ServiceContext.withValue(span.context) { try await body(requests, context) }
+                        end(span, .ok)
+                        return r
+                    } catch {
+                        end(span, code(of: error, context), message: message(of: error))
+                        throw error
+                    }
+                })
+        case .bidirectionalStreaming(let body):
+            return ServerMethod(
+                d,
+                .bidirectionalStreaming { requests, sink, context in
+                    let span = startServerSpan(tracer, d, context)
+                    do {
+                        try await ServiceContext.withValue(span.context) { try await body(requests, sink, context) }
+                        end(span, .ok)
+                    } catch {
+                        end(span, code(of: error, context), message: message(of: error))
+                        throw error
+                    }
+                })
+        }
+    }
+
+    /// The trace context of a call's server span, if it had one (the access log's).
+    public static func traceContext(of context: ServerContext?) -> TraceContext? {
+        (context?[key: spanKey, as: TraceSpan.self])?.trace
+    }
+}
+
+struct TracedService: RPCService {
+    let serviceName: String
+    let methods: [ServerMethod]
+}
+
+/// A client transport that makes every call started while a span is current (a handler's, an
+/// outbox delivery's) a client span, child of it, and sends its context as `traceparent` and
+/// `tracestate`. A call started with no current trace goes out as it is.
+public struct TracingClientTransport: ClientTransport {
+    public let base: any ClientTransport
+    public let tracer: SpanTracer
+
+    public init(base: any ClientTransport, tracer: SpanTracer) {
+        self.base = base
+        self.tracer = tracer
+    }
+
+    public func startCall(_ method: MethodDescriptor, options: CallOptions) async throws -> any RawClientCall {
+        guard let current = ServiceContext.current, let parent = current.traceContext else {
+            return try await base.startCall(method, options: options)
+        }
+        let span = tracer.startSpan(RPCTracing.spanName(method), parent: parent, kind: .client, baseContext: current)
+        if span.isRecording {
+            span.setAttribute("rpc.system", .string("grpc"))
+            span.setAttribute("rpc.service", .string(method.service))
+            span.setAttribute("rpc.method", .string(method.method))
+        }
+        var options = options
+        options.metadata.set("traceparent", span.trace.traceparent)
+        if let state = span.trace.traceState { options.metadata.set("tracestate", state) } else { options.metadata.remove("tracestate") }
+        do {
+            return TracedClientCall(base: try await base.startCall(method, options: options), span: span)
+        } catch {
+            RPCTracing.end(span, RPCTracing.code(of: error, nil), message: RPCTracing.message(of: error))
+            throw error
+        }
+    }
+}
+
+/// A client call whose span ends with its final status (or, if nobody asks for the status,
+/// when the call is released).
+final class TracedClientCall: RawClientCall {
+    let base: any RawClientCall
+    let span: TraceSpan
+
+    init(base: any RawClientCall, span: TraceSpan) {
+        self.base = base
+        self.span = span
+    }
+
+    deinit { span.end() }
+
+    func send(_ message: [UInt8], compress: Bool) async throws { try await base.send(message, compress: compress) }
+    func closeSend() async throws { try await base.closeSend() }
+    func initialMetadata() async throws -> Metadata { try await base.initialMetadata() }
+    var responses: RawMessageStream { base.responses }
+    func finalStatus() async -> (status: RPCStatus, trailers: Metadata) {
+        let r = await base.finalStatus()
+        RPCTracing.end(span, r.status.code, message: r.status.message)
+        return r
+    }
+    func cancel() { base.cancel() }
+}
