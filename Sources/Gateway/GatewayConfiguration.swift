@@ -1,3 +1,4 @@
+import Observability
 import RPCTLS
 import RPCTransport
 
@@ -92,6 +93,9 @@ public struct GatewayConfiguration: Sendable {
     public var metrics = true
     /// One access-log line per call (`ACCESS_LOG`, default on; lines are at info level).
     public var accessLog = false
+    /// The tracer relayed calls are spans of (`TRACE_EXPORT`; `ProcessTracing.tracer`, set by the
+    /// gateway command); nil: not traced, and a relayed call does no work for it.
+    public var tracer: SpanTracer?
     /// `GATEWAY_METRICS_TOKEN`: the bearer token `/metrics` asks for; nil: loopback clients only.
     public var metricsToken: String?
     /// Web origins whose pages may call the gateway (CORS; `GATEWAY_CORS_ORIGINS`): none by

@@ -1,3 +1,4 @@
+import Observability
 import RPCCore
 import RPCTransport
 
@@ -23,8 +24,12 @@ struct Proxy: Sendable {
     let maxStreamDeadline: Duration
     /// Ends calls without a client deadline once they reach the cap.
     let sweeper: DeadlineSweeper
+    /// The process's tracer: relayed calls are spans and carry `traceparent` up (`Proxy+Tracing`).
+    /// Nil (tracing off): the handlers below are used as they are, with no work for tracing.
+    var tracer: SpanTracer? = nil
 
     func handler(for method: MethodDescriptor) -> RawHandler {
+        if let tracer { return tracedHandler(for: method, tracer: tracer) }
         switch method.kind {
         case .unary:
             return .unaryForwarding { request, context, cancellation, done in
@@ -43,16 +48,18 @@ struct Proxy: Sendable {
     static let capReached = RPCError.deadlineExceeded("the call reached the gateway's deadline limit")
 
     /// The upstream call's options: the client's metadata (filtered) and deadline (capped). A
-    /// call without a client deadline goes up without one and is capped by the sweeper.
-    func options(_ context: ServerContext, kind: CallKind) throws -> CallOptions {
+    /// call without a client deadline goes up without one and is capped by the sweeper. `trace`:
+    /// the gateway's span, sent up as `traceparent`/`tracestate` in place of the client's.
+    func options(_ context: ServerContext, kind: CallKind, trace: TraceContext? = nil) throws -> CallOptions {
         var timeout: Duration? = nil
         if let remaining = context.timeRemaining {
             guard remaining > .zero else { throw RPCError.deadlineExceeded() }
             timeout = min(remaining, cap(for: kind))
         }
-        let metadata = HeaderPolicy.upstreamMetadata(
+        var metadata = HeaderPolicy.upstreamMetadata(
             context.requestMetadata, clientAddress: context.peerHost,
             gatewayToken: gatewayToken)
+        if let trace { Self.setTrace(trace, in: &metadata) }
         return CallOptions(timeout: timeout, metadata: metadata)
     }
 
@@ -68,10 +75,10 @@ struct Proxy: Sendable {
     /// when it has no deadline of its own, cancelled with the client's call. A failure of `body`
     /// becomes the upstream's own status when the upstream ended the call.
     func withUpstreamCall(
-        _ method: MethodDescriptor, _ context: ServerContext,
+        _ method: MethodDescriptor, _ context: ServerContext, trace: TraceContext? = nil,
         _ body: (any RawClientCall) async throws -> Void
     ) async throws {
-        let options = try options(context, kind: method.kind)
+        let options = try options(context, kind: method.kind, trace: trace)
         let lease = pool.acquire()
         defer { pool.release(lease) }
         let call = try await lease.channel.startCall(method, options: options)
@@ -103,10 +110,10 @@ struct Proxy: Sendable {
     /// completes the client's call from the connection's read (see `PendingUnaryCall`).
     func unary(
         _ method: MethodDescriptor, _ request: [UInt8], _ context: ServerContext, _ cancellation: CallCancellation,
-        _ done: @escaping @Sendable (Result<[UInt8], any Error>) -> Void
+        _ done: @escaping @Sendable (Result<[UInt8], any Error>) -> Void, trace: TraceContext? = nil
     ) {
         let options: CallOptions
-        do { options = try self.options(context, kind: .unary) } catch { return done(.failure(error)) }
+        do { options = try self.options(context, kind: .unary, trace: trace) } catch { return done(.failure(error)) }
         let pool = self.pool
         let lease = pool.acquire()
         let watch = options.timeout == nil ? sweeper.watch(for: cap(for: .unary)) : nil
@@ -140,9 +147,9 @@ struct Proxy: Sendable {
 
     func serverStreaming(
         _ method: MethodDescriptor, _ request: [UInt8], _ sink: any ServerResponseSink,
-        _ context: ServerContext
+        _ context: ServerContext, trace: TraceContext? = nil
     ) async throws {
-        try await withUpstreamCall(method, context) { call in
+        try await withUpstreamCall(method, context, trace: trace) { call in
             try await call.send(request, compress: false)
             try await call.closeSend()
             try await relayResponses(call, sink, context)
@@ -151,9 +158,9 @@ struct Proxy: Sendable {
 
     func streaming(
         _ method: MethodDescriptor, _ requests: RawMessageStream, _ sink: any ServerResponseSink,
-        _ context: ServerContext
+        _ context: ServerContext, trace: TraceContext? = nil
     ) async throws {
-        try await withUpstreamCall(method, context) { call in
+        try await withUpstreamCall(method, context, trace: trace) { call in
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { await Self.pumpRequests(requests, into: call) }
                 // When the upstream has answered (or failed), stop reading the client's requests.

@@ -1,0 +1,60 @@
+import Observability
+import RPCCore
+
+/// Relayed calls as spans, when the gateway traces (`TRACE_EXPORT`): each call is a server span
+/// whose parent is the client's `traceparent` (or, with none or a malformed one, the first span of
+/// a new trace, sampled at `TRACE_SAMPLE_RATIO`), and the upstream call carries this span's
+/// context as its `traceparent` (and the client's `tracestate`), so the service's span is its
+/// child. The handlers are chosen once, when the routes are built: with tracing off none of this
+/// exists and a relayed call does nothing for it.
+extension Proxy {
+    func tracedHandler(for method: MethodDescriptor, tracer: SpanTracer) -> RawHandler {
+        switch method.kind {
+        case .unary:
+            return .unaryForwarding { request, context, cancellation, done in
+                let span = RPCTracing.startServerSpan(tracer, method, context)
+                unary(
+                    method, request, context, cancellation,
+                    { result in
+                        Self.end(span, result, context)
+                        done(result)
+                    }, trace: span.trace)
+            }
+        case .serverStreaming:
+            return .serverStreaming { request, sink, context in
+                let span = RPCTracing.startServerSpan(tracer, method, context)
+                do {
+                    try await serverStreaming(method, request, sink, context, trace: span.trace)
+                    RPCTracing.end(span, .ok)
+                } catch {
+                    Self.end(span, .failure(error), context)
+                    throw error
+                }
+            }
+        case .clientStreaming, .bidirectionalStreaming:
+            return .bidirectionalStreaming { requests, sink, context in
+                let span = RPCTracing.startServerSpan(tracer, method, context)
+                do {
+                    try await streaming(method, requests, sink, context, trace: span.trace)
+                    RPCTracing.end(span, .ok)
+                } catch {
+                    Self.end(span, .failure(error), context)
+                    throw error
+                }
+            }
+        }
+    }
+
+    static func end(_ span: TraceSpan, _ result: Result<[UInt8], any Error>, _ context: ServerContext) {
+        switch result {
+        case .success: RPCTracing.end(span, .ok)
+        case .failure(let error): RPCTracing.end(span, RPCTracing.code(of: error, context), message: (error as? RPCError)?.message)
+        }
+    }
+
+    /// `trace` as the upstream request's `traceparent` and `tracestate` (replacing the client's).
+    static func setTrace(_ trace: TraceContext, in metadata: inout Metadata) {
+        metadata.set("traceparent", trace.traceparent)
+        if let state = trace.traceState { metadata.set("tracestate", state) } else { metadata.remove("tracestate") }
+    }
+}
