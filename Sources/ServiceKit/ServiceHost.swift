@@ -31,7 +31,9 @@ public enum ServiceHost {
     public static func bootstrapLogging(_ settings: ServiceSettings, metadataProvider: Logger.MetadataProvider? = nil) {
         var tracingFailure: String?
         let tracer: SpanTracer?
-        do { tracer = try ProcessTracing.bootstrap(settings.tracing, serviceName: settings.name) } catch {
+        // The access log's lines carry the call's span only when they are written at all.
+        let accessLines = settings.accessLog && (Logger.Level(rawValue: settings.logLevel) ?? .info) <= .info
+        do { tracer = try ProcessTracing.bootstrap(settings.tracing, serviceName: settings.name, notesCalls: accessLines) } catch {
             tracer = nil
             tracingFailure = "\(error)"
         }

@@ -9,46 +9,44 @@ import RPCCore
 /// exists and a relayed call does nothing for it.
 extension Proxy {
     func tracedHandler(for method: MethodDescriptor, tracer: SpanTracer) -> RawHandler {
+        let name = RPCTracing.spanName(method)
         switch method.kind {
         case .unary:
             return .unaryForwarding { request, context, cancellation, done in
-                let span = RPCTracing.startServerSpan(tracer, method, context)
+                let (trace, span) = RPCTracing.startServerCall(tracer, name, method, context)
+                guard let span else { return unary(method, request, context, cancellation, done, trace: trace) }
                 unary(
                     method, request, context, cancellation,
                     { result in
-                        Self.end(span, result, context)
+                        switch result {
+                        case .success: RPCTracing.end(span, .ok)
+                        case .failure(let error): RPCTracing.end(span, error, context)
+                        }
                         done(result)
-                    }, trace: span.trace)
+                    }, trace: trace)
             }
         case .serverStreaming:
             return .serverStreaming { request, sink, context in
-                let span = RPCTracing.startServerSpan(tracer, method, context)
+                let (trace, span) = RPCTracing.startServerCall(tracer, name, method, context)
                 do {
-                    try await serverStreaming(method, request, sink, context, trace: span.trace)
+                    try await serverStreaming(method, request, sink, context, trace: trace)
                     RPCTracing.end(span, .ok)
                 } catch {
-                    Self.end(span, .failure(error), context)
+                    RPCTracing.end(span, error, context)
                     throw error
                 }
             }
         case .clientStreaming, .bidirectionalStreaming:
             return .bidirectionalStreaming { requests, sink, context in
-                let span = RPCTracing.startServerSpan(tracer, method, context)
+                let (trace, span) = RPCTracing.startServerCall(tracer, name, method, context)
                 do {
-                    try await streaming(method, requests, sink, context, trace: span.trace)
+                    try await streaming(method, requests, sink, context, trace: trace)
                     RPCTracing.end(span, .ok)
                 } catch {
-                    Self.end(span, .failure(error), context)
+                    RPCTracing.end(span, error, context)
                     throw error
                 }
             }
-        }
-    }
-
-    static func end(_ span: TraceSpan, _ result: Result<[UInt8], any Error>, _ context: ServerContext) {
-        switch result {
-        case .success: RPCTracing.end(span, .ok)
-        case .failure(let error): RPCTracing.end(span, RPCTracing.code(of: error, context), message: (error as? RPCError)?.message)
         }
     }
 

@@ -65,14 +65,16 @@ public enum ProcessTracing {
     /// that libraries using the `Tracing` API join the same traces. Off: nil, and the
     /// instrumentation system keeps its no-op tracer.
     @discardableResult
-    public static func bootstrap(_ settings: TracingSettings, serviceName: String) throws -> SpanTracer? {
+    ///
+    /// `notesCalls`: whether the process writes an access log, whose lines take the call's span.
+    public static func bootstrap(_ settings: TracingSettings, serviceName: String, notesCalls: Bool = true) throws -> SpanTracer? {
         try state.withLock { s -> SpanTracer? in
             if s.done { return s.tracer }
             s.done = true
             guard case .file(let path) = settings.export else { return nil }
             let tracer = SpanTracer(
                 serviceName: serviceName, sampler: RatioSampler(ratio: settings.sampleRatio),
-                exporter: try SpanFileExporter(path: path, serviceName: serviceName))
+                exporter: try SpanFileExporter(path: path, serviceName: serviceName), notesCalls: notesCalls)
             InstrumentationSystem.bootstrap(tracer)
             s.tracer = tracer
             return tracer

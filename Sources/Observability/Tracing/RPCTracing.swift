@@ -17,18 +17,38 @@ public enum RPCTracing {
     /// headers are joined with commas, as the recommendation says), or nil.
     public static func remoteParent(_ metadata: Metadata) -> TraceContext? {
         guard let parent = metadata["traceparent"] else { return nil }
+        guard let first = metadata["tracestate"] else { return TraceContext.parse(traceparent: parent) }
         let states = metadata.values("tracestate").compactMap { v -> String? in
             if case .string(let s) = v { return s }
             return nil
         }
-        return TraceContext.parse(traceparent: parent, tracestate: states.isEmpty ? nil : states.joined(separator: ","))
+        return TraceContext.parse(traceparent: parent, tracestate: states.count == 1 ? first : states.joined(separator: ","))
     }
 
     /// The span name of a method: its path without the leading `/` (`accounts.v1.Accounts/SignUp`),
     /// as OpenTelemetry's RPC conventions name spans.
     public static func spanName(_ method: MethodDescriptor) -> String { String(method.path.dropFirst()) }
 
-    /// Starts the server span of a call from its request metadata and notes it on the context.
+    /// A call's server span from its request metadata: its trace context, and the span itself when
+    /// the trace is sampled (nil otherwise: nothing to record, nothing allocated). `name` is
+    /// `spanName(method)`, made once per method. The context is noted on the call for the access
+    /// log when the tracer says so.
+    @inline(__always)
+    public static func startServerCall(
+        _ tracer: SpanTracer, _ name: String, _ method: MethodDescriptor, _ context: ServerContext
+    ) -> (trace: TraceContext, span: TraceSpan?) {
+        let started = tracer.start(name, parent: remoteParent(context.requestMetadata), kind: .server)
+        if let span = started.span {
+            span.setAttribute("rpc.system", .string("grpc"))
+            span.setAttribute("rpc.service", .string(method.service))
+            span.setAttribute("rpc.method", .string(method.method))
+            span.setAttribute("net.peer.address", .string(context.peerHost))
+        }
+        if tracer.notesCalls { context[key: spanKey] = started.trace }
+        return started
+    }
+
+    /// `startServerCall` as a span object whatever the sampling (tests, tools).
     public static func startServerSpan(_ tracer: SpanTracer, _ method: MethodDescriptor, _ context: ServerContext) -> TraceSpan {
         let span = tracer.startSpan(spanName(method), parent: remoteParent(context.requestMetadata), kind: .server)
         if span.isRecording {
@@ -37,15 +57,16 @@ public enum RPCTracing {
             span.setAttribute("rpc.method", .string(method.method))
             span.setAttribute("net.peer.address", .string(context.peerHost))
         }
-        context[key: spanKey] = span
+        if tracer.notesCalls { context[key: spanKey] = span.trace }
         return span
     }
 
     /// Ends a call's span with its status code (`rpc.grpc.status_code`). A server span is an
     /// error only for the codes that say the server failed (OpenTelemetry's gRPC rule: UNKNOWN,
     /// DEADLINE_EXCEEDED, UNIMPLEMENTED, INTERNAL, UNAVAILABLE, DATA_LOSS); a client span for
-    /// every code but OK.
-    public static func end(_ span: TraceSpan, _ code: StatusCode, message: String? = nil) {
+    /// every code but OK. Nil (not sampled): nothing to do.
+    public static func end(_ span: TraceSpan?, _ code: StatusCode, message: String? = nil) {
+        guard let span else { return }
         if span.isRecording {
             span.setAttribute("rpc.grpc.status_code", .int64(Int64(code.rawValue)))
             let failed: Bool
@@ -60,6 +81,12 @@ public enum RPCTracing {
             if failed { span.setStatus(SpanStatus(code: .error, message: message.map { String($0.prefix(256)) } ?? code.name)) }
         }
         span.end()
+    }
+
+    /// Ends a call's span with the outcome of its handler.
+    public static func end(_ span: TraceSpan?, _ error: any Error, _ context: ServerContext?) {
+        guard let span else { return }
+        end(span, code(of: error, context), message: message(of: error))
     }
 
     /// The status code a handler's outcome becomes on the wire (as the transport maps it).
@@ -79,21 +106,23 @@ public enum RPCTracing {
         TracedService(serviceName: service.serviceName, methods: service.methods.map { traced($0, tracer: tracer) })
     }
 
-    /// `method` with its handler run inside a server span (the task-local `ServiceContext`).
+    /// `method` with its handler run inside a server span (the task's current trace context,
+    /// `TraceContext.withCurrent`).
     public static func traced(_ method: ServerMethod, tracer: SpanTracer) -> ServerMethod {
         let d = method.descriptor
+        let name = spanName(d)
         switch method.handler {
         case .unary(let body):
             return ServerMethod(
                 d,
                 .unary { request, context in
-                    let span = startServerSpan(tracer, d, context)
+                    let (trace, span) = startServerCall(tracer, name, d, context)
                     do {
-                        let r = try await ServiceContext.withValue(span.context) { try await body(request, context) }
+                        let r = try await TraceContext.withCurrent(trace) { try await body(request, context) }
                         end(span, .ok)
                         return r
                     } catch {
-                        end(span, code(of: error, context), message: message(of: error))
+                        end(span, error, context)
                         throw error
                     }
                 })
@@ -101,12 +130,12 @@ public enum RPCTracing {
             return ServerMethod(
                 d,
                 .unaryForwarding { request, context, cancellation, done in
-                    let span = startServerSpan(tracer, d, context)
-                    ServiceContext.withValue(span.context) {
+                    let (trace, span) = startServerCall(tracer, name, d, context)
+                    TraceContext.withCurrent(trace) {
                         body(request, context, cancellation) { result in
                             switch result {
                             case .success: end(span, .ok)
-                            case .failure(let error): end(span, code(of: error, context), message: message(of: error))
+                            case .failure(let error): end(span, error, context)
                             }
                             done(result)
                         }
@@ -116,12 +145,12 @@ public enum RPCTracing {
             return ServerMethod(
                 d,
                 .serverStreaming { request, sink, context in
-                    let span = startServerSpan(tracer, d, context)
+                    let (trace, span) = startServerCall(tracer, name, d, context)
                     do {
-                        try await ServiceContext.withValue(span.context) { try await body(request, sink, context) }
+                        try await TraceContext.withCurrent(trace) { try await body(request, sink, context) }
                         end(span, .ok)
                     } catch {
-                        end(span, code(of: error, context), message: message(of: error))
+                        end(span, error, context)
                         throw error
                     }
                 })
@@ -129,13 +158,13 @@ public enum RPCTracing {
             return ServerMethod(
                 d,
                 .clientStreaming { requests, context in
-                    let span = startServerSpan(tracer, d, context)
+                    let (trace, span) = startServerCall(tracer, name, d, context)
                     do {
-                        let r = try await ServiceContext.withValue(span.context) { try await body(requests, context) }
+                        let r = try await TraceContext.withCurrent(trace) { try await body(requests, context) }
                         end(span, .ok)
                         return r
                     } catch {
-                        end(span, code(of: error, context), message: message(of: error))
+                        end(span, error, context)
                         throw error
                     }
                 })
@@ -143,12 +172,12 @@ public enum RPCTracing {
             return ServerMethod(
                 d,
                 .bidirectionalStreaming { requests, sink, context in
-                    let span = startServerSpan(tracer, d, context)
+                    let (trace, span) = startServerCall(tracer, name, d, context)
                     do {
-                        try await ServiceContext.withValue(span.context) { try await body(requests, sink, context) }
+                        try await TraceContext.withCurrent(trace) { try await body(requests, sink, context) }
                         end(span, .ok)
                     } catch {
-                        end(span, code(of: error, context), message: message(of: error))
+                        end(span, error, context)
                         throw error
                     }
                 })
@@ -157,7 +186,7 @@ public enum RPCTracing {
 
     /// The trace context of a call's server span, if it had one (the access log's).
     public static func traceContext(of context: ServerContext?) -> TraceContext? {
-        (context?[key: spanKey, as: TraceSpan.self])?.trace
+        context?[key: spanKey, as: TraceContext.self]
     }
 }
 
@@ -179,22 +208,25 @@ public struct TracingClientTransport: ClientTransport {
     }
 
     public func startCall(_ method: MethodDescriptor, options: CallOptions) async throws -> any RawClientCall {
-        guard let current = ServiceContext.current, let parent = current.traceContext else {
+        guard let parent = TraceContext.current else {
             return try await base.startCall(method, options: options)
         }
-        let span = tracer.startSpan(RPCTracing.spanName(method), parent: parent, kind: .client, baseContext: current)
-        if span.isRecording {
-            span.setAttribute("rpc.system", .string("grpc"))
-            span.setAttribute("rpc.service", .string(method.service))
-            span.setAttribute("rpc.method", .string(method.method))
-        }
+        // Not sampled: only the ids go on (no span object, nothing recorded).
+        let new = tracer.newContext(parent: parent)
         var options = options
-        options.metadata.set("traceparent", span.trace.traceparent)
-        if let state = span.trace.traceState { options.metadata.set("tracestate", state) } else { options.metadata.remove("tracestate") }
+        options.metadata.set("traceparent", new.context.traceparent)
+        if let state = new.context.traceState { options.metadata.set("tracestate", state) } else { options.metadata.remove("tracestate") }
+        guard new.context.sampled else { return try await base.startCall(method, options: options) }
+        let span = TraceSpan(
+            tracer: tracer, base: nil, trace: new.context, parentSpanID: new.parent, name: RPCTracing.spanName(method), kind: .client,
+            start: WallClock.nanoseconds())
+        span.setAttribute("rpc.system", .string("grpc"))
+        span.setAttribute("rpc.service", .string(method.service))
+        span.setAttribute("rpc.method", .string(method.method))
         do {
             return TracedClientCall(base: try await base.startCall(method, options: options), span: span)
         } catch {
-            RPCTracing.end(span, RPCTracing.code(of: error, nil), message: RPCTracing.message(of: error))
+            RPCTracing.end(span, error, nil)
             throw error
         }
     }

@@ -16,12 +16,19 @@ public final class SpanTracer: Tracer, Sendable {
     public let sampler: RatioSampler
     let ids: TraceIDGenerator
     let exporter: (any SpanExporter)?
+    /// Whether a call's server span is noted on its `ServerContext` for the access log (which is
+    /// written outside the handler's task); off when the process writes no access log.
+    public let notesCalls: Bool
 
-    public init(serviceName: String, sampler: RatioSampler, exporter: (any SpanExporter)?, ids: TraceIDGenerator = TraceIDGenerator()) {
+    public init(
+        serviceName: String, sampler: RatioSampler, exporter: (any SpanExporter)?, ids: TraceIDGenerator = TraceIDGenerator(),
+        notesCalls: Bool = true
+    ) {
         self.serviceName = serviceName
         self.sampler = sampler
         self.exporter = exporter
         self.ids = ids
+        self.notesCalls = notesCalls
     }
 
     // MARK: Tracer
@@ -30,35 +37,45 @@ public final class SpanTracer: Tracer, Sendable {
         _ operationName: String, context: @autoclosure () -> ServiceContext, ofKind kind: SpanKind,
         at instant: @autoclosure () -> Instant, function: String, file fileID: String, line: UInt
     ) -> TraceSpan {
-        var context = context()
-        let span = newContext(parent: context.traceContext)
-        context.traceContext = span.context
+        let context = context()
+        // The parent: the context's span, or, with none, the handler's (`TraceContext.withCurrent`).
+        let span = newContext(parent: context.traceContext ?? TraceTaskLocal.context)
         return TraceSpan(
-            tracer: self, context: context, trace: span.context, parentSpanID: span.parent, name: operationName, kind: kind,
+            tracer: self, base: context, trace: span.context, parentSpanID: span.parent, name: operationName, kind: kind,
             start: instant().nanosecondsSinceEpoch)
     }
 
     /// A span whose parent is `parent` (nil: the root of a new trace), started now. The fast form
-    /// for the RPC wrappers: no `ServiceContext` copy until the caller makes one.
-    public func startSpan(_ name: String, parent: TraceContext?, kind: SpanKind, baseContext: ServiceContext = .topLevel) -> TraceSpan {
+    /// for the RPC wrappers: its `ServiceContext` is made only if asked for.
+    public func startSpan(_ name: String, parent: TraceContext?, kind: SpanKind, baseContext: ServiceContext? = nil) -> TraceSpan {
         let span = newContext(parent: parent)
-        var context = baseContext
-        context.traceContext = span.context
         return TraceSpan(
-            tracer: self, context: context, trace: span.context, parentSpanID: span.parent, name: name, kind: kind,
+            tracer: self, base: baseContext, trace: span.context, parentSpanID: span.parent, name: name, kind: kind,
             start: WallClock.nanoseconds())
+    }
+
+    /// A span if the trace is sampled, else only the context a span would have (ids and flags, to
+    /// pass on): what most calls need at 1 %, with nothing allocated. `span` is nil then.
+    @inline(__always)
+    public func start(_ name: String, parent: TraceContext?, kind: SpanKind) -> (trace: TraceContext, span: TraceSpan?) {
+        let new = newContext(parent: parent)
+        guard new.context.sampled else { return (new.context, nil) }
+        let span = TraceSpan(
+            tracer: self, base: nil, trace: new.context, parentSpanID: new.parent, name: name, kind: kind, start: WallClock.nanoseconds())
+        return (new.context, span)
     }
 
     /// The context of a new span: a child of `parent` (same trace, its flags, its tracestate), or
     /// the first span of a new trace, sampled by the ratio.
+    @inline(__always)
     func newContext(parent: TraceContext?) -> (context: TraceContext, parent: UInt64?) {
         if var c = parent {
             let parentID = c.spanID
             c.spanID = ids.next()
             return (c, parentID)
         }
-        let high = ids.next(), low = ids.next()
-        return (TraceContext(traceIDHigh: high, traceIDLow: low, spanID: ids.next(), sampled: sampler.samples(traceIDLow: low)), nil)
+        let (high, low, span) = ids.nextThree()
+        return (TraceContext(traceIDHigh: high, traceIDLow: low, spanID: span, sampled: sampler.samples(traceIDLow: low)), nil)
     }
 
     public func forceFlush() { exporter?.flush() }
@@ -93,7 +110,8 @@ public final class SpanTracer: Tracer, Sendable {
 /// One span of `SpanTracer`. Thread-safe; ends once (later `end` calls do nothing). Only a
 /// sampled span records attributes, events and links, and only it is exported.
 public final class TraceSpan: Tracing.Span, Sendable {
-    public let context: ServiceContext
+    /// The context the span was started in, if any (other values it carries are kept).
+    private let base: ServiceContext?
     public let trace: TraceContext
     public let parentSpanID: UInt64?
     public let kind: SpanKind
@@ -110,9 +128,9 @@ public final class TraceSpan: Tracing.Span, Sendable {
         var ended = false
     }
 
-    init(tracer: SpanTracer, context: ServiceContext, trace: TraceContext, parentSpanID: UInt64?, name: String, kind: SpanKind, start: UInt64) {
+    init(tracer: SpanTracer, base: ServiceContext?, trace: TraceContext, parentSpanID: UInt64?, name: String, kind: SpanKind, start: UInt64) {
         self.tracer = tracer
-        self.context = context
+        self.base = base
         self.trace = trace
         self.parentSpanID = parentSpanID
         self.kind = kind
@@ -121,6 +139,13 @@ public final class TraceSpan: Tracing.Span, Sendable {
     }
 
     public var isRecording: Bool { trace.sampled }
+
+    /// The span's `ServiceContext`: the one it was started in with this span's trace context.
+    public var context: ServiceContext {
+        var c = base ?? .topLevel
+        c.traceContext = trace
+        return c
+    }
 
     public var operationName: String {
         get { state.withLock { $0.name } }

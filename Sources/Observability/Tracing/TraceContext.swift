@@ -97,9 +97,29 @@ extension ServiceContext {
 }
 
 extension TraceContext {
-    /// The trace context of the task's current `ServiceContext`, if any: what the outbox stores
-    /// with an event and what a peer call carries on.
-    public static var current: TraceContext? { ServiceContext.current?.traceContext }
+    /// The trace context of the task's current span, if any: what the outbox stores with an event
+    /// and what a peer call carries on. A `ServiceContext` bound by code using the Tracing API
+    /// (inside a handler: nested in it) wins over the handler's own binding (`withCurrent`).
+    public static var current: TraceContext? { ServiceContext.current?.traceContext ?? TraceTaskLocal.context }
+
+    /// Runs `operation` with `context` as the task's current trace context: what the RPC wrappers
+    /// bind around a handler. A task-local of its own rather than a `ServiceContext` (a dictionary
+    /// of boxed values, looked up through generic code): one small allocation per call.
+    public static func withCurrent<T>(
+        _ context: TraceContext, isolation: isolated (any Actor)? = #isolation, operation: () async throws -> T
+    ) async rethrows -> T {
+        try await TraceTaskLocal.$context.withValue(context, operation: operation, isolation: isolation)
+    }
+
+    /// `withCurrent` for synchronous code (the forwarding handlers, which run on an event loop).
+    public static func withCurrent<T>(_ context: TraceContext, operation: () throws -> T) rethrows -> T {
+        try TraceTaskLocal.$context.withValue(context, operation: operation)
+    }
+}
+
+/// The handler's trace context (`TraceContext.withCurrent`).
+public enum TraceTaskLocal {
+    @TaskLocal public static var context: TraceContext?
 }
 
 /// Lowercase hex for ids: no Foundation, no format strings.
@@ -131,14 +151,21 @@ enum Hex {
         }
     }
 
-    /// 16 hex digits at `offset` as a number.
+    /// 16 hex digits at `offset` as a number (one check for all 16).
     static func parse(_ b: UnsafeBufferPointer<UInt8>, _ offset: Int) -> UInt64? {
         var v: UInt64 = 0
+        var bad: UInt8 = 0
         for i in offset..<offset + 16 {
-            guard let d = digit(b[i]) else { return nil }
-            v = v << 4 | UInt64(d)
+            let c = b[i]
+            // '0'...'9' → 0...9, 'a'...'f' → 10...15; anything else sets `bad`.
+            let digit = c &- 0x30
+            let letter = c &- 0x61
+            let isDigit = digit < 10
+            let isLetter = letter < 6
+            bad |= (isDigit || isLetter) ? 0 : 1
+            v = v << 4 | UInt64(isDigit ? digit : letter &+ 10)
         }
-        return v
+        return bad == 0 ? v : nil
     }
 
     /// 16 or 32 hex digits (a span or trace id as the span files write them) as numbers.
