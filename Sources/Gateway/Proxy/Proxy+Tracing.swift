@@ -50,9 +50,4 @@ extension Proxy {
         }
     }
 
-    /// `trace` as the upstream request's `traceparent` and `tracestate` (replacing the client's).
-    static func setTrace(_ trace: TraceContext, in metadata: inout Metadata) {
-        metadata.set("traceparent", trace.traceparent)
-        if let state = trace.traceState { metadata.set("tracestate", state) } else { metadata.remove("tracestate") }
-    }
 }

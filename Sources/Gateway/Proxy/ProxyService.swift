@@ -56,10 +56,16 @@ struct Proxy: Sendable {
             guard remaining > .zero else { throw RPCError.deadlineExceeded() }
             timeout = min(remaining, cap(for: kind))
         }
-        var metadata = HeaderPolicy.upstreamMetadata(
-            context.requestMetadata, clientAddress: context.peerHost,
-            gatewayToken: gatewayToken)
-        if let trace { Self.setTrace(trace, in: &metadata) }
+        let metadata =
+            if let trace {
+                HeaderPolicy.upstreamMetadata(
+                    context.requestMetadata, clientAddress: context.peerHost, gatewayToken: gatewayToken,
+                    traceparent: trace.traceparent, tracestate: trace.traceState)
+            } else {
+                HeaderPolicy.upstreamMetadata(
+                    context.requestMetadata, clientAddress: context.peerHost,
+                    gatewayToken: gatewayToken)
+            }
         return CallOptions(timeout: timeout, metadata: metadata)
     }
 

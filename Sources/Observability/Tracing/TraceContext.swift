@@ -35,17 +35,23 @@ public struct TraceContext: Sendable, Hashable {
 
     /// The `traceparent` header naming this context: `00-<trace id>-<span id>-<flags>`.
     public var traceparent: String {
-        var out = [UInt8]()
-        out.reserveCapacity(55)
-        out.append(contentsOf: "00-".utf8)
-        Hex.append(traceIDHigh, to: &out)
-        Hex.append(traceIDLow, to: &out)
-        out.append(UInt8(ascii: "-"))
-        Hex.append(spanID, to: &out)
-        out.append(UInt8(ascii: "-"))
-        out.append(UInt8(ascii: "0"))
-        out.append(sampled ? UInt8(ascii: "1") : UInt8(ascii: "0"))
-        return String(decoding: out, as: UTF8.self)
+        // Written straight into the string's storage: one allocation.
+        String(unsafeUninitializedCapacity: 55) { b in
+            func hex(_ v: UInt64, at offset: Int) {
+                for i in 0..<16 { b[offset + i] = Hex.digits[Int((v >> UInt64(60 - 4 * i)) & 0xF)] }
+            }
+            b[0] = UInt8(ascii: "0")
+            b[1] = UInt8(ascii: "0")
+            b[2] = UInt8(ascii: "-")
+            hex(traceIDHigh, at: 3)
+            hex(traceIDLow, at: 19)
+            b[35] = UInt8(ascii: "-")
+            hex(spanID, at: 36)
+            b[52] = UInt8(ascii: "-")
+            b[53] = UInt8(ascii: "0")
+            b[54] = sampled ? UInt8(ascii: "1") : UInt8(ascii: "0")
+            return 55
+        }
     }
 
     /// The longest `tracestate` passed on (the recommendation lets a vendor drop a longer one).
