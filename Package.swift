@@ -31,6 +31,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
+        .package(url: "https://github.com/apple/swift-distributed-tracing.git", from: "1.3.0"),
     ],
     targets: [
         // System libraries: [system] modulemap + shim.h, apt providers named.
@@ -88,14 +89,17 @@ let package = Package(
             dependencies: [
                 "CSQLite", "RPCCore", "Observability", .product(name: "Logging", package: "swift-log"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
             ],
             swiftSettings: strict
         ),
-        // Metrics (swift-metrics facade, Prometheus registry), call observation, /metrics.
+        // Metrics (swift-metrics facade, Prometheus registry), call observation, /metrics; traces
+        // (our W3C tracer behind swift-distributed-tracing's API, the span file exporter).
         .target(
             name: "Observability",
             dependencies: [
                 "RPCCore",
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
@@ -120,6 +124,7 @@ let package = Package(
                 "RPCCore", "RPCTransport", "RPCTLS", "RPCServices", "RPCProtobuf", "Contracts", "GRPCContracts", "Security",
                 "Storage", "Observability",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -292,7 +297,7 @@ let package = Package(
         .executableTarget(
             name: "gateway",
             dependencies: [
-                "Gateway", "ServiceKit", "RPCTransport",
+                "Gateway", "ServiceKit", "RPCTransport", "Observability",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -342,6 +347,7 @@ let package = Package(
             dependencies: [
                 "ServiceKit", "ServiceKitTesting", "Storage", "Security", "Contracts", "GRPCContracts", "RPCCore", "RPCTransport",
                 "RPCServices", "RPCTLS", "Observability", .product(name: "Logging", package: "swift-log"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
             ]
         ),
         .testTarget(

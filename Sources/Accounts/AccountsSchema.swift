@@ -106,6 +106,7 @@ public enum AccountsSchema {
         .inbox,
         .idempotency,
         .outboxParking,
+        .outboxTraceContext,
     ]
 }
 

@@ -90,7 +90,7 @@ public final class Gateway: Sendable {
             guard let pool = pools[upstream] else { continue }
             let proxy = Proxy(
                 pool: pool, gatewayToken: configuration.gatewayToken, maxDeadline: configuration.maxDeadline,
-                maxStreamDeadline: configuration.maxStreamDeadline)
+                maxStreamDeadline: configuration.maxStreamDeadline, tracer: configuration.tracer)
             services.append(ProxyService(serviceName: service, methods: methods.map { ServerMethod($0, proxy.handler(for: $0)) }))
             healthUpstreams[upstream, default: []].append(service)
         }

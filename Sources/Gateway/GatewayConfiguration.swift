@@ -1,3 +1,4 @@
+import Observability
 import RPCTLS
 import RPCTransport
 import ServiceKit
@@ -100,6 +101,9 @@ public struct GatewayConfiguration: Sendable {
     /// One access-log line per call, at info level. Off when built in code; `from(environment:)`
     /// sets it from `ACCESS_LOG`, on unless `off`.
     public var accessLog = false
+    /// The tracer relayed calls are spans of (`TRACE_EXPORT`; `ProcessTracing.tracer`, set by the
+    /// gateway command); nil: not traced, and a relayed call does no work for it.
+    public var tracer: SpanTracer?
     /// `GATEWAY_METRICS_TOKEN`: the bearer token `/metrics` asks for; nil: loopback clients only.
     public var metricsToken: String?
     /// Web origins whose pages may call the gateway (CORS; `GATEWAY_CORS_ORIGINS`): none by

@@ -1,5 +1,6 @@
 import GRPCContracts
 import Logging
+import Observability
 import RPCCore
 
 /// One access-log line per finished call, for the transport's call-end hook to write: at `info`
@@ -13,6 +14,7 @@ import RPCCore
 /// | `duration_ms` | milliseconds with 3 decimals (`1.234`) |
 /// | `peer` | the client's address |
 /// | `user` | the caller's user id; absent when the call was not authenticated |
+/// | `trace_id`, `span_id` | the call's server span, when the process traces (`TRACE_EXPORT`) |
 ///
 /// What a line may hold is fixed by the signature: a method, a status code, a duration, an
 /// address and a verified identity, of which only the user id is written (never its session).
@@ -42,8 +44,8 @@ public struct AccessLog: Sendable {
 
     /// Logs the line of one finished call. `method` is the call's path (`/pkg.Service/Method`, as
     /// on the wire) or `pkg.Service/Method`.
-    public func line(method: String, code: StatusCode, duration: Duration, peer: String, user: CallerIdentity?) {
-        let entry = Self.entry(method: method, code: code, duration: duration, peer: peer, user: user)
+    public func line(method: String, code: StatusCode, duration: Duration, peer: String, user: CallerIdentity?, trace: TraceContext? = nil) {
+        let entry = Self.entry(method: method, code: code, duration: duration, peer: peer, user: user, trace: trace)
         logger.info("\(entry.message)", metadata: entry.metadata)
     }
 
@@ -57,13 +59,19 @@ public struct AccessLog: Sendable {
         public var metadata: Logger.Metadata
     }
 
-    public static func entry(method: String, code: StatusCode, duration: Duration, peer: String, user: CallerIdentity?) -> Entry {
+    public static func entry(
+        method: String, code: StatusCode, duration: Duration, peer: String, user: CallerIdentity?, trace: TraceContext? = nil
+    ) -> Entry {
         let method = bounded(method.hasPrefix("/") ? String(method.dropFirst()) : method)
         let ms = milliseconds(duration)
         var metadata: Logger.Metadata = [
             "rpc.method": .string(method), "rpc.code": .string(code.name), "duration_ms": .string(ms), "peer": .string(bounded(peer)),
         ]
         if let user { metadata["user"] = .string(user.userID) }
+        if let trace {
+            metadata["trace_id"] = .string(trace.traceIDHex)
+            metadata["span_id"] = .string(trace.spanIDHex)
+        }
         return Entry(message: "\(method) \(code.name) \(ms)ms", metadata: metadata)
     }
 
@@ -88,9 +96,12 @@ public struct AccessLog: Sendable {
 /// set once, at start): then the transport is not even told.
 public struct AccessLogObserver: ServerCallObserver {
     public let log: AccessLog
-    public init?(_ log: AccessLog) {
+    /// Whether calls have server spans whose ids the lines carry (the process traces); read once.
+    let traced: Bool
+    public init?(_ log: AccessLog, traced: Bool = ProcessTracing.tracer != nil) {
         guard log.logger.logLevel <= .info else { return nil }
         self.log = log
+        self.traced = traced
     }
 
     public func callEnded(_ call: ServerCallRecord) {
@@ -99,6 +110,6 @@ public struct AccessLogObserver: ServerCallObserver {
         if call.code == .ok, call.method?.service == AccessLog.healthService { return }
         log.line(
             method: call.method?.path ?? "unknown", code: call.code, duration: call.duration, peer: call.peer,
-            user: call.context?.identity)
+            user: call.context?.identity, trace: traced ? RPCTracing.traceContext(of: call.context) : nil)
     }
 }

@@ -1,5 +1,6 @@
 import Contracts
 import Logging
+import Observability
 import RPCCore
 import RPCTransport
 import Storage
@@ -13,24 +14,35 @@ public final class PeerClients: Sendable {
     private let clients = Mutex<[String: RPCClient]>([:])
     private let channels = Mutex<[RPCChannel]>([])
 
-    /// Clients made by `make(peer)` (tests: loopback channels they close themselves).
-    public init(make: @escaping @Sendable (String) -> RPCClient) { self.make = { (make($0), nil) } }
+    /// Clients made by `make(peer)` (tests: loopback channels they close themselves); with a
+    /// `tracer`, calls made inside a span carry it on (`TracingClientTransport`).
+    public init(make: @escaping @Sendable (String) -> RPCClient, tracer: SpanTracer? = nil) {
+        self.make = { peer in
+            let client = make(peer)
+            return (tracer.map { RPCClient(transport: TracingClientTransport(base: client.transport, tracer: $0)) } ?? client, nil)
+        }
+    }
 
     /// Clients over channels made from `configuration(peer)`, each adding `serviceToken`; the
-    /// channels (and the threads each owns) are closed by `close()`.
-    public init(serviceToken: String, configuration: @escaping @Sendable (String) -> ChannelConfiguration) {
+    /// channels (and the threads each owns) are closed by `close()`. With a `tracer`, a call made
+    /// inside a span is a client span and carries `traceparent` (`TracingClientTransport`).
+    public init(
+        serviceToken: String, tracer: SpanTracer? = nil, configuration: @escaping @Sendable (String) -> ChannelConfiguration
+    ) {
         self.make = { peer in
             let channel = RPCChannel(configuration: configuration(peer))
-            return (RPCClient(transport: CredentialedTransport(base: channel, serviceToken: serviceToken)), channel)
+            let transport = CredentialedTransport(base: channel, serviceToken: serviceToken)
+            return (RPCClient(transport: tracer.map { TracingClientTransport(base: transport, tracer: $0) } ?? transport), channel)
         }
     }
 
     /// Clients for the peers at their configured addresses (`settings.peerAddress`), each adding
     /// `settings.serviceToken`, over TLS with the cluster CA when `PEER_TLS_CA` is set (presenting
     /// `PEER_TLS_CERT` to peers that require a client certificate); calls fail fast (UNAVAILABLE)
-    /// while a peer is down or refuses the handshake.
+    /// while a peer is down or refuses the handshake. Traced when the process traces
+    /// (`ProcessTracing.tracer`, read here once).
     public convenience init(settings: ServiceSettings) {
-        self.init(serviceToken: settings.serviceToken) { settings.peerChannelConfiguration($0) }
+        self.init(serviceToken: settings.serviceToken, tracer: ProcessTracing.tracer) { settings.peerChannelConfiguration($0) }
     }
 
     /// The client for `peer` (`"social"`, `"tasks"`, …).

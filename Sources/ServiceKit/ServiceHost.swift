@@ -18,13 +18,29 @@ import Synchronization
 public enum ServiceHost {
     /// Sets up swift-log for the process from its settings: `LOG_LEVEL`, and `LOG_FORMAT` (text
     /// lines, or one JSON object per line on stderr: `JSONLogHandler`). `metadataProvider` adds
-    /// context to every line (the tracing's `trace_id` and `span_id`).
+    /// context to every line; by default, when the process traces, the current span's `trace_id`
+    /// and `span_id`.
+    ///
+    /// Tracing is set up first, from the same settings (`TRACE_EXPORT`, `TRACE_SAMPLE_RATIO`:
+    /// `ProcessTracing.bootstrap`), since the log lines need its context. A span file that cannot
+    /// be opened leaves tracing off and says so in the log; it does not stop the process.
     ///
     /// `LoggingSystem.bootstrap` may run once per process: the first call sets logging up and
     /// later ones do nothing (tests that run services in-process never call this; they give
     /// each core its own `Logger`).
     public static func bootstrapLogging(_ settings: ServiceSettings, metadataProvider: Logger.MetadataProvider? = nil) {
-        bootstrapLogging(level: settings.logLevel, format: settings.logFormat, metadataProvider: metadataProvider)
+        var tracingFailure: String?
+        let tracer: SpanTracer?
+        // The access log's lines carry the call's span only when they are written at all.
+        let accessLines = settings.accessLog && (Logger.Level(rawValue: settings.logLevel) ?? .info) <= .info
+        do { tracer = try ProcessTracing.bootstrap(settings.tracing, serviceName: settings.name, notesCalls: accessLines) } catch {
+            tracer = nil
+            tracingFailure = "\(error)"
+        }
+        bootstrapLogging(
+            level: settings.logLevel, format: settings.logFormat,
+            metadataProvider: metadataProvider ?? (tracer == nil ? nil : ProcessTracing.metadataProvider))
+        if let tracingFailure { Logger(label: settings.name).error("tracing is off: \(tracingFailure)") }
     }
 
     public static func bootstrapLogging(level: String, format: LogFormat = .text, metadataProvider: Logger.MetadataProvider? = nil) {
@@ -79,6 +95,10 @@ public enum ServiceHost {
         addObservers(settings, to: &config)
         configure(&config)
         try applyServerSettings(settings, to: &config)
+        // Traced: every call to the service's own methods runs in a server span (health and
+        // reflection do not: probes would fill the traces).
+        let tracer = ProcessTracing.tracer
+        let services = tracer.map { t in services.map { RPCTracing.traced($0, tracer: t) } } ?? services
         let (health, all) = StandardServices.make(for: services, descriptors: descriptors)
         let server = RPCServer(configuration: config, services: all, logger: logger)
         let peers = peers ?? PeerClients(settings: settings)
@@ -109,6 +129,7 @@ public enum ServiceHost {
                 gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         try await group.run()
         await peers.close()
+        ProcessTracing.shutdown()  // the spans still buffered are written
         logger.info("stopped")
     }
 
@@ -123,7 +144,7 @@ public enum ServiceHost {
     /// What the settings ask for: metrics (`METRICS`) and one access-log line per call (`ACCESS_LOG`).
     public static func addObservers(_ settings: ServiceSettings, to config: inout ServerConfiguration) {
         if settings.metrics { addMetrics(to: &config) }
-        if let log = AccessLog(settings: settings).flatMap(AccessLogObserver.init) {
+        if let log = AccessLog(settings: settings).flatMap({ AccessLogObserver($0) }) {
             config.observer = ServerCallObservers.combine([config.observer, log].compactMap { $0 })
         }
     }
@@ -206,7 +227,8 @@ public enum ServiceHost {
     /// A client for another service of the cluster, carrying the service credential.
     public static func peerClient(_ peer: String, settings: ServiceSettings) -> RPCClient {
         let channel = RPCChannel(configuration: settings.peerChannelConfiguration(peer))
-        return RPCClient(transport: CredentialedTransport(base: channel, serviceToken: settings.serviceToken))
+        let transport = CredentialedTransport(base: channel, serviceToken: settings.serviceToken)
+        return RPCClient(transport: ProcessTracing.tracer.map { TracingClientTransport(base: transport, tracer: $0) } ?? transport)
     }
 }
 

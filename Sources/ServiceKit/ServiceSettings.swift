@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import Observability
 import RPCTLS
 import RPCTransport
 import Security
@@ -20,6 +21,14 @@ public struct ServiceOptions: ParsableArguments {
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error (env LOG_LEVEL).") public var logLevel: String?
     @Option(name: .customLong("log-format"), help: "text (default) or json: one JSON object per line (env LOG_FORMAT).")
     public var logFormat: String?
+    @Option(
+        name: .customLong("trace-export"),
+        help: "off (default) or file:<path>: spans as JSON lines appended to the file (env TRACE_EXPORT).")
+    public var traceExport: String?
+    @Option(
+        name: .customLong("trace-sample-ratio"),
+        help: "Share of new traces recorded, 0 to 1 (env TRACE_SAMPLE_RATIO, default 0.01).")
+    public var traceSampleRatio: String?
     @Flag(
         name: .customLong("dev-credentials"),
         help: "Development only (env ALLOW_DEV_CREDENTIALS=1): make missing credentials under $DATA_DIR and accept weak ones.")
@@ -37,6 +46,8 @@ public struct ServiceOptions: ParsableArguments {
         f["\(name).tls.client.ca"] = tlsClientCA
         f["log.level"] = logLevel
         f["log.format"] = logFormat
+        f["trace.export"] = traceExport
+        f["trace.sample.ratio"] = traceSampleRatio
         if devCredentials { f["allow.dev.credentials"] = "1" }
         return f
     }
@@ -70,6 +81,10 @@ public struct ServiceSettings: Sendable {
     /// `ACCESS_LOG` (`on`, the default, or `off`): whether the transport writes one access-log
     /// line per finished call (`AccessLog`).
     public var accessLog: Bool
+    /// `TRACE_EXPORT` / `--trace-export` (`off`, the default, or `file:<path>`) and
+    /// `TRACE_SAMPLE_RATIO` / `--trace-sample-ratio` (default 0.01): traces
+    /// (docs/observability.md, "Traces"). `ServiceHost.bootstrapLogging` makes the tracer.
+    public var tracing: TracingSettings
     /// The cluster's service credential (`SERVICE_TOKEN`): what services present to each other
     /// and what opens internal RPCs. The gateway never has it.
     public var serviceToken: String
@@ -127,6 +142,11 @@ public struct ServiceSettings: Sendable {
         metrics = try settings.bool("metrics", default: true)
         logFormat = try settings.choice("log.format") ?? .text
         accessLog = try settings.bool("access.log", default: true)
+        do {
+            tracing = try TracingSettings.parse(export: settings.string("trace.export"), ratio: settings.string("trace.sample.ratio"))
+        } catch let error as TracingSettingsError {
+            throw ValidationError(error.description)
+        }
         devCredentials = try settings.bool("allow.dev.credentials")
         let resolver = Credentials(settings: settings, root: root, development: devCredentials)
         serviceToken = credentials == .service ? try resolver.resolve(.service) : ""

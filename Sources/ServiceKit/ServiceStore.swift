@@ -204,7 +204,7 @@ extension Migration {
 
     /// The tables every service on the kit has: outbox (with its per-destination index), inbox of
     /// processed events, secrets, idempotency keys. List them first in a new service's migrations.
-    public static let kit: [Migration] = [.outbox, .outboxByDestination, .inbox, .secrets, .idempotency, .outboxParking]
+    public static let kit: [Migration] = [.outbox, .outboxByDestination, .inbox, .secrets, .idempotency, .outboxParking, .outboxTraceContext]
 }
 
 extension Transaction {

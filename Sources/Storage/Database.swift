@@ -1,6 +1,7 @@
 internal import CSQLite
 import Foundation
 import Logging
+import Observability
 import RPCCore
 import Synchronization
 
@@ -250,11 +251,14 @@ public final class Database: Sendable {
         let signal = outboxSignal
         let commitDuration = metrics.commitDuration
         let start = ContinuousClock.now
+        // The caller's span, for the outbox events the body queues (the body runs on the writer
+        // thread, where the caller's task-locals are not).
+        let trace = TraceContext.current
         return try await writer.run(afterSync: { result in
             commitDuration.record(start.duration(to: .now))
             if result.1 { signal.fire() }
         }) { connection in
-            try Self.runWrite(connection, body)
+            try Self.runWrite(connection, trace: trace, body)
         }.0
     }
 
@@ -266,7 +270,8 @@ public final class Database: Sendable {
     /// `write`, blocking the calling thread: for tests, tools and startup code, never an event loop.
     public func writeSync<T>(_ body: (Transaction) throws -> T) throws -> T {
         let start = ContinuousClock.now
-        let (value, enqueued) = try writer.runSync { connection in try Self.runWrite(connection, body) }
+        let trace = TraceContext.current
+        let (value, enqueued) = try writer.runSync { connection in try Self.runWrite(connection, trace: trace, body) }
         metrics.commitDuration.record(start.duration(to: .now))
         if enqueued { outboxSignal.fire() }
         return value
@@ -285,9 +290,9 @@ public final class Database: Sendable {
         return try body(connection)
     }
 
-    static func runWrite<T>(_ connection: Connection, _ body: (Transaction) throws -> T) throws -> (T, Bool) {
+    static func runWrite<T>(_ connection: Connection, trace: TraceContext? = nil, _ body: (Transaction) throws -> T) throws -> (T, Bool) {
         try connection.execute("BEGIN IMMEDIATE")
-        let tx = Transaction(connection: connection)
+        let tx = Transaction(connection: connection, trace: trace)
         do {
             let value = try body(tx)
             tx.end()

@@ -69,4 +69,12 @@ extension Migration {
         name: "storage.outbox.v3-parking",
         sql: "ALTER TABLE outbox ADD COLUMN parked_at INTEGER"
     )
+
+    /// `trace_context`: the W3C `traceparent` of the span that enqueued the event (null when the
+    /// process was not tracing), so that its delivery, however much later, continues that trace
+    /// (`OutboxEvent.traceContext`; docs/observability.md, "Traces").
+    public static let outboxTraceContext = Migration(
+        name: "storage.outbox.v4-trace-context",
+        sql: "ALTER TABLE outbox ADD COLUMN trace_context TEXT"
+    )
 }

@@ -1,5 +1,7 @@
 import Foundation
+import Observability
 import Synchronization
+import Tracing
 
 /// One cross-service effect waiting in (or delivered from) the outbox.
 public struct OutboxEvent: Sendable, Hashable {
@@ -22,6 +24,9 @@ public struct OutboxEvent: Sendable, Hashable {
     public var deliveredAt: Date?
     /// Set when the receiver refused it as wrong too often: delivery skips it (operators requeue).
     public var parkedAt: Date?
+    /// The `traceparent` of the span that enqueued it (`Migration.outboxTraceContext`): its
+    /// delivery is a span of that trace. Nil when the enqueuing process was not tracing.
+    public var traceContext: String?
 
     init(row: Row) throws {
         id = try row.get("id")
@@ -35,9 +40,11 @@ public struct OutboxEvent: Sendable, Hashable {
         lastError = try row.get("last_error")
         deliveredAt = try row.get("delivered_at", as: Int64?.self).map(Date.init(unixMilliseconds:))
         parkedAt = try row.get("parked_at", as: Int64?.self).map(Date.init(unixMilliseconds:))
+        traceContext = try row.get("trace_context")
     }
 
-    static let columns = "id, event_id, destination, kind, payload, created_at, attempts, next_attempt_at, last_error, delivered_at, parked_at"
+    static let columns =
+        "id, event_id, destination, kind, payload, created_at, attempts, next_attempt_at, last_error, delivered_at, parked_at, trace_context"
 }
 
 extension Date {
@@ -47,13 +54,21 @@ extension Date {
 
 extension Transaction {
     /// Queues an event for `destination` in this transaction: it is delivered if and only if the
-    /// transaction commits. Requires `Migration.outbox`. A duplicate `eventID` throws
-    /// `uniqueViolation`.
+    /// transaction commits. Requires `Migration.outbox` (and `outboxTraceContext`). A duplicate
+    /// `eventID` throws `uniqueViolation`.
+    ///
+    /// The event keeps the trace context of the span that asked for the write (`TraceContext.current`
+    /// where `Database.write` was called: the handler's server span when the process traces), so
+    /// its delivery continues the trace.
     public func enqueueOutbox(eventID: String, destination: String, kind: String, payload: [UInt8]) throws {
         let now = Date().unixMilliseconds
+        let trace = (self.trace ?? TraceContext.current)?.traceparent
         try execute(
-            "INSERT INTO outbox (event_id, destination, kind, payload, created_at, attempts, next_attempt_at) VALUES (?, ?, ?, ?, ?, 0, ?)",
-            eventID, destination, kind, payload, now, now
+            """
+            INSERT INTO outbox (event_id, destination, kind, payload, created_at, attempts, next_attempt_at, trace_context)
+            VALUES (?, ?, ?, ?, ?, 0, ?, ?)
+            """,
+            eventID, destination, kind, payload, now, now, trace
         )
         enqueuedOutbox = true
     }

@@ -1,7 +1,9 @@
 import Foundation
 import Logging
+import Observability
 import RPCCore
 import Synchronization
+import Tracing
 
 /// How long a failed event waits before its next attempt: exponential, capped, with jitter so a
 /// recovering peer is not hit by every service at the same instant.
@@ -238,7 +240,7 @@ public final class OutboxDelivery: Sendable {
             }
             pass.attempted += 1
             do {
-                try await deliver(event)
+                try await Self.continuingTrace(of: event) { try await deliver(event) }
                 counters.delivered.increment()
                 delivered.append(event.id)
                 _ = refusalsInARow.withLock { $0.removeValue(forKey: event.id) }
@@ -306,6 +308,19 @@ public final class OutboxDelivery: Sendable {
             throw error
         }
         return pass
+    }
+}
+
+extension OutboxDelivery {
+    /// Runs `body` (the event's delivery) with the trace context the event was enqueued in as the
+    /// task's `ServiceContext`: a traced peer call made there (`TracingClientTransport`) is a
+    /// span of that trace, child of the span that enqueued the event, however much later. An
+    /// event without one (enqueued while not tracing) is delivered as it is.
+    static func continuingTrace(of event: OutboxEvent, _ body: () async throws -> Void) async throws {
+        guard let text = event.traceContext, let parent = TraceContext.parse(traceparent: text) else { return try await body() }
+        var context = ServiceContext.topLevel
+        context.traceContext = parent
+        try await ServiceContext.withValue(context) { try await body() }
     }
 }
 

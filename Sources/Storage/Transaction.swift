@@ -1,3 +1,5 @@
+import Observability
+
 /// The one write transaction of a `Database.write` call (`BEGIN IMMEDIATE … COMMIT`).
 ///
 /// Everything done through it commits together, or — when the body throws — nothing does. It is
@@ -7,9 +9,13 @@ public final class Transaction {
     private(set) var isActive = true
     /// Set when the body queued outbox events, so the database can wake the delivery loop on commit.
     var enqueuedOutbox = false
+    /// The trace context of the task that asked for this write (`TraceContext.current` there):
+    /// what the outbox events queued here keep (`enqueueOutbox`).
+    let trace: TraceContext?
 
-    init(connection: Connection) {
+    init(connection: Connection, trace: TraceContext? = nil) {
         self.connection = connection
+        self.trace = trace
     }
 
     func end() { isActive = false }

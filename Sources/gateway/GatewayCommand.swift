@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Gateway
 import Logging
+import Observability
 import RPCTransport
 import ServiceKit
 
@@ -19,10 +20,12 @@ struct GatewayCommand: AsyncParsableCommand {
         let settings = try ServiceSettings(name: "gateway", options: options, environment: environment, credentials: .gateway)
         ServiceHost.bootstrapLogging(settings)
         let logger = Logger(label: "gateway")
-        let config = try GatewayConfiguration.from(settings: settings)
+        var config = try GatewayConfiguration.from(settings: settings)
+        config.tracer = ProcessTracing.tracer
         let gateway = try Gateway(configuration: config, logger: logger)
         ShutdownSignals.install()  // before "listening": a SIGTERM from then on exits gracefully
         try await gateway.start()
         await gateway.runUntilSignalled()
+        ProcessTracing.shutdown()  // the spans still buffered are written
     }
 }

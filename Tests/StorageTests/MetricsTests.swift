@@ -23,7 +23,7 @@ import Testing
         let name = "\(prefix)-\(UUID().uuidString.prefix(8).lowercased())"
         return try Database.openQuiet(
             directory: dir.path, fileName: "\(name).sqlite",
-            migrations: testMigrations + [.outbox, .outboxByDestination, .outboxParking, .inbox], options: options)
+            migrations: testMigrations + [.outbox, .outboxByDestination, .outboxParking, .outboxTraceContext, .inbox], options: options)
     }
 
     static func value(_ name: String, _ labels: [(String, String)]) -> Double? {

@@ -19,7 +19,8 @@ import Testing
 
     func openDatabase(_ dir: TempDirectory) throws -> Database {
         try Database.openQuiet(
-            directory: dir.path, fileName: "o.sqlite", migrations: testMigrations + [.outbox, .outboxByDestination, .outboxParking, .inbox])
+            directory: dir.path, fileName: "o.sqlite",
+            migrations: testMigrations + [.outbox, .outboxByDestination, .outboxParking, .outboxTraceContext, .inbox])
     }
 
     @Test func deliveryRetriesWithBackoffUntilTheClosureSucceeds() async throws {

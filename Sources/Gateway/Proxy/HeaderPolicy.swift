@@ -33,4 +33,17 @@ public enum HeaderPolicy {
         if !gatewayToken.isEmpty { out.add(lowercased: "x-gateway-token", .string(gatewayToken)) }
         return out
     }
+
+    /// `upstreamMetadata` for a traced relay: the client's `traceparent` and `tracestate` give way
+    /// to the gateway span's (`traceparent`, `tracestate`), in the same single pass and allocation.
+    public static func upstreamMetadata(
+        _ client: Metadata, clientAddress: String, gatewayToken: String, traceparent: String, tracestate: String?
+    ) -> Metadata {
+        var out = client.filter(reservingExtra: 4) { !isStripped($0) && $0 != "traceparent" && $0 != "tracestate" }
+        out.add(lowercased: "x-forwarded-for", .string(clientAddress))
+        if !gatewayToken.isEmpty { out.add(lowercased: "x-gateway-token", .string(gatewayToken)) }
+        out.add(lowercased: "traceparent", .string(traceparent))
+        if let tracestate { out.add(lowercased: "tracestate", .string(tracestate)) }
+        return out
+    }
 }

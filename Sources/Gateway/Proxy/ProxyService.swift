@@ -1,3 +1,4 @@
+import Observability
 import RPCCore
 import RPCTransport
 
@@ -21,8 +22,12 @@ struct Proxy: Sendable {
     let maxDeadline: Duration
     /// Cap for server-streaming and bidirectional calls (subscriptions live long).
     let maxStreamDeadline: Duration
+    /// The process's tracer: relayed calls are spans and carry `traceparent` up (`Proxy+Tracing`).
+    /// Nil (tracing off): the handlers below are used as they are, with no work for tracing.
+    var tracer: SpanTracer? = nil
 
     func handler(for method: MethodDescriptor) -> RawHandler {
+        if let tracer { return tracedHandler(for: method, tracer: tracer) }
         switch method.kind {
         case .unary:
             return .unaryForwarding { request, context, responder in
@@ -46,16 +51,22 @@ struct Proxy: Sendable {
 
     /// The upstream call's options: the client's metadata (filtered) and deadline (capped). A
     /// call without a client deadline goes up without one, limited to the cap by the channel
-    /// (`CallOptions.limit`: no timer per call).
-    func options(_ context: ServerContext, kind: CallKind) throws -> CallOptions {
+    /// (`CallOptions.limit`: no timer per call). `trace`: the gateway's span, sent up as
+    /// `traceparent`/`tracestate` in place of the client's.
+    func options(_ context: ServerContext, kind: CallKind, trace: TraceContext? = nil) throws -> CallOptions {
         var timeout: Duration? = nil
         if let remaining = context.timeRemaining {
             guard remaining > .zero else { throw RPCError.deadlineExceeded() }
             timeout = min(remaining, cap(for: kind))
         }
-        let metadata = HeaderPolicy.upstreamMetadata(
-            context.requestMetadata, clientAddress: context.peerHost,
-            gatewayToken: gatewayToken)
+        let metadata =
+            if let trace {
+                HeaderPolicy.upstreamMetadata(
+                    context.requestMetadata, clientAddress: context.peerHost, gatewayToken: gatewayToken,
+                    traceparent: trace.traceparent, tracestate: trace.traceState)
+            } else {
+                HeaderPolicy.upstreamMetadata(context.requestMetadata, clientAddress: context.peerHost, gatewayToken: gatewayToken)
+            }
         return CallOptions(timeout: timeout, metadata: metadata, limit: timeout == nil ? limit(for: kind) : nil)
     }
 
@@ -71,10 +82,10 @@ struct Proxy: Sendable {
     /// has no deadline of its own, cancelled with the client's call. A failure of `body` becomes
     /// the upstream's own status when the upstream ended the call.
     func withUpstreamCall(
-        _ method: MethodDescriptor, _ context: ServerContext,
+        _ method: MethodDescriptor, _ context: ServerContext, trace: TraceContext? = nil,
         _ body: (any RawClientCall) async throws -> Void
     ) async throws {
-        let options = try options(context, kind: method.kind)
+        let options = try options(context, kind: method.kind, trace: trace)
         let lease = try pool.acquire()
         defer { pool.release(lease) }
         let call = try await lease.channel.startCall(method, options: options)
@@ -103,10 +114,11 @@ struct Proxy: Sendable {
     /// completes the client's call from the connection's read. One object per relayed call
     /// (`RelayedUnaryCall`) is the upstream call, what cancels it and what answers the client.
     func unary(
-        _ method: MethodDescriptor, _ request: [UInt8], _ context: ServerContext, _ responder: any UnaryResponder
+        _ method: MethodDescriptor, _ request: [UInt8], _ context: ServerContext, _ responder: any UnaryResponder,
+        trace: TraceContext? = nil
     ) -> (any Cancellable)? {
         let options: CallOptions
-        do { options = try self.options(context, kind: .unary) } catch {
+        do { options = try self.options(context, kind: .unary, trace: trace) } catch {
             responder.respond(.failure(error))
             return nil
         }
@@ -138,12 +150,13 @@ struct Proxy: Sendable {
     /// connection's read (`RelayedServerStream`). While the client is slow, the upstream's bytes
     /// are held in its flow-control window, so a fast upstream is held back there.
     func serverStreaming(
-        _ method: MethodDescriptor, _ request: [UInt8], _ context: ServerContext, _ responses: any ResponseForwarder
+        _ method: MethodDescriptor, _ request: [UInt8], _ context: ServerContext, _ responses: any ResponseForwarder,
+        trace: TraceContext? = nil
     ) -> (any Cancellable)? {
         let options: CallOptions
         let lease: PooledChannel
         do {
-            options = try self.options(context, kind: .serverStreaming)
+            options = try self.options(context, kind: .serverStreaming, trace: trace)
             lease = try pool.acquire()
         } catch {
             responses.end(.failure(error))
@@ -156,9 +169,9 @@ struct Proxy: Sendable {
 
     func streaming(
         _ method: MethodDescriptor, _ requests: RawMessageStream, _ sink: any ServerResponseSink,
-        _ context: ServerContext
+        _ context: ServerContext, trace: TraceContext? = nil
     ) async throws {
-        try await withUpstreamCall(method, context) { call in
+        try await withUpstreamCall(method, context, trace: trace) { call in
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { await Self.pumpRequests(requests, into: call) }
                 // When the upstream has answered (or failed), stop reading the client's requests.

@@ -120,6 +120,21 @@ struct HeaderBlock {
         return bad == 0
     }
 
+    /// HPACK indexing for a header: `traceparent` (a new value on every call when tracing) is sent
+    /// without indexing, so it never evicts the headers that repeat (credentials, content type,
+    /// the forwarded address) from the dynamic table, which would make every request carry them
+    /// as literals again. One length comparison for every other header.
+    @inline(__always)
+    static func indexingFlags(_ name: UnsafeRawPointer, _ nameLen: Int) -> UInt8 {
+        guard nameLen == 11 else { return UInt8(NGHTTP2_NV_FLAG_NONE.rawValue) }
+        var i = 0
+        for c in "traceparent".utf8 {
+            guard name.load(fromByteOffset: i, as: UInt8.self) == c else { return UInt8(NGHTTP2_NV_FLAG_NONE.rawValue) }
+            i += 1
+        }
+        return UInt8(NGHTTP2_NV_FLAG_NO_INDEX.rawValue)
+    }
+
     /// The block as nghttp2's name/value array, valid inside `body` (nghttp2 copies it on
     /// submit, so the bytes are lent read-only, and the array lives on the stack).
     func withNV<R>(_ body: (UnsafePointer<nghttp2_nv>, Int) -> R) -> R {
@@ -132,7 +147,7 @@ struct HeaderBlock {
                             to: nghttp2_nv(
                                 name: UnsafeMutablePointer(mutating: name.assumingMemoryBound(to: UInt8.self)),
                                 value: UnsafeMutablePointer(mutating: value.assumingMemoryBound(to: UInt8.self)),
-                                namelen: nameLen, valuelen: valueLen, flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue)))
+                                namelen: nameLen, valuelen: valueLen, flags: Self.indexingFlags(name, nameLen)))
                     }
                 }
                 return body(nva.baseAddress!, count)

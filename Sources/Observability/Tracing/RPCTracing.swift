@@ -1,0 +1,304 @@
+import RPCCore
+import Tracing
+
+/// Spans around gRPC calls: a server span for every call a service's handler runs (its parent the
+/// caller's `traceparent`, or a new trace), made the task-local `ServiceContext` of the handler;
+/// a client span for every call made through `TracingClientTransport` while a span is current,
+/// whose context goes out as `traceparent`/`tracestate`.
+///
+/// Nothing here is installed when tracing is off: the handlers and transports are wrapped only
+/// when a tracer exists, so a process without one does no per-call work for tracing.
+public enum RPCTracing {
+    /// Where a call's server span is kept on its `ServerContext` (for the access log's
+    /// `trace_id`/`span_id`, which is written outside the handler's task).
+    public static let spanKey = "observability.trace-span"
+
+    /// The trace context a request carries (`traceparent`, `tracestate`; several `tracestate`
+    /// headers are joined with commas, as the recommendation says), or nil.
+    public static func remoteParent(_ metadata: Metadata) -> TraceContext? {
+        guard let parent = metadata["traceparent"] else { return nil }
+        guard let first = metadata["tracestate"] else { return TraceContext.parse(traceparent: parent) }
+        let states = metadata.values("tracestate").compactMap { v -> String? in
+            if case .string(let s) = v { return s }
+            return nil
+        }
+        return TraceContext.parse(traceparent: parent, tracestate: states.count == 1 ? first : states.joined(separator: ","))
+    }
+
+    /// The span name of a method: its path without the leading `/` (`accounts.v1.Accounts/SignUp`),
+    /// as OpenTelemetry's RPC conventions name spans.
+    public static func spanName(_ method: MethodDescriptor) -> String { String(method.path.dropFirst()) }
+
+    /// A call's server span from its request metadata: its trace context, and the span itself when
+    /// the trace is sampled (nil otherwise: nothing to record, nothing allocated). `name` is
+    /// `spanName(method)`, made once per method. The context is noted on the call for the access
+    /// log when the tracer says so.
+    @inline(__always)
+    public static func startServerCall(
+        _ tracer: SpanTracer, _ name: String, _ method: MethodDescriptor, _ context: ServerContext
+    ) -> (trace: TraceContext, span: TraceSpan?) {
+        let started = tracer.start(name, parent: remoteParent(context.requestMetadata), kind: .server)
+        if let span = started.span {
+            span.setAttribute("rpc.system", .string("grpc"))
+            span.setAttribute("rpc.service", .string(method.service))
+            span.setAttribute("rpc.method", .string(method.method))
+            span.setAttribute("net.peer.address", .string(context.peerHost))
+        }
+        if tracer.notesCalls { context[key: spanKey] = started.trace }
+        return started
+    }
+
+    /// `startServerCall` as a span object whatever the sampling (tests, tools).
+    public static func startServerSpan(_ tracer: SpanTracer, _ method: MethodDescriptor, _ context: ServerContext) -> TraceSpan {
+        let span = tracer.startSpan(spanName(method), parent: remoteParent(context.requestMetadata), kind: .server)
+        if span.isRecording {
+            span.setAttribute("rpc.system", .string("grpc"))
+            span.setAttribute("rpc.service", .string(method.service))
+            span.setAttribute("rpc.method", .string(method.method))
+            span.setAttribute("net.peer.address", .string(context.peerHost))
+        }
+        if tracer.notesCalls { context[key: spanKey] = span.trace }
+        return span
+    }
+
+    /// Ends a call's span with its status code (`rpc.grpc.status_code`). A server span is an
+    /// error only for the codes that say the server failed (OpenTelemetry's gRPC rule: UNKNOWN,
+    /// DEADLINE_EXCEEDED, UNIMPLEMENTED, INTERNAL, UNAVAILABLE, DATA_LOSS); a client span for
+    /// every code but OK. Nil (not sampled): nothing to do.
+    public static func end(_ span: TraceSpan?, _ code: StatusCode, message: String? = nil) {
+        guard let span else { return }
+        if span.isRecording {
+            span.setAttribute("rpc.grpc.status_code", .int64(Int64(code.rawValue)))
+            let failed: Bool
+            if span.kind == .server {
+                switch code {
+                case .unknown, .deadlineExceeded, .unimplemented, .internal, .unavailable, .dataLoss: failed = true
+                default: failed = false
+                }
+            } else {
+                failed = code != .ok
+            }
+            if failed { span.setStatus(SpanStatus(code: .error, message: message.map { String($0.prefix(256)) } ?? code.name)) }
+        }
+        span.end()
+    }
+
+    /// Ends a call's span with the outcome of its handler.
+    public static func end(_ span: TraceSpan?, _ error: any Error, _ context: ServerContext?) {
+        guard let span else { return }
+        end(span, code(of: error, context), message: message(of: error))
+    }
+
+    /// The status code a handler's outcome becomes on the wire (as the transport maps it).
+    public static func code(of error: any Error, _ context: ServerContext?) -> StatusCode {
+        if let rpc = error as? RPCError { return rpc.code }
+        if error is CancellationError {
+            if let remaining = context?.timeRemaining, remaining <= .zero { return .deadlineExceeded }
+            return .cancelled
+        }
+        return .internal
+    }
+
+    static func message(of error: any Error) -> String? { (error as? RPCError)?.message }
+
+    /// `service` with every method's handler run inside its server span.
+    public static func traced(_ service: any RPCService, tracer: SpanTracer) -> any RPCService {
+        TracedService(serviceName: service.serviceName, methods: service.methods.map { traced($0, tracer: tracer) })
+    }
+
+    /// `method` with its handler run inside a server span (the task's current trace context,
+    /// `TraceContext.withCurrent`).
+    public static func traced(_ method: ServerMethod, tracer: SpanTracer) -> ServerMethod {
+        let d = method.descriptor
+        let name = spanName(d)
+        switch method.handler {
+        case .unary(let body):
+            return ServerMethod(
+                d,
+                .unary { request, context in
+                    let (trace, span) = startServerCall(tracer, name, d, context)
+                    do {
+                        let r = try await TraceContext.withCurrent(trace) { try await body(request, context) }
+                        end(span, .ok)
+                        return r
+                    } catch {
+                        end(span, error, context)
+                        throw error
+                    }
+                })
+        case .unaryForwarding(let body):
+            return ServerMethod(
+                d,
+                .unaryForwarding { request, context, responder in
+                    let (trace, span) = startServerCall(tracer, name, d, context)
+                    let answer: any UnaryResponder = span.map { SpanEndingResponder(responder, $0, context) } ?? responder
+                    return TraceContext.withCurrent(trace) { body(request, context, answer) }
+                })
+        case .serverStreamingForwarding(let body):
+            return ServerMethod(
+                d,
+                .serverStreamingForwarding { request, context, responses in
+                    let (trace, span) = startServerCall(tracer, name, d, context)
+                    let forwarder: any ResponseForwarder = span.map { SpanEndingForwarder(responses, $0, context) } ?? responses
+                    return TraceContext.withCurrent(trace) { body(request, context, forwarder) }
+                })
+        case .serverStreaming(let body):
+            return ServerMethod(
+                d,
+                .serverStreaming { request, sink, context in
+                    let (trace, span) = startServerCall(tracer, name, d, context)
+                    do {
+                        try await TraceContext.withCurrent(trace) { try await body(request, sink, context) }
+                        end(span, .ok)
+                    } catch {
+                        end(span, error, context)
+                        throw error
+                    }
+                })
+        case .clientStreaming(let body):
+            return ServerMethod(
+                d,
+                .clientStreaming { requests, context in
+                    let (trace, span) = startServerCall(tracer, name, d, context)
+                    do {
+                        let r = try await TraceContext.withCurrent(trace) { try await body(requests, context) }
+                        end(span, .ok)
+                        return r
+                    } catch {
+                        end(span, error, context)
+                        throw error
+                    }
+                })
+        case .bidirectionalStreaming(let body):
+            return ServerMethod(
+                d,
+                .bidirectionalStreaming { requests, sink, context in
+                    let (trace, span) = startServerCall(tracer, name, d, context)
+                    do {
+                        try await TraceContext.withCurrent(trace) { try await body(requests, sink, context) }
+                        end(span, .ok)
+                    } catch {
+                        end(span, error, context)
+                        throw error
+                    }
+                })
+        }
+    }
+
+    /// The trace context of a call's server span, if it had one (the access log's).
+    public static func traceContext(of context: ServerContext?) -> TraceContext? {
+        context?[key: spanKey, as: TraceContext.self]
+    }
+}
+
+struct TracedService: RPCService {
+    let serviceName: String
+    let methods: [ServerMethod]
+}
+
+/// A client transport that makes every call started while a span is current (a handler's, an
+/// outbox delivery's) a client span, child of it, and sends its context as `traceparent` and
+/// `tracestate`. A call started with no current trace goes out as it is.
+public struct TracingClientTransport: ClientTransport {
+    public let base: any ClientTransport
+    public let tracer: SpanTracer
+
+    public init(base: any ClientTransport, tracer: SpanTracer) {
+        self.base = base
+        self.tracer = tracer
+    }
+
+    public func startCall(_ method: MethodDescriptor, options: CallOptions) async throws -> any RawClientCall {
+        guard let parent = TraceContext.current else {
+            return try await base.startCall(method, options: options)
+        }
+        // Not sampled: only the ids go on (no span object, nothing recorded).
+        let new = tracer.newContext(parent: parent)
+        var options = options
+        options.metadata.set("traceparent", new.context.traceparent)
+        if let state = new.context.traceState { options.metadata.set("tracestate", state) } else { options.metadata.remove("tracestate") }
+        guard new.context.sampled else { return try await base.startCall(method, options: options) }
+        let span = TraceSpan(
+            tracer: tracer, base: nil, trace: new.context, parentSpanID: new.parent, name: RPCTracing.spanName(method), kind: .client,
+            start: WallClock.nanoseconds())
+        span.setAttribute("rpc.system", .string("grpc"))
+        span.setAttribute("rpc.service", .string(method.service))
+        span.setAttribute("rpc.method", .string(method.method))
+        do {
+            return TracedClientCall(base: try await base.startCall(method, options: options), span: span)
+        } catch {
+            RPCTracing.end(span, error, nil)
+            throw error
+        }
+    }
+}
+
+/// A client call whose span ends with its final status (or, if nobody asks for the status,
+/// when the call is released).
+final class TracedClientCall: RawClientCall {
+    let base: any RawClientCall
+    let span: TraceSpan
+
+    init(base: any RawClientCall, span: TraceSpan) {
+        self.base = base
+        self.span = span
+    }
+
+    deinit { span.end() }
+
+    func send(_ message: [UInt8], compress: Bool) async throws { try await base.send(message, compress: compress) }
+    func closeSend() async throws { try await base.closeSend() }
+    func initialMetadata() async throws -> Metadata { try await base.initialMetadata() }
+    var responses: RawMessageStream { base.responses }
+    func finalStatus() async -> (status: RPCStatus, trailers: Metadata) {
+        let r = await base.finalStatus()
+        RPCTracing.end(span, r.status.code, message: r.status.message)
+        return r
+    }
+    func cancel() { base.cancel() }
+}
+
+/// A forwarding handler's answer that ends the call's span first.
+public final class SpanEndingResponder: UnaryResponder {
+    let responder: any UnaryResponder
+    let span: TraceSpan
+    let context: ServerContext
+
+    public init(_ responder: any UnaryResponder, _ span: TraceSpan, _ context: ServerContext) {
+        self.responder = responder
+        self.span = span
+        self.context = context
+    }
+
+    public func respond(_ result: Result<[UInt8], any Error>) {
+        switch result {
+        case .success: RPCTracing.end(span, .ok)
+        case .failure(let error): RPCTracing.end(span, error, context)
+        }
+        responder.respond(result)
+    }
+}
+
+/// A forwarded stream's responses, ending the call's span with the call.
+public final class SpanEndingForwarder: ResponseForwarder {
+    let responses: any ResponseForwarder
+    let span: TraceSpan
+    let context: ServerContext
+
+    public init(_ responses: any ResponseForwarder, _ span: TraceSpan, _ context: ServerContext) {
+        self.responses = responses
+        self.span = span
+        self.context = context
+    }
+
+    public func sendHeaders() { responses.sendHeaders() }
+    public func forward(_ message: [UInt8]) -> Bool { responses.forward(message) }
+    public func whenWritable(_ body: @escaping @Sendable () -> Void) { responses.whenWritable(body) }
+    public func end(_ result: Result<Void, any Error>) {
+        switch result {
+        case .success: RPCTracing.end(span, .ok)
+        case .failure(let error): RPCTracing.end(span, error, context)
+        }
+        responses.end(result)
+    }
+}

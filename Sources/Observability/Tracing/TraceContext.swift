@@ -1,0 +1,192 @@
+import Tracing
+
+/// A W3C Trace Context (`traceparent` and `tracestate`, https://www.w3.org/TR/trace-context/):
+/// which trace a span belongs to, which span it is, and whether the trace is sampled.
+///
+/// Parsing is strict, as the recommendation asks: version `00` only, exactly
+/// `00-<32 lowercase hex>-<16 lowercase hex>-<2 lowercase hex>`, neither id all zeros. A header
+/// that does not pass is ignored (the call starts a new trace; it never fails for it).
+public struct TraceContext: Sendable, Hashable {
+    /// The 16-byte trace id as two big-endian halves.
+    public var traceIDHigh: UInt64
+    public var traceIDLow: UInt64
+    /// The span this context names: a span of ours, or the caller's span for a remote parent.
+    public var spanID: UInt64
+    /// Trace flags; only `sampled` (bit 0) is known and passed on.
+    public var flags: UInt8
+    /// The `tracestate` header as received (vendor entries), passed on unchanged; nil when absent
+    /// or not well formed.
+    public var traceState: String?
+
+    public init(traceIDHigh: UInt64, traceIDLow: UInt64, spanID: UInt64, sampled: Bool, traceState: String? = nil) {
+        self.traceIDHigh = traceIDHigh
+        self.traceIDLow = traceIDLow
+        self.spanID = spanID
+        self.flags = sampled ? 1 : 0
+        self.traceState = traceState
+    }
+
+    public var sampled: Bool { flags & 1 != 0 }
+
+    /// The 32 lowercase hex digits of the trace id.
+    public var traceIDHex: String { Hex.string(traceIDHigh, traceIDLow) }
+    /// The 16 lowercase hex digits of the span id.
+    public var spanIDHex: String { Hex.string(spanID) }
+
+    /// The `traceparent` header naming this context: `00-<trace id>-<span id>-<flags>`.
+    public var traceparent: String {
+        // Written straight into the string's storage: one allocation.
+        String(unsafeUninitializedCapacity: 55) { b in
+            func hex(_ v: UInt64, at offset: Int) {
+                for i in 0..<16 { b[offset + i] = Hex.digits[Int((v >> UInt64(60 - 4 * i)) & 0xF)] }
+            }
+            b[0] = UInt8(ascii: "0")
+            b[1] = UInt8(ascii: "0")
+            b[2] = UInt8(ascii: "-")
+            hex(traceIDHigh, at: 3)
+            hex(traceIDLow, at: 19)
+            b[35] = UInt8(ascii: "-")
+            hex(spanID, at: 36)
+            b[52] = UInt8(ascii: "-")
+            b[53] = UInt8(ascii: "0")
+            b[54] = sampled ? UInt8(ascii: "1") : UInt8(ascii: "0")
+            return 55
+        }
+    }
+
+    /// The longest `tracestate` passed on (the recommendation lets a vendor drop a longer one).
+    public static let maxTraceStateLength = 512
+
+    /// The context a `traceparent` (and optional `tracestate`) header carries, or nil when the
+    /// `traceparent` is absent or not valid version-00 text. A malformed `tracestate` is dropped
+    /// and the `traceparent` kept.
+    public static func parse(traceparent: String?, tracestate: String? = nil) -> TraceContext? {
+        guard var header = traceparent else { return nil }
+        return header.withUTF8 { b -> TraceContext? in
+            guard b.count == 55, b[0] == UInt8(ascii: "0"), b[1] == UInt8(ascii: "0"), b[2] == UInt8(ascii: "-"),
+                b[35] == UInt8(ascii: "-"), b[52] == UInt8(ascii: "-"),
+                let high = Hex.parse(b, 3), let low = Hex.parse(b, 19), let span = Hex.parse(b, 36),
+                let f1 = Hex.digit(b[53]), let f2 = Hex.digit(b[54])
+            else { return nil }
+            guard high | low != 0, span != 0 else { return nil }
+            var c = TraceContext(traceIDHigh: high, traceIDLow: low, spanID: span, sampled: (f1 << 4 | f2) & 1 != 0)
+            c.traceState = tracestate.flatMap(validTraceState)
+            return c
+        }
+    }
+
+    /// `tracestate` when it is printable ASCII of at most `maxTraceStateLength` characters with
+    /// at least one non-blank character; nil otherwise (it is then not passed on).
+    static func validTraceState(_ value: String) -> String? {
+        let utf8 = value.utf8
+        guard utf8.count <= maxTraceStateLength, utf8.contains(where: { $0 != 0x20 && $0 != 0x09 && $0 != UInt8(ascii: ",") }) else {
+            return nil
+        }
+        for b in utf8 where b < 0x20 || b > 0x7E { return nil }
+        return value
+    }
+}
+
+/// Where a `TraceContext` lives in the task-local `ServiceContext` (swift-distributed-tracing's
+/// `InstrumentationContext`).
+public enum TraceContextKey: ServiceContextKey {
+    public typealias Value = TraceContext
+    public static var nameOverride: String? { "w3c-trace-context" }
+}
+
+extension ServiceContext {
+    /// The trace context of the current span (ours), or of the remote parent a call came with.
+    public var traceContext: TraceContext? {
+        get { self[TraceContextKey.self] }
+        set { self[TraceContextKey.self] = newValue }
+    }
+}
+
+extension TraceContext {
+    /// The trace context of the task's current span, if any: what the outbox stores with an event
+    /// and what a peer call carries on. A `ServiceContext` bound by code using the Tracing API
+    /// (inside a handler: nested in it) wins over the handler's own binding (`withCurrent`).
+    public static var current: TraceContext? { ServiceContext.current?.traceContext ?? TraceTaskLocal.context }
+
+    /// Runs `operation` with `context` as the task's current trace context: what the RPC wrappers
+    /// bind around a handler. A task-local of its own rather than a `ServiceContext` (a dictionary
+    /// of boxed values, looked up through generic code): one small allocation per call.
+    public static func withCurrent<T>(
+        _ context: TraceContext, isolation: isolated (any Actor)? = #isolation, operation: () async throws -> T
+    ) async rethrows -> T {
+        try await TraceTaskLocal.$context.withValue(context, operation: operation, isolation: isolation)
+    }
+
+    /// `withCurrent` for synchronous code (the forwarding handlers, which run on an event loop).
+    public static func withCurrent<T>(_ context: TraceContext, operation: () throws -> T) rethrows -> T {
+        try TraceTaskLocal.$context.withValue(context, operation: operation)
+    }
+}
+
+/// The handler's trace context (`TraceContext.withCurrent`).
+public enum TraceTaskLocal {
+    @TaskLocal public static var context: TraceContext?
+}
+
+/// Lowercase hex for ids: no Foundation, no format strings.
+enum Hex {
+    static let digits = Array("0123456789abcdef".utf8)
+
+    static func append(_ value: UInt64, to out: inout [UInt8]) {
+        var shift = 60
+        while shift >= 0 {
+            out.append(digits[Int((value >> UInt64(shift)) & 0xF)])
+            shift -= 4
+        }
+    }
+
+    static func string(_ values: UInt64...) -> String {
+        var out = [UInt8]()
+        out.reserveCapacity(16 * values.count)
+        for v in values { append(v, to: &out) }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// A lowercase hex digit's value (uppercase is not valid in a traceparent).
+    @inline(__always)
+    static func digit(_ b: UInt8) -> UInt8? {
+        switch b {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): b - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): b - UInt8(ascii: "a") + 10
+        default: nil
+        }
+    }
+
+    /// 16 hex digits at `offset` as a number (one check for all 16).
+    static func parse(_ b: UnsafeBufferPointer<UInt8>, _ offset: Int) -> UInt64? {
+        var v: UInt64 = 0
+        var bad: UInt8 = 0
+        for i in offset..<offset + 16 {
+            let c = b[i]
+            // '0'...'9' → 0...9, 'a'...'f' → 10...15; anything else sets `bad`.
+            let digit = c &- 0x30
+            let letter = c &- 0x61
+            let isDigit = digit < 10
+            let isLetter = letter < 6
+            bad |= (isDigit || isLetter) ? 0 : 1
+            v = v << 4 | UInt64(isDigit ? digit : letter &+ 10)
+        }
+        return bad == 0 ? v : nil
+    }
+
+    /// 16 or 32 hex digits (a span or trace id as the span files write them) as numbers.
+    public static func parseID(_ text: String) -> [UInt64]? {
+        var t = text
+        return t.withUTF8 { b -> [UInt64]? in
+            guard b.count == 16 || b.count == 32 else { return nil }
+            var out: [UInt64] = []
+            var i = 0
+            while i < b.count {
+                guard let v = parse(b, i) else { return nil }
+                out.append(v)
+                i += 16
+            }
+            return out
+        }
+    }
+}

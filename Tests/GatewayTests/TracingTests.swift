@@ -1,0 +1,91 @@
+import Contracts
+import Foundation
+import Observability
+import RPCCore
+import RPCTransport
+import ServiceKitTesting
+import Testing
+
+@testable import Gateway
+
+/// Issue 19: relayed calls as spans. With a tracer the gateway's span is the child of the
+/// client's `traceparent` (or the root of a new trace) and the upstream call carries the gateway
+/// span's context; without one the client's header goes up unchanged.
+@Suite struct GatewayTracingTests {
+    static let clientTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
+    static let clientSpan = "00f067aa0ba902b7"
+
+    func spans(_ path: String) -> [[String: Any]] {
+        let text = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
+        return text.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+    }
+
+    func logIn(_ h: Harness, traceparent: String?) async throws {
+        var req = Accounts_V1_LogInRequest()
+        req.username = "ada"
+        req.password = "pw"
+        var options = CallOptions(timeout: .seconds(10))
+        if let traceparent { options.metadata.add("traceparent", traceparent) }
+        options.metadata.add("tracestate", "client=1")
+        _ = try await h.client.unary(Accounts_V1_AccountsMethods.logIn, req, as: Accounts_V1_LogInResponse.self, options: options)
+    }
+
+    @Test func aRelayedCallIsASpanAndTheUpstreamGetsItsContext() async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let path = "\(dir.path)/gateway.jsonl"
+        let exporter = try SpanFileExporter(path: path, serviceName: "gateway")
+        let tracer = SpanTracer(serviceName: "gateway", sampler: RatioSampler(ratio: 1), exporter: exporter)
+        let h = try await Harness { $0.tracer = tracer }
+        defer { Task { await h.stop() } }
+        let logInPath = Accounts_V1_AccountsMethods.logIn.path
+
+        // A client's sampled trace: the gateway's span is its child, the upstream the span's.
+        try await logIn(h, traceparent: "00-\(Self.clientTrace)-\(Self.clientSpan)-01")
+        exporter.flush()
+        let first = try #require(spans(path).last)
+        #expect(first["traceId"] as? String == Self.clientTrace)
+        #expect(first["parentSpanId"] as? String == Self.clientSpan)
+        #expect(first["name"] as? String == "accounts.v1.Accounts/LogIn")
+        #expect(first["kind"] as? Int == 2)
+        let up = try #require(h.recorder.last(logInPath))
+        #expect(up["traceparent"] == "00-\(Self.clientTrace)-\(first["spanId"] as! String)-01")
+        #expect(up["tracestate"] == "client=1")
+        #expect(up.values("traceparent").count == 1, "the client's header is replaced, not added to")
+
+        // None: a new trace starts at the gateway (sampled: ratio 1).
+        try await logIn(h, traceparent: nil)
+        exporter.flush()
+        let second = try #require(spans(path).last)
+        #expect(second["parentSpanId"] == nil)
+        #expect(second["traceId"] as? String != Self.clientTrace)
+        #expect(h.recorder.last(logInPath)?["traceparent"] == "00-\(second["traceId"] as! String)-\(second["spanId"] as! String)-01")
+
+        // Malformed: ignored, a new trace, the call goes through.
+        try await logIn(h, traceparent: "00-\(Self.clientTrace.uppercased())-\(Self.clientSpan)-01")
+        exporter.flush()
+        let third = try #require(spans(path).last)
+        #expect(third["parentSpanId"] == nil && third["traceId"] as? String != Self.clientTrace)
+
+        // A streaming relay is a span too, ended with the upstream's status.
+        let n = try await h.client.serverStreaming(Fake.expand, Bytes("3:4"), as: Bytes.self) { stream in
+            var n = 0
+            for try await _ in stream.messages { n += 1 }
+            return n
+        }
+        #expect(n == 3)
+        exporter.flush()
+        let stream = try #require(spans(path).last)
+        #expect(stream["name"] as? String == "test.v1.Echo/Expand")
+        exporter.shutdown()
+    }
+
+    @Test func withoutATracerTheClientsHeaderGoesUpUnchanged() async throws {
+        let h = try await Harness()
+        defer { Task { await h.stop() } }
+        let header = "00-\(Self.clientTrace)-\(Self.clientSpan)-01"
+        try await logIn(h, traceparent: header)
+        #expect(h.recorder.last(Accounts_V1_AccountsMethods.logIn.path)?["traceparent"] == header)
+        #expect(h.recorder.last(Accounts_V1_AccountsMethods.logIn.path)?["tracestate"] == "client=1")
+    }
+}
