@@ -136,9 +136,14 @@ public final class Gateway: Sendable {
             (configuration.metrics ? [RPCServerMetrics()] : []) + (accessLog.map { [$0] } ?? []))
         let health = self.health
         let upstreamList = configuration.upstreams
+        // Browser calls (gRPC-Web, Connect) end in the HTTP handler, not in the gRPC transport:
+        // they are told to the same observers (metrics, access log) by an interceptor.
+        let observing = config.observer.map { ObservingInterceptor($0) }
         var connect = ConnectHandler(
-            router: Router(services: services), interceptors: [policy], transcoder: JSONTranscoder(registry: registry), logger: logger,
+            router: Router(services: services), interceptors: ServerInterceptors((observing.map { [$0] } ?? []) + [policy]),
+            transcoder: JSONTranscoder(registry: registry), logger: logger,
             statusPage: { await Self.statusPage(health: health, upstreams: upstreamList, services: publicNames) })
+        connect.observing = observing
         connect.maxRequestBytes = configuration.maxRequestBytes
         connect.cors = configuration.cors
         connect.metrics = configuration.metrics

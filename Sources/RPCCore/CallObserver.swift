@@ -74,3 +74,115 @@ public struct ServerCallObservers: ServerCallObserver {
         observers.count <= 1 ? observers.first : ServerCallObservers(observers)
     }
 }
+
+/// A `ServerCallObserver` told of the calls that do not come through the gRPC transport (the
+/// gateway's browser protocols), as an interceptor: the outermost of their chain, it reports each
+/// call's status, duration and messages and bytes each way, as the transport would.
+public struct ObservingInterceptor: ServerInterceptor {
+    public let observer: any ServerCallObserver
+    public init(_ observer: any ServerCallObserver) { self.observer = observer }
+
+    public func intercept(_ call: ServerCall, next: ServerCall.Next) async throws -> [UInt8] {
+        observer.callStarted()
+        let started = ContinuousClock.now
+        let counts = MessageCounts()
+        do {
+            let response = try await next(call.observingMessages(counts))
+            if call.responses == nil { counts.responded(response.count) }
+            observer.callEnded(record(call.context, .ok, counts, started))
+            return response
+        } catch {
+            observer.callEnded(record(call.context, Self.code(of: error, call.context), counts, started))
+            throw error
+        }
+    }
+
+    public func interceptForwarded(_ call: ForwardedCall, next: @escaping ForwardedCall.Next) -> (any Cancellable)? {
+        observer.callStarted()
+        let started = ContinuousClock.now
+        let counts = MessageCounts()
+        counts.received(call.request.count)
+        var observed = call
+        switch call.answer {
+        case .message(let responder):
+            observed.answer = .message(
+                ClosureResponder { [observer] result in
+                    let code: StatusCode
+                    switch result {
+                    case .success(let bytes):
+                        counts.responded(bytes.count)
+                        code = .ok
+                    case .failure(let error): code = Self.code(of: error, call.context)
+                    }
+                    observer.callEnded(record(call.context, code, counts, started))
+                    responder.respond(result)
+                })
+        case .stream(let forwarder):
+            observed.answer = .stream(
+                ObservedForwarder(forwarder, counts: counts) { [observer] result in
+                    let code: StatusCode
+                    switch result {
+                    case .success: code = .ok
+                    case .failure(let error): code = Self.code(of: error, call.context)
+                    }
+                    observer.callEnded(record(call.context, code, counts, started))
+                })
+        }
+        return next(observed)
+    }
+
+    /// Reports a call refused before its chain ran (at its headers).
+    public func refused(_ method: MethodDescriptor, peer: String, _ error: RPCError) {
+        observer.callStarted()
+        observer.callEnded(ServerCallRecord(method: method, code: error.code, duration: .zero, peer: peer))
+    }
+
+    func record(
+        _ context: ServerContext, _ code: StatusCode, _ counts: MessageCounts, _ started: ContinuousClock.Instant
+    )
+        -> ServerCallRecord
+    {
+        ServerCallRecord(
+            method: context.method, code: code, duration: .now - started, requestMessages: counts.requestMessages,
+            requestBytes: counts.requestBytes, responseMessages: counts.responseMessages, responseBytes: counts.responseBytes,
+            peer: context.peer, context: context)
+    }
+
+    static func code(of error: any Error, _ context: ServerContext?) -> StatusCode { StatusCode.of(error, context) }
+}
+
+extension StatusCode {
+    /// The status an error ends a call with, as the transport answers it: an `RPCError`'s code;
+    /// cancellation is DEADLINE_EXCEEDED past the call's deadline, else CANCELLED; anything else
+    /// INTERNAL.
+    public static func of(_ error: any Error, _ context: ServerContext?) -> StatusCode {
+        if let rpc = error as? RPCError { return rpc.code }
+        if error is CancellationError {
+            if let remaining = context?.timeRemaining, remaining <= .zero { return .deadlineExceeded }
+            return .cancelled
+        }
+        return .internal
+    }
+}
+
+/// A forwarded stream's responses counted, and its end told to `ended`.
+public final class ObservedForwarder: ResponseForwarder {
+    let base: any ResponseForwarder
+    let counts: MessageCounts
+    let ended: @Sendable (Result<Void, any Error>) -> Void
+    public init(_ base: any ResponseForwarder, counts: MessageCounts, ended: @escaping @Sendable (Result<Void, any Error>) -> Void) {
+        self.base = base
+        self.counts = counts
+        self.ended = ended
+    }
+    public func sendHeaders() { base.sendHeaders() }
+    public func forward(_ message: [UInt8]) -> Bool {
+        counts.responded(message.count)
+        return base.forward(message)
+    }
+    public func whenWritable(_ body: @escaping @Sendable () -> Void) { base.whenWritable(body) }
+    public func end(_ result: Result<Void, any Error>) {
+        ended(result)
+        base.end(result)
+    }
+}

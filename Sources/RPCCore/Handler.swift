@@ -139,29 +139,6 @@ public protocol RPCService: Sendable {
     var methods: [ServerMethod] { get }
 }
 
-/// Runs before every handler: may reject the call (throw an `RPCError`) or attach values to the
-/// context (the caller's verified identity).
-public protocol ServerInterceptor: Sendable {
-    func intercept(_ context: ServerContext) async throws
-    /// Decides without suspending when it can: true when the call may go on (same effects as
-    /// `intercept`), a thrown error to reject it, false when only `intercept` can decide; the
-    /// transport then calls `intercept` with the same context (where anything already done can
-    /// be noted, so it is not done twice). Lets it run `unaryForwarding` handlers without a task.
-    func interceptImmediately(_ context: ServerContext) throws -> Bool
-    /// Decides from the request headers alone, when they arrive and before any request byte is
-    /// read or buffered: an error refuses the call at once (the client gets it as a Trailers-Only
-    /// response; its body is discarded unread), nil lets it go on to `intercept` as usual. Must
-    /// be quick and must not block: the transport calls it on the connection's event loop for
-    /// every routed call. The default objects to nothing. `CredentialCheck.missingCredential`
-    /// is the check every process wants: no credential at all on a method that needs one.
-    func rejectAtHeaders(_ method: MethodDescriptor, _ metadata: Metadata) -> RPCError?
-}
-
-extension ServerInterceptor {
-    public func interceptImmediately(_ context: ServerContext) throws -> Bool { false }
-    public func rejectAtHeaders(_ method: MethodDescriptor, _ metadata: Metadata) -> RPCError? { nil }
-}
-
 /// The header-time check behind `ServerInterceptor.rejectAtHeaders`: is there a credential at
 /// all where the method's marking needs one? It does not verify anything (the interceptor's
 /// `intercept` still does); it only turns away, before their bodies are read, calls that would be
@@ -390,13 +367,14 @@ public struct Router: Sendable {
     public private(set) var services: [String] = []
 
     public init() {}
-    public init(services: [any RPCService]) {
-        for s in services { register(s) }
+    /// Every method of `services`, its handler wrapped by `interceptors` (the first outermost).
+    public init(services: [any RPCService], interceptors: ServerInterceptors = ServerInterceptors([])) {
+        for s in services { register(s, interceptors: interceptors) }
     }
 
-    public mutating func register(_ service: any RPCService) {
+    public mutating func register(_ service: any RPCService, interceptors: ServerInterceptors = ServerInterceptors([])) {
         if !services.contains(service.serviceName) { services.append(service.serviceName) }
-        for m in service.methods { methods[m.descriptor.path] = m }
+        for m in service.methods { methods[m.descriptor.path] = ServerMethod(m.descriptor, interceptors.wrap(m.handler, for: m.descriptor)) }
     }
 
     /// Looks a path up; on a miss tells apart an unknown service from an unknown method.

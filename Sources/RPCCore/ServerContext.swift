@@ -17,6 +17,9 @@ public final class ServerContext: Sendable {
     public let authority: String
     /// Whether the (single) request message of a unary or server-streaming call arrived compressed.
     public let requestCompressed: Bool
+    /// Where the call's tasks run (the connection's event loop), for tasks started on its behalf
+    /// outside the handler's own (an interceptor's around a task-free handler); nil: anywhere.
+    public let executor: (any TaskExecutor)?
 
     private struct State: Sendable {
         var initialMetadata = Metadata()
@@ -30,8 +33,9 @@ public final class ServerContext: Sendable {
     public init(
         method: MethodDescriptor, requestMetadata: Metadata, deadline: ContinuousClock.Instant?,
         peer: String, peerHost: String? = nil, authority: String = "", requestCompressed: Bool = false,
-        compressResponses: Bool = false
+        compressResponses: Bool = false, executor: (any TaskExecutor)? = nil
     ) {
+        self.executor = executor
         self.method = method
         self.requestMetadata = requestMetadata
         self.deadline = deadline

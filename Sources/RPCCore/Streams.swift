@@ -48,13 +48,31 @@ public final class RawMessageStream: AsyncSequence, Sendable {
     }
     private let state = Mutex(State())
     private let onConsumed: @Sendable (Int) -> Void
+    /// An observed view (`observed`): reads come from `upstream`, each told to `tap`.
+    private let upstream: RawMessageStream?
+    private let tap: (@Sendable (InboundMessage) -> Void)?
 
     public init(onConsumed: @escaping @Sendable (Int) -> Void = { _ in }) {
         self.onConsumed = onConsumed
+        self.upstream = nil
+        self.tap = nil
+    }
+
+    private init(upstream: RawMessageStream, tap: @escaping @Sendable (InboundMessage) -> Void) {
+        self.onConsumed = { _ in }
+        self.upstream = upstream
+        self.tap = tap
+    }
+
+    /// The same messages, each told to `tap` as the reader takes it (an interceptor counting a
+    /// call's requests). Producing into the view produces into this stream.
+    public func observed(_ tap: @escaping @Sendable (InboundMessage) -> Void) -> RawMessageStream {
+        RawMessageStream(upstream: self, tap: tap)
     }
 
     /// Producer: appends a message (or hands it straight to a waiting reader).
     public func yield(_ message: InboundMessage) {
+        if let upstream { return upstream.yield(message) }
         let waiter: CheckedContinuation<InboundMessage?, any Error>? = state.withLock { s in
             if s.finished != nil { return nil }
             if let w = s.waiter { s.waiter = nil; return w }
@@ -69,6 +87,7 @@ public final class RawMessageStream: AsyncSequence, Sendable {
 
     /// Producer: ends the stream, normally or with an error (cancellation, bad frame...).
     public func finish(throwing error: (any Error)? = nil) {
+        if let upstream { return upstream.finish(throwing: error) }
         let waiter: CheckedContinuation<InboundMessage?, any Error>? = state.withLock { s in
             if s.finished == nil { s.finished = error.map { .failure($0) } ?? .success(()) }
             let w = s.waiter
@@ -82,6 +101,11 @@ public final class RawMessageStream: AsyncSequence, Sendable {
 
     /// Consumer: the next message, or nil at the end.
     public func next() async throws -> InboundMessage? {
+        if let upstream, let tap {
+            let m = try await upstream.next()
+            if let m { tap(m) }
+            return m
+        }
         enum Step { case value(InboundMessage), end, fail(any Error), wait }
         let step: Step = state.withLock { s in
             if s.head < s.buffer.count {

@@ -324,9 +324,9 @@ final class PortTable: Sendable {
 }
 
 /// Refuses every call with UNAVAILABLE while `down` (ahead of the access policy).
-final class Gate: ServerInterceptor {
+final class Gate: CallCheck {
     let down = Atomic<Bool>(false)
-    func intercept(_ context: ServerContext) async throws {
+    func check(_ context: ServerContext) async throws {
         if down.load(ordering: .acquiring) { throw RPCError(.unavailable, "the service is restarting") }
     }
 }

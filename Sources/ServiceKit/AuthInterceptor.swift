@@ -20,7 +20,7 @@ import Synchronization
 /// Token keys: verified with the keys `keys` supplies, refetched when a token names an unknown
 /// key id (rotation) and, so that a key accounts removed stops verifying, at least every
 /// `keyRefreshInterval` (the keys' own cache time when shorter).
-public final class AuthInterceptor: ServerInterceptor {
+public final class AuthInterceptor: CallCheck {
     public static let serviceTokenHeader = "x-service-token"
     public static let gatewayTokenHeader = "x-gateway-token"
     /// Infrastructure services: no credential needed (load balancers poll health). The gateway's
@@ -51,7 +51,7 @@ public final class AuthInterceptor: ServerInterceptor {
         self.keyRefreshSeconds = max(1, keyRefreshInterval.components.seconds)
     }
 
-    public func intercept(_ context: ServerContext) async throws {
+    public func check(_ context: ServerContext) async throws {
         if Self.open.contains(context.method.service) { return }
         if let presented = context.requestMetadata[Self.serviceTokenHeader] {
             guard !serviceToken.isEmpty, ConstantTime.equals(presented, serviceToken) else {

@@ -15,24 +15,25 @@ public final class PeerClients: Sendable {
     private let channels = Mutex<[RPCChannel]>([])
 
     /// Clients made by `make(peer)` (tests: loopback channels they close themselves); with a
-    /// `tracer`, calls made inside a span carry it on (`TracingClientTransport`).
+    /// `tracer`, calls made inside a span carry it on (`TracingClientInterceptor`).
     public init(make: @escaping @Sendable (String) -> RPCClient, tracer: SpanTracer? = nil) {
         self.make = { peer in
             let client = make(peer)
-            return (tracer.map { RPCClient(transport: TracingClientTransport(base: client.transport, tracer: $0)) } ?? client, nil)
+            return (
+                tracer.map { RPCClient(transport: ClientInterceptors(base: client.transport, [TracingClientInterceptor(tracer: $0)])) } ?? client, nil
+            )
         }
     }
 
     /// Clients over channels made from `configuration(peer)`, each adding `serviceToken`; the
     /// channels (and the threads each owns) are closed by `close()`. With a `tracer`, a call made
-    /// inside a span is a client span and carries `traceparent` (`TracingClientTransport`).
+    /// inside a span is a client span and carries `traceparent` (`TracingClientInterceptor`).
     public init(
         serviceToken: String, tracer: SpanTracer? = nil, configuration: @escaping @Sendable (String) -> ChannelConfiguration
     ) {
         self.make = { peer in
             let channel = RPCChannel(configuration: configuration(peer))
-            let transport = CredentialedTransport(base: channel, serviceToken: serviceToken)
-            return (RPCClient(transport: tracer.map { TracingClientTransport(base: transport, tracer: $0) } ?? transport), channel)
+            return (RPCClient(transport: peerInterceptors(channel, serviceToken: serviceToken, tracer: tracer)), channel)
         }
     }
 
@@ -65,27 +66,26 @@ public final class PeerClients: Sendable {
     }
 }
 
-/// Adds the service credential to every call.
+/// A transport adding a credential to every call (`MetadataInterceptor`): tests and tools.
 public struct CredentialedTransport: ClientTransport {
-    let base: any ClientTransport
-    let header: String
-    let token: String
+    let chain: ClientInterceptors
     public init(base: any ClientTransport, serviceToken: String) {
-        self.base = base
-        self.header = AuthInterceptor.serviceTokenHeader
-        self.token = serviceToken
+        chain = ClientInterceptors(base: base, [MetadataInterceptor(AuthInterceptor.serviceTokenHeader, serviceToken)])
     }
-    /// A transport presenting the gateway's credential instead (the gateway's upstream calls).
+    /// A transport presenting the gateway's credential instead (as the gateway's relay does).
     public init(base: any ClientTransport, gatewayToken: String) {
-        self.base = base
-        self.header = AuthInterceptor.gatewayTokenHeader
-        self.token = gatewayToken
+        chain = ClientInterceptors(base: base, [MetadataInterceptor(AuthInterceptor.gatewayTokenHeader, gatewayToken)])
     }
     public func startCall(_ method: MethodDescriptor, options: CallOptions) async throws -> any RawClientCall {
-        var options = options
-        options.metadata.set(header, token)
-        return try await base.startCall(method, options: options)
+        try await chain.startCall(method, options: options)
     }
+}
+
+/// A peer channel as services call each other: traced (outermost, when the process traces), then
+/// the service credential on every call.
+func peerInterceptors(_ channel: any ClientTransport, serviceToken: String, tracer: SpanTracer?) -> ClientInterceptors {
+    let credential = MetadataInterceptor(AuthInterceptor.serviceTokenHeader, serviceToken)
+    return ClientInterceptors(base: channel, tracer.map { [TracingClientInterceptor(tracer: $0), credential] } ?? [credential])
 }
 
 // MARK: Outbox events as RPC calls

@@ -95,10 +95,12 @@ public enum ServiceHost {
         addObservers(settings, to: &config)
         configure(&config)
         try applyServerSettings(settings, to: &config)
-        // Traced: every call to the service's own methods runs in a server span (health and
-        // reflection do not: probes would fill the traces).
-        let tracer = ProcessTracing.tracer
-        let services = tracer.map { t in services.map { RPCTracing.traced($0, tracer: t) } } ?? services
+        // Traced: every call to the service's own methods runs in a server span, outermost, so
+        // calls the policy refuses are spans too (health and reflection are not: probes would
+        // fill the traces).
+        if let tracer = ProcessTracing.tracer {
+            config.interceptors.insert(TracingInterceptor(tracer: tracer, untraced: Set(StandardServices.standardNames)), at: 0)
+        }
         let (health, all) = StandardServices.make(for: services, descriptors: descriptors)
         let server = RPCServer(configuration: config, services: all, logger: logger)
         let peers = peers ?? PeerClients(settings: settings)
@@ -227,8 +229,7 @@ public enum ServiceHost {
     /// A client for another service of the cluster, carrying the service credential.
     public static func peerClient(_ peer: String, settings: ServiceSettings) -> RPCClient {
         let channel = RPCChannel(configuration: settings.peerChannelConfiguration(peer))
-        let transport = CredentialedTransport(base: channel, serviceToken: settings.serviceToken)
-        return RPCClient(transport: ProcessTracing.tracer.map { TracingClientTransport(base: transport, tracer: $0) } ?? transport)
+        return RPCClient(transport: peerInterceptors(channel, serviceToken: settings.serviceToken, tracer: ProcessTracing.tracer))
     }
 }
 

@@ -313,7 +313,7 @@ public final class OutboxDelivery: Sendable {
 
 extension OutboxDelivery {
     /// Runs `body` (the event's delivery) with the trace context the event was enqueued in as the
-    /// task's `ServiceContext`: a traced peer call made there (`TracingClientTransport`) is a
+    /// task's `ServiceContext`: a traced peer call made there (`TracingClientInterceptor`) is a
     /// span of that trace, child of the span that enqueued the event, however much later. An
     /// event without one (enqueued while not tracing) is delivered as it is.
     static func continuingTrace(of event: OutboxEvent, _ body: () async throws -> Void) async throws {

@@ -143,6 +143,32 @@ import Testing
         #expect(h2.status == 200 && h2.body.contains("# TYPE grpc_server_handled_total counter"))
     }
 
+    /// Browser calls end in the gateway's HTTP handler, not in the gRPC transport: they are
+    /// counted all the same (an interceptor tells the observers), refusals at their headers too.
+    @Test func browserCallsAreCountedAsGRPCCallsAre() async throws {
+        let h = try await Harness()
+        defer { Task { await h.stop() } }
+        func handled(_ method: String, _ code: String) async throws -> Double {
+            let r = try await curl(["--http1.1", "http://127.0.0.1:\(h.port)/metrics"])
+            let labels = [("grpc_service", "accounts.v1.Accounts"), ("grpc_method", method), ("grpc_code", code)]
+            return ProcessMetrics.sample("grpc_server_handled_total", labels: labels, in: r.body) ?? 0
+        }
+        let logIns = try await handled("LogIn", "OK")
+        let refused = try await handled("GetMyProfile", "UNAUTHENTICATED")
+        let bad = try await handled("LogIn", "INVALID_ARGUMENT")
+        for _ in 0..<3 {
+            let r = try await ConnectTests.post(h, "/accounts.v1.Accounts/LogIn", #"{"username": "ada", "password": "pw"}"#)
+            #expect(r.status == 200)
+        }
+        // No token on an authenticated method: refused at the headers.
+        #expect(try await ConnectTests.post(h, "/accounts.v1.Accounts/GetMyProfile", "{}").status == 401)
+        // JSON that is not the message: refused by the decoding, inside the chain.
+        #expect(try await ConnectTests.post(h, "/accounts.v1.Accounts/LogIn", #"{"username": 5}"#).status == 400)
+        #expect(try await handled("LogIn", "OK") >= logIns + 3)
+        #expect(try await handled("GetMyProfile", "UNAUTHENTICATED") >= refused + 1)
+        #expect(try await handled("LogIn", "INVALID_ARGUMENT") >= bad + 1)
+    }
+
     @Test func withATokenOnlyItsBearerReadsMetrics() async throws {
         let token = "metrics-token-0123456789"
         let h = try await Harness { $0.metricsToken = token }

@@ -34,9 +34,9 @@ final class HoldService: RPCService, Sendable {
 }
 
 /// Refuses calls without credentials at their headers, as the gateway and services do.
-final class HeaderCheck: ServerInterceptor {
+final class HeaderCheck: CallCheck {
     let intercepted = Mutex(0)
-    func intercept(_ context: ServerContext) async throws { intercepted.withLock { $0 += 1 } }
+    func check(_ context: ServerContext) async throws { intercepted.withLock { $0 += 1 } }
     func rejectAtHeaders(_ method: MethodDescriptor, _ metadata: Metadata) -> RPCError? {
         CredentialCheck.missingCredential(method, metadata)
     }

@@ -300,6 +300,34 @@ struct DictionaryExtractor: Extractor {
         }
     }
 
+    /// The tracing interceptor is outside the access policy: a call the policy refuses (a wrong
+    /// service credential) is a span with its status, and the handler never runs.
+    @Test func aCallThePolicyRefusesIsASpanToo() async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let path = "\(dir.path)/spans.jsonl"
+        let exporter = try SpanFileExporter(path: path, serviceName: "test")
+        let tracer = SpanTracer(serviceName: "test", sampler: RatioSampler(ratio: 1), exporter: exporter)
+        let seen = Seen()
+        let server = try await TestServer(services: [Receiver(seen: seen)], keys: TestTokens().source) {
+            $0.interceptors.insert(TracingInterceptor(tracer: tracer), at: 0)
+        }
+        let wrong = Tasks_V1_TasksInternalClient(
+            RPCClient(transport: CredentialedTransport(base: server.channel, serviceToken: "not-the-credential")))
+        var request = Tasks_V1_EraseUserRequest()
+        request.eventId = "refused"
+        let error = await #expect(throws: RPCError.self) { _ = try await wrong.eraseUser(request) }
+        #expect(error?.code == .permissionDenied)
+        _ = try await Tasks_V1_TasksInternalClient(server.service).eraseUser(request)
+        await server.stop()
+        exporter.flush()
+        let spans = try readSpans(path)
+        #expect(spans.map { $0["name"] as? String } == ["tasks.v1.TasksInternal/EraseUser", "tasks.v1.TasksInternal/EraseUser"])
+        #expect(spans.map { attributes($0)["rpc.grpc.status_code"] as? String } == ["7", "0"])
+        #expect(seen.contexts.withLock { $0.count } == 1, "the refused call never reached the handler")
+        exporter.shutdown()
+    }
+
     @Test func theDeliveryContinuesTheTraceTheEventWasEnqueuedIn() async throws {
         let dir = TemporaryDirectory()
         defer { dir.remove() }
@@ -311,7 +339,9 @@ struct DictionaryExtractor: Extractor {
         let db = try Database.open(directory: dir.path, fileName: "o.sqlite", migrations: Migration.kit, logger: quiet)
         defer { db.close() }
         let seen = Seen()
-        let peer = try await TestServer(services: [RPCTracing.traced(Receiver(seen: seen), tracer: tracer)], keys: TestTokens().source)
+        let peer = try await TestServer(services: [Receiver(seen: seen)], keys: TestTokens().source) {
+            $0.interceptors.insert(TracingInterceptor(tracer: tracer), at: 0)
+        }
         let port = peer.port
 
         // The handler that enqueues: a server span current while it writes.

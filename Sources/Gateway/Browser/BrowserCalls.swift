@@ -3,23 +3,24 @@ import RPCTransport
 
 /// The browser protocols on top of the route table: gRPC-Web (`GRPCWeb`), Connect streaming and
 /// Connect's unary GET. Every call goes through `admit` (metadata from the headers, the
-/// deadline, then the same interceptors as gRPC: address limit, token, user limit) and then the
-/// method's own handler (the relay, which strips reserved headers and caps the deadline), so the
-/// policy is the gRPC path's, not a copy of it. Only the envelope differs.
+/// deadline, the header-time refusals) and then the same interceptors' chain as gRPC (address
+/// limit, token, user limit) around the request's decoding and the method's own handler (the
+/// relay, which strips reserved headers and caps the deadline), so the policy is the gRPC
+/// path's, not a copy of it, and it runs before the body is decoded. Only the envelope differs.
 extension ConnectHandler {
     /// The request message limit of a method: the contracts' within the gateway's.
     func requestLimit(_ method: ServerMethod) -> Int {
         min(method.descriptor.maxRequestBytes ?? maxRequestBytes, maxRequestBytes)
     }
 
-    /// One policy for every protocol: the call's context from the request, then every
-    /// interceptor (the order and the checks of the gRPC path).
-    func admit(_ method: ServerMethod, _ request: HTTPRequest, deadline: ContinuousClock.Instant?) async throws -> ServerContext {
+    /// The call's context from the request, and the refusals at the headers (the gRPC path's);
+    /// the interceptors' chain runs next (`interceptors.chain`), around the decoding and the call.
+    func admit(_ method: ServerMethod, _ request: HTTPRequest, deadline: ContinuousClock.Instant?) throws -> ServerContext {
         let context = try Self.context(method, request, deadline: deadline)
-        for i in interceptors {
-            if let error = i.rejectAtHeaders(method.descriptor, context.requestMetadata) { throw error }
+        if let error = interceptors.rejectAtHeaders(method.descriptor, context.requestMetadata) {
+            observing?.refused(method.descriptor, peer: request.peer, error)
+            throw error
         }
-        for i in interceptors { try await i.intercept(context) }
         return context
     }
 
@@ -62,11 +63,9 @@ extension ConnectHandler {
                 format: format, initial: Metadata())
         }
         // The policy first (as for gRPC and Connect), then the body is read.
-        let input: [UInt8]
         let context: ServerContext
         do {
-            context = try await admit(method, request, deadline: try Self.grpcWebDeadline(request))
-            input = try grpcWebMessage(request, method, format)
+            context = try admit(method, request, deadline: try Self.grpcWebDeadline(request))
         } catch {
             return Self.grpcWebTrailersOnly(Self.rpcError(error), format: format, initial: Metadata())
         }
@@ -74,7 +73,11 @@ extension ConnectHandler {
         switch method.handler.asyncServerStreaming {
         case let body?:
             let relay = StreamRelay { message in format.wire(GRPCWeb.frame(message)) }
-            relay.start { sink in try await body(input, sink, context) }
+            let chain = interceptors.chain { call in
+                try await body(try self.grpcWebMessage(request, body: call.message(), method, format), call.sink(), call.context)
+                return []
+            }
+            relay.start { sink in _ = try await chain(ServerCall(context: context, request: .message(request.body), responses: sink)) }
             switch await relay.awaitHead() {
             case .ended(let error):
                 // Nothing was sent: the status goes in the headers (trailers-only).
@@ -92,8 +95,11 @@ extension ConnectHandler {
                 return Self.grpcWebTrailersOnly(
                     RPCError(.unimplemented, "\(path) is not callable with gRPC-Web"), format: format, initial: Metadata())
             }
+            let chain = interceptors.chain { call in
+                try await unary(try self.grpcWebMessage(request, body: call.message(), method, format), call.context)
+            }
             do {
-                let output = try await unary(input, context)
+                let output = try await chain(ServerCall(context: context, request: .message(request.body)))
                 return Self.grpcWebUnaryResponse(.success(output), context, format, acceptEncoding: request.header("accept-encoding"))
             } catch {
                 return Self.grpcWebUnaryResponse(.failure(error), context, format, acceptEncoding: nil)
@@ -102,8 +108,8 @@ extension ConnectHandler {
     }
 
     /// The one request message of a gRPC-Web call, from the body.
-    func grpcWebMessage(_ request: HTTPRequest, _ method: ServerMethod, _ format: GRPCWeb.Format) throws -> [UInt8] {
-        var body = request.body
+    func grpcWebMessage(_ request: HTTPRequest, body: [UInt8], _ method: ServerMethod, _ format: GRPCWeb.Format) throws -> [UInt8] {
+        var body = body
         if let encoding = request.header("content-encoding"), encoding != "identity" {
             guard encoding == "gzip" else {
                 throw RPCError(.unimplemented, "content-encoding '\(encoding)' is not supported: send gzip or identity")
@@ -190,12 +196,8 @@ extension ConnectHandler {
         } else if method.descriptor.visibility == .publicAuthenticated, request.header("authorization") == nil,
             let metadata = try? Self.metadata(request.headers)
         {
-            for i in interceptors {
-                if let e = i.rejectAtHeaders(method.descriptor, metadata) {
-                    refusal = e
-                    break
-                }
-            }
+            refusal = interceptors.rejectAtHeaders(method.descriptor, metadata)
+            if let refusal { observing?.refused(method.descriptor, peer: request.peer, refusal) }
         }
         guard let refusal else { return nil }
         var r = protocolError(refusal, browser)
@@ -234,7 +236,7 @@ extension ConnectHandler {
 
     /// Unary gRPC-Web and Connect calls the relay forwards are answered without a task of their
     /// own, as gRPC's are: the request is checked on the event loop, the policy decides
-    /// synchronously when it can (`interceptImmediately`; otherwise the rest of it runs in a
+    /// synchronously when it can (`interceptForwarded`; otherwise the rest of it runs in a
     /// task), the relay forwards, and the upstream's answer completes the response from its
     /// connection's read. Anything unusual (a header to refuse, a GET, a stream, a page) is left
     /// to `handle`, which answers it with its detailed error.
@@ -259,8 +261,8 @@ extension ConnectHandler {
         }
         let context: ServerContext
         let finish: @Sendable (Result<[UInt8], any Error>) -> HTTPResponse
-        // Reads the request message once the policy has let the call through (as for gRPC).
-        let message: @Sendable () throws -> [UInt8]
+        // Reads the request message (the body) once the policy has let the call through (as for gRPC).
+        let message: @Sendable ([UInt8]) throws -> [UInt8]
         if let format = GRPCWeb.format(mediaType: media) {
             do { context = try Self.context(method, request, deadline: try Self.grpcWebDeadline(request)) } catch {
                 send(Self.grpcWebTrailersOnly(Self.rpcError(error), format: format, initial: Metadata()))
@@ -268,7 +270,7 @@ extension ConnectHandler {
             }
             let acceptEncoding = request.header("accept-encoding")
             finish = { result in Self.grpcWebUnaryResponse(result, context, format, acceptEncoding: acceptEncoding) }
-            message = { try self.grpcWebMessage(request, method, format) }
+            message = { body in try self.grpcWebMessage(request, body: body, method, format) }
         } else if media == "application/json" || media == "application/proto" {
             // The plain case only; anything else gets handle()'s detailed answer.
             guard request.header("content-encoding").map({ $0 == "identity" }) ?? true,
@@ -283,9 +285,9 @@ extension ConnectHandler {
             let logger = self.logger
             finish = { result in Self.connectUnaryResponse(result, context, json: json, transcoder: transcoder, logger: logger) }
             let inputType = method.descriptor.inputType
-            message = {
-                guard json else { return request.body }
-                do { return try transcoder.encode(json: request.body, as: inputType) } catch let e as TranscodingError {
+            message = { body in
+                guard json else { return body }
+                do { return try transcoder.encode(json: body, as: inputType) } catch let e as TranscodingError {
                     throw Self.badRequest(e, message: inputType)
                 }
             }
@@ -293,39 +295,27 @@ extension ConnectHandler {
             return false
         }
 
-        // The policy, as the gRPC path runs it: synchronously while each interceptor can decide.
-        var pending = interceptors[...]
-        do {
-            for i in interceptors {
-                if let error = i.rejectAtHeaders(method.descriptor, context.requestMetadata) { throw error }
-            }
-            while let first = pending.first, try first.interceptImmediately(context) { pending = pending.dropFirst() }
-        } catch {
+        // The policy, as the gRPC path runs it: synchronously while each interceptor can decide
+        // (`ServerInterceptor.interceptForwarded`), the body decoded once it let the call through.
+        if let error = interceptors.rejectAtHeaders(method.descriptor, context.requestMetadata) {
+            observing?.refused(method.descriptor, peer: request.peer, error)
             send(finish(.failure(error)))
             return true
         }
-        let relay = { @Sendable in
-            let input: [UInt8]
-            do { input = try message() } catch { return send(finish(.failure(error))) }
-            let work = forward(input, context, ClosureResponder { result in send(finish(result)) })
-            if let work { cancellation.onCancel(cancelling: work) }
-        }
-        if pending.isEmpty {
-            relay()
-            return true
-        }
-        let rest = Array(pending)
-        Task {
-            do {
-                for i in rest { try await i.intercept(context) }
-            } catch {
-                send(finish(.failure(error)))
-                return
+        let chain = interceptors.forwardedChain { call in
+            guard case .message(let responder) = call.answer else {
+                call.fail(RPCError(.internal, "an interceptor gave a unary call a stream's answer"))
+                return nil
             }
-            // The client may have gone while the policy waited (a key fetch): nothing goes upstream.
-            guard !cancellation.isCancelled else { return send(finish(.failure(RPCError.cancelled("the client went away")))) }
-            relay()
+            let input: [UInt8]
+            do { input = try message(call.request) } catch {
+                responder.respond(.failure(error))
+                return nil
+            }
+            return forward(input, call.context, responder)
         }
+        let work = chain(ForwardedCall(context: context, request: request.body, answer: .message(ClosureResponder { send(finish($0)) })))
+        if let work { cancellation.onCancel(cancelling: work) }
         return true
     }
 
@@ -381,26 +371,30 @@ extension ConnectHandler {
                 body: ConnectEnvelope.endStream(error, trailers: metadata, transcoder: transcoder))
         }
         // The policy first (as for gRPC and Connect unary), then the body is read.
-        let input: [UInt8]
         let context: ServerContext
         do {
-            context = try await admit(method, request, deadline: try Self.connectDeadline(request))
-            let limit = requestLimit(method)
-            let payload = try ConnectEnvelope.single(
-                request.body, limit: json ? ConnectHandler.bodyLimit(forRequestLimit: limit) : limit, path: path,
-                encoding: request.header("connect-content-encoding"))
-            if json {
-                do { input = try transcoder.encode(json: payload, as: method.descriptor.inputType) } catch {
-                    throw Self.badRequest(error, message: method.descriptor.inputType)
-                }
-                if input.count > limit {
-                    throw RPCError(.resourceExhausted, "request message of \(input.count) bytes exceeds the limit of \(limit) bytes for \(path)")
-                }
-            } else {
-                input = payload
-            }
+            context = try admit(method, request, deadline: try Self.connectDeadline(request))
         } catch {
             return endOnly(Self.rpcError(error), Metadata())
+        }
+        let limit = requestLimit(method)
+        let encoding = request.header("connect-content-encoding")
+        let decode = { @Sendable (body: [UInt8]) throws -> [UInt8] in
+            let payload = try ConnectEnvelope.single(
+                body, limit: json ? ConnectHandler.bodyLimit(forRequestLimit: limit) : limit, path: path, encoding: encoding)
+            guard json else { return payload }
+            let input: [UInt8]
+            do { input = try transcoder.encode(json: payload, as: method.descriptor.inputType) } catch let e as TranscodingError {
+                throw Self.badRequest(e, message: method.descriptor.inputType)
+            }
+            if input.count > limit {
+                throw RPCError(.resourceExhausted, "request message of \(input.count) bytes exceeds the limit of \(limit) bytes for \(path)")
+            }
+            return input
+        }
+        let chain = interceptors.chain { call in
+            try await body(decode(call.message()), call.sink(), call.context)
+            return []
         }
         let outputType = method.descriptor.outputType
         let relay = StreamRelay { message in
@@ -409,7 +403,7 @@ extension ConnectHandler {
                 throw RPCError(.internal, "a response could not be shown as JSON: \(error)")
             }
         }
-        relay.start { sink in try await body(input, sink, context) }
+        relay.start { sink in _ = try await chain(ServerCall(context: context, request: .message(request.body), responses: sink)) }
         let head = await relay.awaitHead()
         var headers: [(name: String, value: String)] = [("content-type", contentType)]
         Self.append(context.initialMetadata, to: &headers, prefix: "")

@@ -18,7 +18,12 @@ import ServiceKit
 /// the same router and policy (`invoke`).
 struct ConnectHandler: HTTPHandler {
     let router: Router
-    let interceptors: [any ServerInterceptor]
+    /// The policy's chain, run by each protocol around its decoding and the handler (the router's
+    /// methods are not wrapped: the request is decoded after the policy).
+    let interceptors: ServerInterceptors
+    /// Tells the metrics and the access log of browser calls refused at their headers (the
+    /// others it sees as the first of `interceptors`).
+    var observing: ObservingInterceptor?
     let transcoder: JSONTranscoder
     let logger: Logger
     let statusPage: @Sendable () async -> (serving: Bool, text: String)
@@ -170,19 +175,21 @@ struct ConnectHandler: HTTPHandler {
             return Self.error(RPCError(.unimplemented, "\(path) is a streaming method: call it with application/connect+json"))
         }
         let context: ServerContext
-        do { context = try await admit(method, request, deadline: try Self.connectDeadline(request)) } catch {
+        do { context = try admit(method, request, deadline: try Self.connectDeadline(request)) } catch {
             return Self.connectUnaryResponse(.failure(error), nil, json: json, transcoder: transcoder, logger: logger)
         }
-        let input: [UInt8]
-        if json {
-            do { input = try transcoder.encode(json: requestBody, as: method.descriptor.inputType) } catch {
-                return Self.error(Self.badRequest(error, message: method.descriptor.inputType), transcoder: transcoder)
+        let transcoder = self.transcoder
+        let chain = interceptors.chain { call in
+            var input = try call.message()
+            if json {
+                do { input = try transcoder.encode(json: input, as: call.method.inputType) } catch let e as TranscodingError {
+                    throw Self.badRequest(e, message: call.method.inputType)
+                }
             }
-        } else {
-            input = requestBody
+            return try await body(input, call.context)
         }
         let result: Result<[UInt8], any Error>
-        do { result = .success(try await body(input, context)) } catch { result = .failure(error) }
+        do { result = .success(try await chain(ServerCall(context: context, request: .message(requestBody)))) } catch { result = .failure(error) }
         return Self.connectUnaryResponse(result, context, json: json, transcoder: transcoder, logger: logger)
     }
 
@@ -224,8 +231,8 @@ struct ConnectHandler: HTTPHandler {
         let context = ServerContext(
             method: method.descriptor, requestMetadata: Metadata(), deadline: .now + .seconds(30), peer: request.peer,
             authority: request.header("host") ?? "")
-        for i in interceptors { try await i.intercept(context) }
-        return try await body(input, context)
+        return try await interceptors.chain { call in try await body(call.message(), call.context) }(
+            ServerCall(context: context, request: .message(input)))
     }
 
     /// INVALID_ARGUMENT naming the field, with a `google.rpc.BadRequest` for programs.

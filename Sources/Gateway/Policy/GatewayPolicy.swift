@@ -11,7 +11,7 @@ import ServiceKit
 ///
 /// Calls a limiter refuses count in `gateway_rate_limit_rejections_total{scope="address"|"user"}`
 /// (never the address or the user itself: the label set stays bounded).
-public final class GatewayPolicy: ServerInterceptor {
+public final class GatewayPolicy: CallCheck {
 
     let verifier: AuthInterceptor
     let addressLimiter: RateLimiter?
@@ -37,16 +37,16 @@ public final class GatewayPolicy: ServerInterceptor {
             labels: [("scope", scope)])
     }
 
-    public func intercept(_ context: ServerContext) async throws {
+    public func check(_ context: ServerContext) async throws {
         if AuthInterceptor.open.contains(context.method.service) { return }
         let charged = context[key: Self.addressChargedKey, as: Bool.self] == true
         if let token = try admit(context, chargeAddress: !charged) { try limitUser(try await verifier.verify(token), context) }
     }
 
     /// Decides at once unless the token names a key the gateway has not loaded yet; then
-    /// `intercept` decides, fetching accounts' keys (the address, charged already, is not
+    /// `check` decides, fetching accounts' keys (the address, charged already, is not
     /// charged again).
-    public func interceptImmediately(_ context: ServerContext) throws -> Bool {
+    public func checkImmediately(_ context: ServerContext) throws -> Bool {
         if AuthInterceptor.open.contains(context.method.service) { return true }
         guard let token = try admit(context) else { return true }
         guard let identity = try verifier.verifyImmediately(token) else {
@@ -64,7 +64,7 @@ public final class GatewayPolicy: ServerInterceptor {
         CredentialCheck.missingCredential(method, metadata, open: AuthInterceptor.open, serviceCredential: false)
     }
 
-    /// Set when `interceptImmediately` deferred a call it had charged to the address.
+    /// Set when `checkImmediately` deferred a call it had charged to the address.
     static let addressChargedKey = "gateway.address-charged"
 
     /// What comes before any signature check, so a flood of forged tokens is limited like any

@@ -1,13 +1,13 @@
 import RPCCore
 import Tracing
 
-/// Spans around gRPC calls: a server span for every call a service's handler runs (its parent the
-/// caller's `traceparent`, or a new trace), made the task-local `ServiceContext` of the handler;
-/// a client span for every call made through `TracingClientTransport` while a span is current,
-/// whose context goes out as `traceparent`/`tracestate`.
+/// Spans around gRPC calls: a server span for every call a service gets (`TracingInterceptor`: its
+/// parent the caller's `traceparent`, or a new trace), made the task-local `ServiceContext` of the
+/// handler; a client span for every call made through `TracingClientInterceptor` while a span is
+/// current, whose context goes out as `traceparent`/`tracestate`.
 ///
-/// Nothing here is installed when tracing is off: the handlers and transports are wrapped only
-/// when a tracer exists, so a process without one does no per-call work for tracing.
+/// Nothing here is installed when tracing is off: the interceptors are added only when a tracer
+/// exists, so a process without one does no per-call work for tracing.
 public enum RPCTracing {
     /// Where a call's server span is kept on its `ServerContext` (for the access log's
     /// `trace_id`/`span_id`, which is written outside the handler's task).
@@ -90,100 +90,9 @@ public enum RPCTracing {
     }
 
     /// The status code a handler's outcome becomes on the wire (as the transport maps it).
-    public static func code(of error: any Error, _ context: ServerContext?) -> StatusCode {
-        if let rpc = error as? RPCError { return rpc.code }
-        if error is CancellationError {
-            if let remaining = context?.timeRemaining, remaining <= .zero { return .deadlineExceeded }
-            return .cancelled
-        }
-        return .internal
-    }
+    public static func code(of error: any Error, _ context: ServerContext?) -> StatusCode { StatusCode.of(error, context) }
 
     static func message(of error: any Error) -> String? { (error as? RPCError)?.message }
-
-    /// `service` with every method's handler run inside its server span.
-    public static func traced(_ service: any RPCService, tracer: SpanTracer) -> any RPCService {
-        TracedService(serviceName: service.serviceName, methods: service.methods.map { traced($0, tracer: tracer) })
-    }
-
-    /// `method` with its handler run inside a server span (the task's current trace context,
-    /// `TraceContext.withCurrent`).
-    public static func traced(_ method: ServerMethod, tracer: SpanTracer) -> ServerMethod {
-        let d = method.descriptor
-        let name = spanName(d)
-        switch method.handler {
-        case .unary(let body):
-            return ServerMethod(
-                d,
-                .unary { request, context in
-                    let (trace, span) = startServerCall(tracer, name, d, context)
-                    do {
-                        let r = try await TraceContext.withCurrent(trace) { try await body(request, context) }
-                        end(span, .ok)
-                        return r
-                    } catch {
-                        end(span, error, context)
-                        throw error
-                    }
-                })
-        case .unaryForwarding(let body):
-            return ServerMethod(
-                d,
-                .unaryForwarding { request, context, responder in
-                    let (trace, span) = startServerCall(tracer, name, d, context)
-                    let answer: any UnaryResponder = span.map { SpanEndingResponder(responder, $0, context) } ?? responder
-                    return TraceContext.withCurrent(trace) { body(request, context, answer) }
-                })
-        case .serverStreamingForwarding(let body):
-            return ServerMethod(
-                d,
-                .serverStreamingForwarding { request, context, responses in
-                    let (trace, span) = startServerCall(tracer, name, d, context)
-                    let forwarder: any ResponseForwarder = span.map { SpanEndingForwarder(responses, $0, context) } ?? responses
-                    return TraceContext.withCurrent(trace) { body(request, context, forwarder) }
-                })
-        case .serverStreaming(let body):
-            return ServerMethod(
-                d,
-                .serverStreaming { request, sink, context in
-                    let (trace, span) = startServerCall(tracer, name, d, context)
-                    do {
-                        try await TraceContext.withCurrent(trace) { try await body(request, sink, context) }
-                        end(span, .ok)
-                    } catch {
-                        end(span, error, context)
-                        throw error
-                    }
-                })
-        case .clientStreaming(let body):
-            return ServerMethod(
-                d,
-                .clientStreaming { requests, context in
-                    let (trace, span) = startServerCall(tracer, name, d, context)
-                    do {
-                        let r = try await TraceContext.withCurrent(trace) { try await body(requests, context) }
-                        end(span, .ok)
-                        return r
-                    } catch {
-                        end(span, error, context)
-                        throw error
-                    }
-                })
-        case .bidirectionalStreaming(let body):
-            return ServerMethod(
-                d,
-                .bidirectionalStreaming { requests, sink, context in
-                    let (trace, span) = startServerCall(tracer, name, d, context)
-                    do {
-                        try await TraceContext.withCurrent(trace) { try await body(requests, sink, context) }
-                        end(span, .ok)
-                    } catch {
-                        end(span, error, context)
-                        throw error
-                    }
-                })
-        }
-    }
 
     /// The trace context of a call's server span, if it had one (the access log's).
     public static func traceContext(of context: ServerContext?) -> TraceContext? {
@@ -191,33 +100,30 @@ public enum RPCTracing {
     }
 }
 
-struct TracedService: RPCService {
-    let serviceName: String
-    let methods: [ServerMethod]
-}
-
-/// A client transport that makes every call started while a span is current (a handler's, an
+/// A client interceptor that makes every call started while a span is current (a handler's, an
 /// outbox delivery's) a client span, child of it, and sends its context as `traceparent` and
 /// `tracestate`. A call started with no current trace goes out as it is.
-public struct TracingClientTransport: ClientTransport {
-    public let base: any ClientTransport
+public struct TracingClientInterceptor: ClientInterceptor {
     public let tracer: SpanTracer
 
-    public init(base: any ClientTransport, tracer: SpanTracer) {
-        self.base = base
+    public init(tracer: SpanTracer) {
         self.tracer = tracer
     }
 
-    public func startCall(_ method: MethodDescriptor, options: CallOptions) async throws -> any RawClientCall {
+    public func intercept(
+        _ method: MethodDescriptor, _ options: CallOptions, next: ClientInterceptors.Next
+    ) async throws
+        -> any RawClientCall
+    {
         guard let parent = TraceContext.current else {
-            return try await base.startCall(method, options: options)
+            return try await next(method, options)
         }
         // Not sampled: only the ids go on (no span object, nothing recorded).
         let new = tracer.newContext(parent: parent)
         var options = options
         options.metadata.set("traceparent", new.context.traceparent)
         if let state = new.context.traceState { options.metadata.set("tracestate", state) } else { options.metadata.remove("tracestate") }
-        guard new.context.sampled else { return try await base.startCall(method, options: options) }
+        guard new.context.sampled else { return try await next(method, options) }
         let span = TraceSpan(
             tracer: tracer, base: nil, trace: new.context, parentSpanID: new.parent, name: RPCTracing.spanName(method), kind: .client,
             start: WallClock.nanoseconds())
@@ -225,7 +131,7 @@ public struct TracingClientTransport: ClientTransport {
         span.setAttribute("rpc.service", .string(method.service))
         span.setAttribute("rpc.method", .string(method.method))
         do {
-            return TracedClientCall(base: try await base.startCall(method, options: options), span: span)
+            return TracedClientCall(base: try await next(method, options), span: span)
         } catch {
             RPCTracing.end(span, error, nil)
             throw error

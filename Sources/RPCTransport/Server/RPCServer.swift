@@ -114,7 +114,9 @@ public final class RPCServer: Sendable {
         group: MultiThreadedEventLoopGroup? = nil
     ) {
         self.configuration = configuration
-        self.shared = ServerShared(configuration: configuration, router: Router(services: services), logger: logger)
+        self.shared = ServerShared(
+            configuration: configuration, router: Router(services: services, interceptors: ServerInterceptors(configuration.interceptors)),
+            logger: logger)
         self.group = group ?? MultiThreadedEventLoopGroup(numberOfThreads: max(1, configuration.threads))
     }
 

@@ -41,7 +41,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     private let processLimit: Int
     /// Plain-HTTP body bytes past this many are charged to the process budget.
     private let httpUncharged: Int
-    private let interceptors: [any ServerInterceptor]
+    private let interceptors: ServerInterceptors
     private let observer: (any ServerCallObserver)?
 
     // Connection management (`ServerConfiguration`: keepalive, idle, age).
@@ -81,7 +81,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         self.processBudget = config.requestBudget
         self.processLimit = config.maxBufferedRequestBytesPerProcess
         self.httpUncharged = Int(HTTP2Setting.window(config.initialWindowSize))
-        self.interceptors = config.interceptors
+        self.interceptors = ServerInterceptors(config.interceptors)
         self.observer = config.observer
     }
 
@@ -702,9 +702,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             }
             // Refusals that need nothing but the headers (no credential at all) come now,
             // before a request byte is buffered.
-            for i in interceptors {
-                if let error = i.rejectAtHeaders(method.descriptor, stream.metadata) { return fail(stream, error) }
-            }
+            if let error = interceptors.rejectAtHeaders(method.descriptor, stream.metadata) { return fail(stream, error) }
         }
         if let timeout = stream.timeout {
             guard let d = GRPCTimeout.parse(timeout) else {
@@ -801,20 +799,19 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         let callContext = ServerContext(
             method: target.descriptor, requestMetadata: stream.metadata, deadline: stream.deadline, peer: peer, peerHost: peerHost,
             authority: stream.authority, requestCompressed: requestCompressed,
-            compressResponses: stream.encoding == "gzip")
+            compressResponses: stream.encoding == "gzip", executor: executor)
         stream.context = callContext
         let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
         let loop = context.eventLoop
         let id = stream.id
-        let interceptors = shared.configuration.interceptors
 
-        /// Runs interceptors then `work` in the call's task, and reports the outcome on the loop
-        /// (a streaming call's responses went out through its sink; only the status is left).
+        /// Runs `work` (the interceptors' chain and the handler: `Router` wrapped it) in the
+        /// call's task, and reports the outcome on the loop (a streaming call's responses went
+        /// out through its sink; only the status is left).
         func runTask(streaming: Bool, _ work: @escaping @Sendable () async throws -> [UInt8]) {
             stream.task = Task(executorPreference: executor) {
                 let result: Result<[UInt8], any Error>
                 do {
-                    for i in interceptors { try await i.intercept(callContext) }
                     result = .success(try await work())
                 } catch {
                     result = .failure(error)
@@ -837,37 +834,13 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             return stream.single!.bytes
         }
 
-        /// A forwarding handler: answers through the stream itself (`UnaryResponder`,
-        /// `ResponseForwarder`) from the connection's loop. Interceptors that can decide at once
-        /// do; the first that cannot, and the ones after it, run in a task. Usually none does,
-        /// and the call needs no task at all.
-        func forwardWithoutTask(
-            _ start: @escaping @Sendable () -> (any Cancellable)?, failing: @escaping @Sendable (any Error) -> Void
-        ) {
+        /// A forwarding handler answers through the stream itself (`UnaryResponder`,
+        /// `ResponseForwarder`) from the connection's loop; its interceptors run there too, and
+        /// start a task only when one cannot decide at once (`ServerInterceptor.interceptForwarded`).
+        func forwardWithoutTask(_ start: () -> (any Cancellable)?) {
             stream.owner = bound
             stream.ownerLoop = loop
-            var pending = interceptors[...]
-            do {
-                while let first = pending.first, try first.interceptImmediately(callContext) { pending = pending.dropFirst() }
-            } catch {
-                return complete(id, response: .failure(error))
-            }
-            if pending.isEmpty {
-                stream.cancellation = start()
-                return
-            }
-            let rest = Array(pending)
-            let cancellation = CallCancellation()
-            stream.cancellation = cancellation
-            stream.task = Task(executorPreference: executor) {
-                do {
-                    for i in rest { try await i.intercept(callContext) }
-                    try Task.checkCancellation()
-                } catch {
-                    return failing(error)
-                }
-                if let work = start() { cancellation.onCancel(cancelling: work) }
-            }
+            stream.cancellation = start()
         }
 
         switch target.handler {
@@ -876,12 +849,10 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             runTask(streaming: false) { try await body(request, callContext) }
         case .unaryForwarding(let body):
             let request = takeSingle()
-            forwardWithoutTask(
-                { body(request, callContext, stream) }, failing: { stream.respond(.failure($0)) })
+            forwardWithoutTask { body(request, callContext, stream) }
         case .serverStreamingForwarding(let body):
             let request = takeSingle()
-            forwardWithoutTask(
-                { body(request, callContext, stream) }, failing: { stream.end(.failure($0)) })
+            forwardWithoutTask { body(request, callContext, stream) }
         case .serverStreaming(let body):
             let request = takeSingle()
             let sink = StreamSink(handler: bound, loop: loop, streamID: id)
