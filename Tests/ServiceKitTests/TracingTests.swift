@@ -333,6 +333,27 @@ func attributes(_ span: [String: Any]) -> [String: Any] {
         #expect(text.split(separator: "\n").count == 2 && text.hasSuffix("\n"))
     }
 
+    @Test func namesAndValuesAreEscapedAndPlainOnesCopied() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let path = "\(dir.path)/spans.jsonl"
+        let exporter = try SpanFileExporter(path: path, serviceName: "accounts")
+        let tracer = SpanTracer(serviceName: "accounts", sampler: RatioSampler(ratio: 1), exporter: exporter)
+        let odd = "q\"b\\n\nr\rt\tc\u{1}d\u{7F}é\u{85}\u{2028}\u{2029}ü→end"
+        let span = tracer.startSpan(odd, parent: nil, kind: .internal)
+        span.setAttribute("plain", .string("accounts.v1.Accounts/GetSigningKeys"))
+        span.setAttribute(odd, .string(odd))
+        span.end()
+        exporter.shutdown()
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        #expect(text.split(separator: "\n").count == 1, "one line, whatever the names hold")
+        #expect(text.contains(#"q\"b\\n\nr\rt\tc\u0001d\u007fé\u0085\u2028\u2029ü→end"#))
+        let r = try #require(try readSpans(path).first)
+        #expect(r["name"] as? String == odd)
+        #expect(attributes(r)[odd] as? String == odd)
+        #expect(attributes(r)["plain"] as? String == "accounts.v1.Accounts/GetSigningKeys")
+    }
+
     @Test func theBufferIsBoundedAndShutdownWritesWhatIsLeft() throws {
         let dir = TemporaryDirectory()
         defer { dir.remove() }

@@ -299,6 +299,19 @@ public enum SpanJSON {
     /// U+2029), so a line never breaks.
     static func appendString(_ string: String, to out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
+        // Most strings (names, attribute keys, addresses) are printable ASCII with nothing to
+        // escape: their bytes go as they are, in one copy.
+        var s = string
+        let plain = s.withUTF8 { b in
+            var bad: UInt8 = 0
+            for c in b { bad |= (c < 0x20 || c >= 0x7F || c == 0x22 || c == 0x5C) ? 1 : 0 }
+            if bad == 0 { out.append(contentsOf: b) }
+            return bad == 0
+        }
+        if plain {
+            out.append(UInt8(ascii: "\""))
+            return
+        }
         for scalar in string.unicodeScalars {
             switch scalar.value {
             case 0x22: out.append(contentsOf: #"\""#.utf8)
@@ -311,7 +324,7 @@ public enum SpanJSON {
                 let v = scalar.value
                 for shift in [12, 8, 4, 0] { out.append(Hex.digits[Int((v >> UInt32(shift)) & 0xF)]) }
             default:
-                out.append(contentsOf: String(scalar).utf8)
+                out.append(contentsOf: scalar.utf8)
             }
         }
         out.append(UInt8(ascii: "\""))
