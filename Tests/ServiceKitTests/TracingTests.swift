@@ -197,6 +197,31 @@ import Tracing
         let a = TraceIDGenerator(), b = TraceIDGenerator()
         #expect(Set((0..<1000).map { _ in a.next() }).isDisjoint(with: (0..<1000).map { _ in b.next() }))
     }
+
+    @Test func aRelayWithoutATraceparentIsNotTraced() throws {
+        // The gateway sends no traceparent for a trace it started and did not sample; a service
+        // seeing such a relay (it carries x-gateway-token) traces nothing for it.
+        let tracer = SpanTracer(serviceName: "t", sampler: RatioSampler(ratio: 1), exporter: nil, notesCalls: true)
+        func call(_ m: [(String, String)]) -> ServerContext {
+            ServerContext(
+                method: MethodDescriptor(service: "a.v1.A", method: "M", kind: .unary), requestMetadata: Metadata(m),
+                deadline: nil, peer: "127.0.0.1:1")
+        }
+        let relayed = call([("x-forwarded-for", "1.2.3.4"), ("x-gateway-token", "t")])
+        #expect(RPCTracing.startServiceCall(tracer, "a.v1.A/M", relayed.method, relayed) == nil)
+        #expect(RPCTracing.traceContext(of: relayed) == nil, "nothing noted for the access log")
+        let withParent = call([("x-gateway-token", "t"), ("traceparent", TraceparentTests.valid), ("tracestate", "a=1")])
+        let continued = try #require(RPCTracing.startServiceCall(tracer, "a.v1.A/M", withParent.method, withParent))
+        #expect(continued.trace.traceIDHex == "4bf92f3577b34da6a3ce929d0e0e4736" && continued.trace.traceState == "a=1")
+        #expect(continued.span != nil)
+        let malformed = call([("traceparent", "garbage"), ("x-gateway-token", "t")])
+        #expect(RPCTracing.startServiceCall(tracer, "a.v1.A/M", malformed.method, malformed) == nil)
+        // Not a relay (a peer's call, a direct client): a new trace, as before.
+        let direct = call([("x-service-token", "s")])
+        let root = try #require(RPCTracing.startServiceCall(tracer, "a.v1.A/M", direct.method, direct))
+        #expect(root.span?.parentSpanID == nil)
+        #expect(RPCTracing.traceContext(of: direct) == root.trace)
+    }
 }
 
 @Suite struct SamplerTests {

@@ -15,14 +15,33 @@ public enum RPCTracing {
 
     /// The trace context a request carries (`traceparent`, `tracestate`; several `tracestate`
     /// headers are joined with commas, as the recommendation says), or nil.
-    public static func remoteParent(_ metadata: Metadata) -> TraceContext? {
-        guard let parent = metadata["traceparent"] else { return nil }
-        guard let first = metadata["tracestate"] else { return TraceContext.parse(traceparent: parent) }
-        let states = metadata.values("tracestate").compactMap { v -> String? in
-            if case .string(let s) = v { return s }
-            return nil
+    public static func remoteParent(_ metadata: Metadata) -> TraceContext? { incoming(metadata).parent }
+
+    /// The header a relay by the gateway carries (`HeaderPolicy`; a client cannot set it there).
+    public static let gatewayTokenKey = "x-gateway-token"
+
+    /// `remoteParent`, and whether the call was relayed by the gateway (it carries
+    /// `x-gateway-token`): one pass over the metadata (its keys are lower-case already), the
+    /// header parsed in place.
+    public static func incoming(_ metadata: Metadata) -> (parent: TraceContext?, relayed: Bool) {
+        var parent: String? = nil
+        var state: String? = nil
+        var states: [String] = []
+        var relayed = false
+        for e in metadata.entries {
+            guard case .string(let value) = e.value else { continue }
+            if e.key == "traceparent" {
+                if parent == nil { parent = value }
+            } else if e.key == "tracestate" {
+                if state == nil { state = value } else { states.append(value) }
+            } else if e.key == gatewayTokenKey {
+                relayed = true
+            }
         }
-        return TraceContext.parse(traceparent: parent, tracestate: states.count == 1 ? first : states.joined(separator: ","))
+        guard let parent else { return (nil, relayed) }
+        guard let first = state else { return (TraceContext.parse(traceparent: parent), relayed) }
+        let joined = states.isEmpty ? first : ([first] + states).joined(separator: ",")
+        return (TraceContext.parse(traceparent: parent, tracestate: joined), relayed)
     }
 
     /// The span name of a method: its path without the leading `/` (`accounts.v1.Accounts/SignUp`),
@@ -37,7 +56,15 @@ public enum RPCTracing {
     public static func startServerCall(
         _ tracer: SpanTracer, _ name: String, _ method: MethodDescriptor, _ context: ServerContext
     ) -> (trace: TraceContext, span: TraceSpan?) {
-        let started = tracer.start(name, parent: remoteParent(context.requestMetadata), kind: .server)
+        startServerCall(tracer, name, method, context, parent: remoteParent(context.requestMetadata))
+    }
+
+    /// `startServerCall` with the parent already read from the request.
+    @inline(__always)
+    public static func startServerCall(
+        _ tracer: SpanTracer, _ name: String, _ method: MethodDescriptor, _ context: ServerContext, parent: TraceContext?
+    ) -> (trace: TraceContext, span: TraceSpan?) {
+        let started = tracer.start(name, parent: parent, kind: .server)
         if let span = started.span {
             span.setAttribute("rpc.system", .string("grpc"))
             span.setAttribute("rpc.service", .string(method.service))
@@ -46,6 +73,19 @@ public enum RPCTracing {
         }
         if tracer.notesCalls { context[key: spanKey] = started.trace }
         return started
+    }
+
+    /// A service's call: `startServerCall`, or nil for a call the gateway relayed without a
+    /// `traceparent` (a trace the gateway started and did not sample: it sends no header for
+    /// those, docs/observability.md, "Cost"). Such a call is not traced at all: no span, no
+    /// trace context bound around the handler, nothing noted for the access log.
+    @inline(__always)
+    public static func startServiceCall(
+        _ tracer: SpanTracer, _ name: String, _ method: MethodDescriptor, _ context: ServerContext
+    ) -> (trace: TraceContext, span: TraceSpan?)? {
+        let (parent, relayed) = incoming(context.requestMetadata)
+        if parent == nil && relayed { return nil }
+        return startServerCall(tracer, name, method, context, parent: parent)
     }
 
     /// `startServerCall` as a span object whatever the sampling (tests, tools).
@@ -116,7 +156,7 @@ public enum RPCTracing {
             return ServerMethod(
                 d,
                 .unary { request, context in
-                    let (trace, span) = startServerCall(tracer, name, d, context)
+                    guard case let (trace, span)? = startServiceCall(tracer, name, d, context) else { return try await body(request, context) }
                     do {
                         let r = try await TraceContext.withCurrent(trace) { try await body(request, context) }
                         end(span, .ok)
@@ -130,7 +170,7 @@ public enum RPCTracing {
             return ServerMethod(
                 d,
                 .unaryForwarding { request, context, responder in
-                    let (trace, span) = startServerCall(tracer, name, d, context)
+                    guard case let (trace, span)? = startServiceCall(tracer, name, d, context) else { return body(request, context, responder) }
                     let answer: any UnaryResponder = span.map { SpanEndingResponder(responder, $0, context) } ?? responder
                     return TraceContext.withCurrent(trace) { body(request, context, answer) }
                 })
@@ -138,7 +178,7 @@ public enum RPCTracing {
             return ServerMethod(
                 d,
                 .serverStreamingForwarding { request, context, responses in
-                    let (trace, span) = startServerCall(tracer, name, d, context)
+                    guard case let (trace, span)? = startServiceCall(tracer, name, d, context) else { return body(request, context, responses) }
                     let forwarder: any ResponseForwarder = span.map { SpanEndingForwarder(responses, $0, context) } ?? responses
                     return TraceContext.withCurrent(trace) { body(request, context, forwarder) }
                 })
@@ -146,7 +186,7 @@ public enum RPCTracing {
             return ServerMethod(
                 d,
                 .serverStreaming { request, sink, context in
-                    let (trace, span) = startServerCall(tracer, name, d, context)
+                    guard case let (trace, span)? = startServiceCall(tracer, name, d, context) else { return try await body(request, sink, context) }
                     do {
                         try await TraceContext.withCurrent(trace) { try await body(request, sink, context) }
                         end(span, .ok)
@@ -159,7 +199,7 @@ public enum RPCTracing {
             return ServerMethod(
                 d,
                 .clientStreaming { requests, context in
-                    let (trace, span) = startServerCall(tracer, name, d, context)
+                    guard case let (trace, span)? = startServiceCall(tracer, name, d, context) else { return try await body(requests, context) }
                     do {
                         let r = try await TraceContext.withCurrent(trace) { try await body(requests, context) }
                         end(span, .ok)
@@ -173,7 +213,7 @@ public enum RPCTracing {
             return ServerMethod(
                 d,
                 .bidirectionalStreaming { requests, sink, context in
-                    let (trace, span) = startServerCall(tracer, name, d, context)
+                    guard case let (trace, span)? = startServiceCall(tracer, name, d, context) else { return try await body(requests, sink, context) }
                     do {
                         try await TraceContext.withCurrent(trace) { try await body(requests, sink, context) }
                         end(span, .ok)
