@@ -198,6 +198,29 @@ import Tracing
         #expect(Set((0..<1000).map { _ in a.next() }).isDisjoint(with: (0..<1000).map { _ in b.next() }))
     }
 
+    @Test func idsMadeOnManyThreadsAreDistinct() {
+        // One generator serves every event loop of a process: threads drawing at once never get
+        // the same id.
+        let ids = TraceIDGenerator()
+        let made = Mutex<[UInt64]>([])
+        let threads = (0..<6).map { _ in
+            Thread {
+                var mine: [UInt64] = []
+                for _ in 0..<10_000 {
+                    mine.append(ids.next())
+                    let (a, b, c) = ids.nextThree()
+                    mine += [a, b, c]
+                }
+                made.withLock { $0 += mine }
+            }
+        }
+        threads.forEach { $0.start() }
+        while made.withLock({ $0.count }) < 6 * 40_000 { usleep(1000) }
+        let all = made.withLock { $0 }
+        #expect(!all.contains(0))
+        #expect(Set(all).count == all.count)
+    }
+
     @Test func aRelayWithoutATraceparentIsNotTraced() throws {
         // The gateway sends no traceparent for a trace it started and did not sample; a service
         // seeing such a relay (it carries x-gateway-token) traces nothing for it.

@@ -65,12 +65,7 @@ public enum RPCTracing {
         _ tracer: SpanTracer, _ name: String, _ method: MethodDescriptor, _ context: ServerContext, parent: TraceContext?
     ) -> (trace: TraceContext, span: TraceSpan?) {
         let started = tracer.start(name, parent: parent, kind: .server)
-        if let span = started.span {
-            span.setAttribute("rpc.system", .string("grpc"))
-            span.setAttribute("rpc.service", .string(method.service))
-            span.setAttribute("rpc.method", .string(method.method))
-            span.setAttribute("net.peer.address", .string(context.peerHost))
-        }
+        if let span = started.span { span.attributes = serverAttributes(method, context) }
         if tracer.notesCalls { context[key: spanKey] = started.trace }
         return started
     }
@@ -86,6 +81,17 @@ public enum RPCTracing {
         let (parent, relayed) = incoming(context.requestMetadata)
         if parent == nil && relayed { return nil }
         return startServerCall(tracer, name, method, context, parent: parent)
+    }
+
+    /// A server span's attributes, made at once (one dictionary with room for the status code
+    /// added at the end, set under one lock) rather than one `setAttribute` at a time.
+    static func serverAttributes(_ method: MethodDescriptor, _ context: ServerContext) -> SpanAttributes {
+        var a = [String: SpanAttribute](minimumCapacity: 6)
+        a["rpc.system"] = .string("grpc")
+        a["rpc.service"] = .string(method.service)
+        a["rpc.method"] = .string(method.method)
+        a["net.peer.address"] = .string(context.peerHost)
+        return SpanAttributes(a)
     }
 
     /// `startServerCall` as a span object whatever the sampling (tests, tools).
