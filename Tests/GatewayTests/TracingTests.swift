@@ -80,6 +80,31 @@ import Testing
         exporter.shutdown()
     }
 
+    @Test func aTraceTheGatewayStartsAndDoesNotSampleIsNotSentUp() async throws {
+        // Ratio 0: every trace the gateway starts is unsampled. It sends no traceparent for
+        // those (the service then traces nothing either); a client's trace still goes up,
+        // unsampled flags and all, with the gateway's span as the parent.
+        let tracer = SpanTracer(serviceName: "gateway", sampler: RatioSampler(ratio: 0), exporter: nil)
+        let h = try await Harness { $0.tracer = tracer }
+        defer { Task { await h.stop() } }
+        let logInPath = Accounts_V1_AccountsMethods.logIn.path
+
+        try await logIn(h, traceparent: nil)
+        let started = try #require(h.recorder.last(logInPath))
+        #expect(started["traceparent"] == nil)
+        #expect(started["x-gateway-token"] != nil, "the relay is recognisable as one (RPCTracing.startServiceCall)")
+
+        try await logIn(h, traceparent: "00-\(Self.clientTrace)-\(Self.clientSpan)-00")
+        let continued = try #require(h.recorder.last(logInPath)?["traceparent"])
+        let c = try #require(TraceContext.parse(traceparent: continued))
+        #expect(c.traceIDHex == Self.clientTrace && c.spanIDHex != Self.clientSpan && !c.sampled)
+        #expect(h.recorder.last(logInPath)?["tracestate"] == "client=1")
+
+        // A malformed header starts a new (unsampled) trace: nothing valid goes up.
+        try await logIn(h, traceparent: "00-\(Self.clientTrace.uppercased())-\(Self.clientSpan)-01")
+        #expect(h.recorder.last(logInPath)?["traceparent"].flatMap { TraceContext.parse(traceparent: $0) } == nil)
+    }
+
     @Test func withoutATracerTheClientsHeaderGoesUpUnchanged() async throws {
         let h = try await Harness()
         defer { Task { await h.stop() } }

@@ -80,6 +80,173 @@ import Tracing
     }
 }
 
+/// The header's hot path (issue 19's cost goal): the parser and the formatter work eight bytes at
+/// a time; they must accept, reject and write exactly what the byte-by-byte rules say.
+@Suite struct TraceparentFastPathTests {
+    /// The rules as the recommendation states them, one byte at a time (the parser before the
+    /// fast one): the reference the fast parser is held to.
+    static func referenceParse(_ header: String) -> (high: UInt64, low: UInt64, span: UInt64, sampled: Bool)? {
+        let b = Array(header.utf8)
+        func digit(_ c: UInt8) -> UInt64? {
+            switch c {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): UInt64(c - UInt8(ascii: "0"))
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): UInt64(c - UInt8(ascii: "a") + 10)
+            default: nil
+            }
+        }
+        func hex(_ from: Int, _ count: Int) -> UInt64? {
+            var v: UInt64 = 0
+            for i in from..<from + count {
+                guard let d = digit(b[i]) else { return nil }
+                v = v << 4 | d
+            }
+            return v
+        }
+        guard b.count == 55, b[0] == UInt8(ascii: "0"), b[1] == UInt8(ascii: "0"), b[2] == UInt8(ascii: "-"),
+            b[35] == UInt8(ascii: "-"), b[52] == UInt8(ascii: "-"),
+            let high = hex(3, 16), let low = hex(19, 16), let span = hex(36, 16), let flags = hex(53, 2),
+            high | low != 0, span != 0
+        else { return nil }
+        return (high, low, span, flags & 1 != 0)
+    }
+
+    static func referenceHex(_ v: UInt64) -> String {
+        let s = String(v, radix: 16)
+        return String(repeating: "0", count: 16 - s.count) + s
+    }
+
+    func agrees(_ header: String) -> Bool {
+        let fast = TraceContext.parse(traceparent: header)
+        let reference = Self.referenceParse(header)
+        guard let fast, let reference else { return fast == nil && reference == nil }
+        return fast.traceIDHigh == reference.high && fast.traceIDLow == reference.low && fast.spanID == reference.span
+            && fast.sampled == reference.sampled
+    }
+
+    @Test func everySingleByteChangeIsJudgedAsTheReferenceJudgesIt() {
+        // Each of the 55 positions of a valid header set to each of the 256 byte values (a byte
+        // that is not UTF-8 on its own becomes U+FFFD, three bytes: too long, rejected by both).
+        let valid = Array(TraceparentTests.valid.utf8)
+        var accepted = 0
+        for i in valid.indices {
+            for v in 0...255 {
+                var b = valid
+                b[i] = UInt8(v)
+                let header = String(decoding: b, as: UTF8.self)
+                #expect(agrees(header), "\(header)")
+                if TraceContext.parse(traceparent: header) != nil { accepted += 1 }
+            }
+        }
+        // 16 hex digits at each of the 48 id and 2 flag positions; the 5 fixed positions keep
+        // only their own byte.
+        #expect(accepted == 50 * 16 + 5)
+    }
+
+    @Test(arguments: [
+        "", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-011",
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-", "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00F067AA0BA902B7-01", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0A",
+        "00-00000000000000000000000000000000-00f067aa0ba902b7-01", "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+        "00-4bf92f3577b34da6a3ce929d0e0e473g-00f067aa0ba902b7-01", "00_4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        "00-4bf92f3577b34da6a3ce929d0e0e4736_00f067aa0ba902b7-01", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7_01",
+        " 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0", "00-4bf92f3577b34da6a3ce929d0e0e47é-00f067aa0ba902b7-01",
+        // Bytes next to the hex ranges, where a range check would be off by one.
+        "00-/bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "00-:bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        "00-`bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "00-gbf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b\u{7F}-01",
+    ])
+    func theMalformedHeadersAreRejectedByBoth(_ header: String) {
+        #expect(TraceContext.parse(traceparent: header) == nil, "\(header)")
+        #expect(Self.referenceParse(header) == nil, "\(header)")
+    }
+
+    @Test func idsFormatAsTheReferenceAndParseBack() throws {
+        var rng = SystemRandomNumberGenerator()
+        let edges: [UInt64] = [1, 0x0F, 0x10, 0x9, 0xA, 0xFFFF_FFFF, 0x1_0000_0000, .max, 0x0123_4567_89AB_CDEF, 0xFEDC_BA98_7654_3210]
+        for i in 0..<5000 {
+            let high = i < edges.count ? edges[i] : rng.next()
+            let low = i < edges.count ? edges[edges.count - 1 - i] : rng.next()
+            let span = i < edges.count ? edges[i] : rng.next() | 1
+            let c = TraceContext(traceIDHigh: high, traceIDLow: low, spanID: span, sampled: i % 2 == 0)
+            let header = c.traceparent
+            #expect(header == "00-\(Self.referenceHex(high))\(Self.referenceHex(low))-\(Self.referenceHex(span))-0\(i % 2 == 0 ? 1 : 0)")
+            #expect(c.traceIDHex == Self.referenceHex(high) + Self.referenceHex(low))
+            #expect(c.spanIDHex == Self.referenceHex(span))
+            let back = try #require(TraceContext.parse(traceparent: header))
+            #expect(back == c)
+        }
+    }
+
+    @Test func theTracersIdsAreValidNonZeroAndDistinct() throws {
+        let tracer = SpanTracer(serviceName: "t", sampler: RatioSampler(ratio: 0.01), exporter: nil)
+        var traces = Set<String>(), spans = Set<UInt64>()
+        for _ in 0..<50_000 {
+            let (root, _) = tracer.start("x", parent: nil, kind: .server)
+            let (child, _) = tracer.start("y", parent: root, kind: .client)
+            #expect(root.traceIDHigh | root.traceIDLow != 0 && root.spanID != 0 && child.spanID != 0)
+            #expect(child.traceIDHigh == root.traceIDHigh && child.traceIDLow == root.traceIDLow)
+            traces.insert(root.traceIDHex)
+            spans.insert(root.spanID)
+            spans.insert(child.spanID)
+            #expect(TraceContext.parse(traceparent: child.traceparent) == child)
+        }
+        #expect(traces.count == 50_000)
+        #expect(spans.count == 100_000)
+        // Two generators seeded from the system's random source do not repeat each other.
+        let a = TraceIDGenerator(), b = TraceIDGenerator()
+        #expect(Set((0..<1000).map { _ in a.next() }).isDisjoint(with: (0..<1000).map { _ in b.next() }))
+    }
+
+    @Test func idsMadeOnManyThreadsAreDistinct() {
+        // One generator serves every event loop of a process: threads drawing at once never get
+        // the same id.
+        let ids = TraceIDGenerator()
+        let made = Mutex<[UInt64]>([])
+        let threads = (0..<6).map { _ in
+            Thread {
+                var mine: [UInt64] = []
+                for _ in 0..<10_000 {
+                    mine.append(ids.next())
+                    let (a, b, c) = ids.nextThree()
+                    mine += [a, b, c]
+                }
+                made.withLock { $0 += mine }
+            }
+        }
+        threads.forEach { $0.start() }
+        while made.withLock({ $0.count }) < 6 * 40_000 { usleep(1000) }
+        let all = made.withLock { $0 }
+        #expect(!all.contains(0))
+        #expect(Set(all).count == all.count)
+    }
+
+    @Test func aRelayWithoutATraceparentIsNotTraced() throws {
+        // The gateway sends no traceparent for a trace it started and did not sample; a service
+        // seeing such a relay (it carries x-gateway-token) traces nothing for it.
+        let tracer = SpanTracer(serviceName: "t", sampler: RatioSampler(ratio: 1), exporter: nil, notesCalls: true)
+        func call(_ m: [(String, String)]) -> ServerContext {
+            ServerContext(
+                method: MethodDescriptor(service: "a.v1.A", method: "M", kind: .unary), requestMetadata: Metadata(m),
+                deadline: nil, peer: "127.0.0.1:1")
+        }
+        let relayed = call([("x-forwarded-for", "1.2.3.4"), ("x-gateway-token", "t")])
+        #expect(RPCTracing.startServiceCall(tracer, "a.v1.A/M", relayed.method, relayed) == nil)
+        #expect(RPCTracing.traceContext(of: relayed) == nil, "nothing noted for the access log")
+        let withParent = call([("x-gateway-token", "t"), ("traceparent", TraceparentTests.valid), ("tracestate", "a=1")])
+        let continued = try #require(RPCTracing.startServiceCall(tracer, "a.v1.A/M", withParent.method, withParent))
+        #expect(continued.trace.traceIDHex == "4bf92f3577b34da6a3ce929d0e0e4736" && continued.trace.traceState == "a=1")
+        #expect(continued.span != nil)
+        let malformed = call([("traceparent", "garbage"), ("x-gateway-token", "t")])
+        #expect(RPCTracing.startServiceCall(tracer, "a.v1.A/M", malformed.method, malformed) == nil)
+        // Not a relay (a peer's call, a direct client): a new trace, as before.
+        let direct = call([("x-service-token", "s")])
+        let root = try #require(RPCTracing.startServiceCall(tracer, "a.v1.A/M", direct.method, direct))
+        #expect(root.span?.parentSpanID == nil)
+        #expect(RPCTracing.traceContext(of: direct) == root.trace)
+    }
+}
+
 @Suite struct SamplerTests {
     @Test func ratiosZeroAndOneAreNeverAndAlways() {
         let ids = TraceIDGenerator(seed: 42)
@@ -212,6 +379,27 @@ func attributes(_ span: [String: Any]) -> [String: Any] {
         exporter.shutdown()
         let text = try String(contentsOfFile: path, encoding: .utf8)
         #expect(text.split(separator: "\n").count == 2 && text.hasSuffix("\n"))
+    }
+
+    @Test func namesAndValuesAreEscapedAndPlainOnesCopied() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let path = "\(dir.path)/spans.jsonl"
+        let exporter = try SpanFileExporter(path: path, serviceName: "accounts")
+        let tracer = SpanTracer(serviceName: "accounts", sampler: RatioSampler(ratio: 1), exporter: exporter)
+        let odd = "q\"b\\n\nr\rt\tc\u{1}d\u{7F}é\u{85}\u{2028}\u{2029}ü→end"
+        let span = tracer.startSpan(odd, parent: nil, kind: .internal)
+        span.setAttribute("plain", .string("accounts.v1.Accounts/GetSigningKeys"))
+        span.setAttribute(odd, .string(odd))
+        span.end()
+        exporter.shutdown()
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        #expect(text.split(separator: "\n").count == 1, "one line, whatever the names hold")
+        #expect(text.contains(#"q\"b\\n\nr\rt\tc\u0001d\u007fé\u0085\u2028\u2029ü→end"#))
+        let r = try #require(try readSpans(path).first)
+        #expect(r["name"] as? String == odd)
+        #expect(attributes(r)[odd] as? String == odd)
+        #expect(attributes(r)["plain"] as? String == "accounts.v1.Accounts/GetSigningKeys")
     }
 
     @Test func theBufferIsBoundedAndShutdownWritesWhatIsLeft() throws {

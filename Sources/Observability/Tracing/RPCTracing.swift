@@ -15,14 +15,33 @@ public enum RPCTracing {
 
     /// The trace context a request carries (`traceparent`, `tracestate`; several `tracestate`
     /// headers are joined with commas, as the recommendation says), or nil.
-    public static func remoteParent(_ metadata: Metadata) -> TraceContext? {
-        guard let parent = metadata["traceparent"] else { return nil }
-        guard let first = metadata["tracestate"] else { return TraceContext.parse(traceparent: parent) }
-        let states = metadata.values("tracestate").compactMap { v -> String? in
-            if case .string(let s) = v { return s }
-            return nil
+    public static func remoteParent(_ metadata: Metadata) -> TraceContext? { incoming(metadata).parent }
+
+    /// The header a relay by the gateway carries (`HeaderPolicy`; a client cannot set it there).
+    public static let gatewayTokenKey = "x-gateway-token"
+
+    /// `remoteParent`, and whether the call was relayed by the gateway (it carries
+    /// `x-gateway-token`): one pass over the metadata (its keys are lower-case already), the
+    /// header parsed in place.
+    public static func incoming(_ metadata: Metadata) -> (parent: TraceContext?, relayed: Bool) {
+        var parent: String? = nil
+        var state: String? = nil
+        var states: [String] = []
+        var relayed = false
+        for e in metadata.entries {
+            guard case .string(let value) = e.value else { continue }
+            if e.key == "traceparent" {
+                if parent == nil { parent = value }
+            } else if e.key == "tracestate" {
+                if state == nil { state = value } else { states.append(value) }
+            } else if e.key == gatewayTokenKey {
+                relayed = true
+            }
         }
-        return TraceContext.parse(traceparent: parent, tracestate: states.count == 1 ? first : states.joined(separator: ","))
+        guard let parent else { return (nil, relayed) }
+        guard let first = state else { return (TraceContext.parse(traceparent: parent), relayed) }
+        let joined = states.isEmpty ? first : ([first] + states).joined(separator: ",")
+        return (TraceContext.parse(traceparent: parent, tracestate: joined), relayed)
     }
 
     /// The span name of a method: its path without the leading `/` (`accounts.v1.Accounts/SignUp`),
@@ -37,15 +56,42 @@ public enum RPCTracing {
     public static func startServerCall(
         _ tracer: SpanTracer, _ name: String, _ method: MethodDescriptor, _ context: ServerContext
     ) -> (trace: TraceContext, span: TraceSpan?) {
-        let started = tracer.start(name, parent: remoteParent(context.requestMetadata), kind: .server)
-        if let span = started.span {
-            span.setAttribute("rpc.system", .string("grpc"))
-            span.setAttribute("rpc.service", .string(method.service))
-            span.setAttribute("rpc.method", .string(method.method))
-            span.setAttribute("net.peer.address", .string(context.peerHost))
-        }
+        startServerCall(tracer, name, method, context, parent: remoteParent(context.requestMetadata))
+    }
+
+    /// `startServerCall` with the parent already read from the request.
+    @inline(__always)
+    public static func startServerCall(
+        _ tracer: SpanTracer, _ name: String, _ method: MethodDescriptor, _ context: ServerContext, parent: TraceContext?
+    ) -> (trace: TraceContext, span: TraceSpan?) {
+        let started = tracer.start(name, parent: parent, kind: .server)
+        if let span = started.span { span.attributes = serverAttributes(method, context) }
         if tracer.notesCalls { context[key: spanKey] = started.trace }
         return started
+    }
+
+    /// A service's call: `startServerCall`, or nil for a call the gateway relayed without a
+    /// `traceparent` (a trace the gateway started and did not sample: it sends no header for
+    /// those, docs/observability.md, "Cost"). Such a call is not traced at all: no span, no
+    /// trace context bound around the handler, nothing noted for the access log.
+    @inline(__always)
+    public static func startServiceCall(
+        _ tracer: SpanTracer, _ name: String, _ method: MethodDescriptor, _ context: ServerContext
+    ) -> (trace: TraceContext, span: TraceSpan?)? {
+        let (parent, relayed) = incoming(context.requestMetadata)
+        if parent == nil && relayed { return nil }
+        return startServerCall(tracer, name, method, context, parent: parent)
+    }
+
+    /// A server span's attributes, made at once (one dictionary with room for the status code
+    /// added at the end, set under one lock) rather than one `setAttribute` at a time.
+    static func serverAttributes(_ method: MethodDescriptor, _ context: ServerContext) -> SpanAttributes {
+        var a = [String: SpanAttribute](minimumCapacity: 6)
+        a["rpc.system"] = .string("grpc")
+        a["rpc.service"] = .string(method.service)
+        a["rpc.method"] = .string(method.method)
+        a["net.peer.address"] = .string(context.peerHost)
+        return SpanAttributes(a)
     }
 
     /// `startServerCall` as a span object whatever the sampling (tests, tools).

@@ -103,16 +103,17 @@ public final class SpanFileExporter: SpanExporter {
 
     private func writerLoop() {
         let timeoutNanos = Int(interval.components.seconds) * 1_000_000_000 + Int(interval.components.attoseconds / 1_000_000_000)
+        // The batch taken and the room handed back are swapped, so neither regrows from empty.
+        var batch: [SpanRecord] = []
         while true {
             _ = wake.wait(timeout: .now() + .nanoseconds(timeoutNanos))
-            let (spans, waiters, stopping) = state.withLock { s in
-                defer {
-                    s.spans = []
-                    s.flushWaiters = []
-                }
-                return (s.spans, s.flushWaiters, s.stopping)
+            let (waiters, stopping) = state.withLock { s in
+                swap(&s.spans, &batch)
+                defer { s.flushWaiters = [] }
+                return (s.flushWaiters, s.stopping)
             }
-            if !spans.isEmpty { write(spans) }
+            if !batch.isEmpty { write(batch) }
+            batch.removeAll(keepingCapacity: true)
             for w in waiters { w.signal() }
             if stopping {
                 stopped.signal()
@@ -178,11 +179,11 @@ public enum SpanJSON {
         out.append(contentsOf: #","name":"#.utf8)
         appendString(span.name, to: &out)
         out.append(contentsOf: #","kind":"#.utf8)
-        out.append(contentsOf: String(kindNumber(span.kind)).utf8)
+        appendDecimal(UInt64(kindNumber(span.kind)), to: &out)
         out.append(contentsOf: #","startTimeUnixNano":""#.utf8)
-        out.append(contentsOf: String(span.startNanoseconds).utf8)
+        appendDecimal(span.startNanoseconds, to: &out)
         out.append(contentsOf: #"","endTimeUnixNano":""#.utf8)
-        out.append(contentsOf: String(span.endNanoseconds).utf8)
+        appendDecimal(span.endNanoseconds, to: &out)
         out.append(contentsOf: #"","attributes":"#.utf8)
         appendAttributes(span.attributes, to: &out)
         if !span.events.isEmpty {
@@ -227,6 +228,20 @@ public enum SpanJSON {
         out.append(contentsOf: "}\n".utf8)
     }
 
+    /// `value` in decimal, without making a String.
+    static func appendDecimal(_ value: UInt64, to out: inout [UInt8]) {
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { b in
+            var v = value
+            var i = 20
+            repeat {
+                i -= 1
+                b[i] = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: v % 10)
+                v /= 10
+            } while v > 0
+            out.append(contentsOf: UnsafeBufferPointer(rebasing: b[i..<20]))
+        }
+    }
+
     static func kindNumber(_ kind: SpanKind) -> Int {
         switch kind {
         case .internal: 1
@@ -269,7 +284,8 @@ public enum SpanJSON {
             out.append(contentsOf: #""}"#.utf8)
         case .int64(let v):
             out.append(contentsOf: #"{"intValue":""#.utf8)
-            out.append(contentsOf: String(v).utf8)
+            if v < 0 { out.append(UInt8(ascii: "-")) }
+            appendDecimal(v.magnitude, to: &out)
             out.append(contentsOf: #""}"#.utf8)
         case .double(let v):
             out.append(contentsOf: #"{"doubleValue":"#.utf8)
@@ -299,6 +315,19 @@ public enum SpanJSON {
     /// U+2029), so a line never breaks.
     static func appendString(_ string: String, to out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
+        // Most strings (names, attribute keys, addresses) are printable ASCII with nothing to
+        // escape: their bytes go as they are, in one copy.
+        var s = string
+        let plain = s.withUTF8 { b in
+            var bad: UInt8 = 0
+            for c in b { bad |= (c < 0x20 || c >= 0x7F || c == 0x22 || c == 0x5C) ? 1 : 0 }
+            if bad == 0 { out.append(contentsOf: b) }
+            return bad == 0
+        }
+        if plain {
+            out.append(UInt8(ascii: "\""))
+            return
+        }
         for scalar in string.unicodeScalars {
             switch scalar.value {
             case 0x22: out.append(contentsOf: #"\""#.utf8)
@@ -311,7 +340,7 @@ public enum SpanJSON {
                 let v = scalar.value
                 for shift in [12, 8, 4, 0] { out.append(Hex.digits[Int((v >> UInt32(shift)) & 0xF)]) }
             default:
-                out.append(contentsOf: String(scalar).utf8)
+                out.append(contentsOf: scalar.utf8)
             }
         }
         out.append(UInt8(ascii: "\""))

@@ -4,7 +4,9 @@ import RPCCore
 /// (`ServiceHost` puts it outermost), so the span covers the access policy too and a call the
 /// policy refuses is a span with its status. Its parent is the caller's `traceparent`, or it
 /// starts a trace; the trace is the task-local `TraceContext.current` of the rest of the chain
-/// and the handler (peer calls and outbox events made there carry it on).
+/// and the handler (peer calls and outbox events made there carry it on). A call the gateway
+/// relays without a `traceparent` (a trace it started and did not sample) is not traced at all
+/// (`RPCTracing.startServiceCall`).
 ///
 /// Health and reflection are left out (probes would fill the traces), decided once per method.
 public struct TracingInterceptor: ServerInterceptor {
@@ -29,7 +31,9 @@ public struct TracingInterceptor: ServerInterceptor {
     }
 
     public func intercept(_ call: ServerCall, next: ServerCall.Next) async throws -> [UInt8] {
-        let (trace, span) = RPCTracing.startServerCall(tracer, name, call.method, call.context)
+        guard let (trace, span) = RPCTracing.startServiceCall(tracer, name, call.method, call.context) else {
+            return try await next(call)
+        }
         do {
             let response = try await TraceContext.withCurrent(trace) { try await next(call) }
             RPCTracing.end(span, .ok)
@@ -43,7 +47,7 @@ public struct TracingInterceptor: ServerInterceptor {
     /// Task-free, as the call is: the span ends with the answer (a sampled call's answer is
     /// wrapped; an unsampled one's is left as it is).
     public func interceptForwarded(_ call: ForwardedCall, next: @escaping ForwardedCall.Next) -> (any Cancellable)? {
-        let (trace, span) = RPCTracing.startServerCall(tracer, name, call.method, call.context)
+        guard let (trace, span) = RPCTracing.startServiceCall(tracer, name, call.method, call.context) else { return next(call) }
         var call = call
         if let span {
             switch call.answer {
