@@ -131,7 +131,9 @@ public final class Gateway: Sendable {
         config.maxConcurrentStreams = configuration.maxConcurrentStreams
         config.maxConnections = configuration.maxConnections
         config.threads = serverLoops.count
-        config.interceptors = [policy]
+        // Traced: the gateway's span outermost, so calls the policy refuses are spans too.
+        let tracing: [any ServerInterceptor] = configuration.tracer.map { [GatewayTracing(tracer: $0)] } ?? []
+        config.interceptors = tracing + [policy]
         config.observer = ServerCallObservers.combine(
             (configuration.metrics ? [RPCServerMetrics()] : []) + (accessLog.map { [$0] } ?? []))
         let health = self.health
@@ -140,7 +142,7 @@ public final class Gateway: Sendable {
         // they are told to the same observers (metrics, access log) by an interceptor.
         let observing = config.observer.map { ObservingInterceptor($0) }
         var connect = ConnectHandler(
-            router: Router(services: services), interceptors: ServerInterceptors((observing.map { [$0] } ?? []) + [policy]),
+            router: Router(services: services), interceptors: ServerInterceptors((observing.map { [$0] } ?? []) + tracing + [policy]),
             transcoder: JSONTranscoder(registry: registry), logger: logger,
             statusPage: { await Self.statusPage(health: health, upstreams: upstreamList, services: publicNames) })
         connect.observing = observing

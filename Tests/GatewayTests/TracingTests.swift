@@ -30,6 +30,35 @@ import Testing
         _ = try await h.client.unary(Accounts_V1_AccountsMethods.logIn, req, as: Accounts_V1_LogInResponse.self, options: options)
     }
 
+    /// The gateway's span is outside its policy: a call refused for a bad token is a span with
+    /// that status, and nothing goes upstream.
+    @Test func aCallThePolicyRefusesIsASpan() async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let path = "\(dir.path)/gateway.jsonl"
+        let exporter = try SpanFileExporter(path: path, serviceName: "gateway")
+        let tracer = SpanTracer(serviceName: "gateway", sampler: RatioSampler(ratio: 1), exporter: exporter)
+        let h = try await Harness { $0.tracer = tracer }
+        defer { Task { await h.stop() } }
+        var options = CallOptions(timeout: .seconds(10), metadata: h.bearer("not-a-token"))
+        options.metadata.add("traceparent", "00-\(Self.clientTrace)-\(Self.clientSpan)-01")
+        let error = await #expect(throws: RPCError.self) {
+            _ = try await Accounts_V1_AccountsClient(h.client).getMyProfile(Accounts_V1_GetMyProfileRequest(), options: options)
+        }
+        #expect(error?.code == .unauthenticated)
+        #expect(h.recorder.last(Accounts_V1_AccountsMethods.getMyProfile.path) == nil, "nothing went upstream")
+        exporter.flush()
+        let span = try #require(spans(path).last)
+        #expect(span["name"] as? String == "accounts.v1.Accounts/GetMyProfile")
+        #expect(span["traceId"] as? String == Self.clientTrace)
+        let attributes = (span["attributes"] as? [[String: Any]] ?? []).compactMap { a -> (String, String)? in
+            guard let key = a["key"] as? String, let v = (a["value"] as? [String: Any])?.values.first as? String else { return nil }
+            return (key, v)
+        }
+        #expect(attributes.contains { $0 == ("rpc.grpc.status_code", "16") })
+        exporter.shutdown()
+    }
+
     @Test func aRelayedCallIsASpanAndTheUpstreamGetsItsContext() async throws {
         let dir = TemporaryDirectory()
         defer { dir.remove() }
