@@ -326,7 +326,7 @@ let package = Package(
         // kit's policy, failure details). For test targets only.
         .target(
             name: "ServiceKitTesting",
-            dependencies: ["ServiceKit", "Security", "Contracts", "RPCCore", "RPCTransport", "RPCServices", "RPCTLS",
+            dependencies: ["ServiceKit", "Observability", "Security", "Contracts", "RPCCore", "RPCTransport", "RPCServices", "RPCTLS",
                            .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict
         ),

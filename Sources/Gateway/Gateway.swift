@@ -132,7 +132,10 @@ public final class Gateway: Sendable {
         config.maxConnections = configuration.maxConnections
         config.threads = serverLoops.count
         // Traced: the gateway's span outermost, so calls the policy refuses are spans too.
-        let tracing: [any ServerInterceptor] = configuration.tracer.map { [GatewayTracing(tracer: $0)] } ?? []
+        let tracing: [any ServerInterceptor] =
+            configuration.tracer.map {
+                [TracingInterceptor(tracer: $0, role: .relay, untraced: AuthInterceptor.open)]
+            } ?? []
         config.interceptors = tracing + [policy]
         config.observer = ServerCallObservers.combine(
             (configuration.metrics ? [RPCServerMetrics()] : []) + (accessLog.map { [$0] } ?? []))

@@ -54,23 +54,32 @@ final class MatchQueue: Sendable {
         /// The match was not written after all.
         func unclaim() { state.withLock { $0.claimed = false } }
 
-        /// Its match is being written (claimed and not given back).
-        var isClaimed: Bool { state.withLock { $0.claimed && !$0.finished } }
+        /// What `cancelUnlessClaimed` found, decided under one lock (a match written or given back
+        /// between two looks cannot make a second ticket).
+        enum CancelOutcome {
+            /// Ended now with CANCELLED.
+            case cancelled
+            /// Its match is being written (claimed and not given back): left alone.
+            case claimed
+            /// Ended already.
+            case finished
+        }
 
-        /// Ends the stream with CANCELLED unless its match is being written. True when it did.
-        func cancelUnlessClaimed() -> Bool {
-            let (cancelled, w): (Bool, CheckedContinuation<Update?, Never>?) = state.withLock { s in
-                if s.finished || s.claimed { return (false, nil) }
+        /// Ends the stream with CANCELLED unless its match is being written or it ended already.
+        func cancelUnlessClaimed() -> CancelOutcome {
+            let (outcome, w): (CancelOutcome, CheckedContinuation<Update?, Never>?) = state.withLock { s in
+                if s.finished { return (.finished, nil) }
+                if s.claimed { return (.claimed, nil) }
                 s.finished = true
                 if let w = s.waiter {
                     s.waiter = nil
-                    return (true, w)
+                    return (.cancelled, w)
                 }
                 s.queue.append(.cancelled)
-                return (true, nil)
+                return (.cancelled, nil)
             }
             w?.resume(returning: .cancelled)
-            return cancelled
+            return outcome
         }
 
         func deliver(_ u: Update) {
@@ -179,14 +188,18 @@ final class MatchQueue: Sendable {
             // pairing gives up on it, and the ticket waits on with this stream. Its match being
             // written already (claimed): no second ticket, which a later pass could pair again.
             if var existing = s.pairing[userID] {
-                if existing.stream.cancelUnlessClaimed() {
+                switch existing.stream.cancelUnlessClaimed() {
+                case .cancelled:
                     s.pairing[userID] = nil
                     existing.stream = stream
                     existing.lastStatusAt = now
                     s.byUser[userID] = existing
                     return (.joined(existing), nil)
+                case .claimed:
+                    return (.beingMatched, nil)
+                case .finished:
+                    break
                 }
-                if existing.stream.isClaimed { return (.beingMatched, nil) }
             }
             let t = Ticket(
                 number: s.nextNumber, ticketID: ticketID, userID: userID, rating: rating, joinedAt: now, stream: stream,
@@ -222,7 +235,7 @@ final class MatchQueue: Sendable {
             return (nil, nil)
         }
         // A ticket being paired: its ended stream makes the pairing give up on it.
-        if let pairing { return pairing.stream.cancelUnlessClaimed() }
+        if let pairing { return pairing.stream.cancelUnlessClaimed() == .cancelled }
         guard let removed else { return false }
         removed.stream.deliver(.cancelled)
         removed.stream.finish()

@@ -92,7 +92,7 @@ public struct ObservingInterceptor: ServerInterceptor {
             observer.callEnded(record(call.context, .ok, counts, started))
             return response
         } catch {
-            observer.callEnded(record(call.context, Self.code(of: error, call.context), counts, started))
+            observer.callEnded(record(call.context, StatusCode.of(error, call.context), counts, started))
             throw error
         }
     }
@@ -107,25 +107,14 @@ public struct ObservingInterceptor: ServerInterceptor {
         case .message(let responder):
             observed.answer = .message(
                 ClosureResponder { [observer] result in
-                    let code: StatusCode
-                    switch result {
-                    case .success(let bytes):
-                        counts.responded(bytes.count)
-                        code = .ok
-                    case .failure(let error): code = Self.code(of: error, call.context)
-                    }
-                    observer.callEnded(record(call.context, code, counts, started))
+                    if case .success(let bytes) = result { counts.responded(bytes.count) }
+                    observer.callEnded(record(call.context, StatusCode.of(result, call.context), counts, started))
                     responder.respond(result)
                 })
         case .stream(let forwarder):
             observed.answer = .stream(
                 ObservedForwarder(forwarder, counts: counts) { [observer] result in
-                    let code: StatusCode
-                    switch result {
-                    case .success: code = .ok
-                    case .failure(let error): code = Self.code(of: error, call.context)
-                    }
-                    observer.callEnded(record(call.context, code, counts, started))
+                    observer.callEnded(record(call.context, StatusCode.of(result, call.context), counts, started))
                 })
         }
         return next(observed)
@@ -148,7 +137,6 @@ public struct ObservingInterceptor: ServerInterceptor {
             peer: context.peer, context: context)
     }
 
-    static func code(of error: any Error, _ context: ServerContext?) -> StatusCode { StatusCode.of(error, context) }
 }
 
 extension StatusCode {
@@ -163,21 +151,32 @@ extension StatusCode {
         }
         return .internal
     }
+
+    /// The status a call's outcome ends it with (`of(_:_:)` for a failure, OK for a success).
+    public static func of<T>(_ result: Result<T, any Error>, _ context: ServerContext?) -> StatusCode {
+        switch result {
+        case .success: .ok
+        case .failure(let error): of(error, context)
+        }
+    }
 }
 
-/// A forwarded stream's responses counted, and its end told to `ended`.
+/// A forwarded stream's responses, counted into `counts` if given, and its end told to `ended`
+/// before the stream ends.
 public final class ObservedForwarder: ResponseForwarder {
     let base: any ResponseForwarder
-    let counts: MessageCounts
+    let counts: MessageCounts?
     let ended: @Sendable (Result<Void, any Error>) -> Void
-    public init(_ base: any ResponseForwarder, counts: MessageCounts, ended: @escaping @Sendable (Result<Void, any Error>) -> Void) {
+    public init(
+        _ base: any ResponseForwarder, counts: MessageCounts? = nil, ended: @escaping @Sendable (Result<Void, any Error>) -> Void
+    ) {
         self.base = base
         self.counts = counts
         self.ended = ended
     }
     public func sendHeaders() { base.sendHeaders() }
     public func forward(_ message: [UInt8]) -> Bool {
-        counts.responded(message.count)
+        counts?.responded(message.count)
         return base.forward(message)
     }
     public func whenWritable(_ body: @escaping @Sendable () -> Void) { base.whenWritable(body) }

@@ -147,6 +147,8 @@ public protocol RPCService: Sendable {
 public enum CredentialCheck {
     /// The header carrying the cluster's service credential (as `ServiceKit.AuthInterceptor`).
     public static let serviceTokenHeader = "x-service-token"
+    /// The header carrying the gateway's credential on the calls it relays.
+    public static let gatewayTokenHeader = "x-gateway-token"
 
     /// - internal methods: no service credential → PERMISSION_DENIED (`serviceCredential` false:
     ///   the process accepts none, as the gateway, → UNIMPLEMENTED, as if it did not exist);

@@ -341,20 +341,7 @@ public final class ClosedPort: Sendable {
     public let port: Int
     private let fd: Int32
     public init() throws {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        addr.sin_port = 0
-        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) } }
-        let named = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
-        guard fd >= 0, bound == 0, named == 0 else {
-            if fd >= 0 { Glibc.close(fd) }
-            throw RPCError(.internal, "cannot reserve a loopback port")
-        }
-        self.fd = fd
-        self.port = Int(UInt16(bigEndian: addr.sin_port))
+        do { (fd, port) = try loopbackSocket() } catch { throw RPCError(.internal, "cannot reserve a loopback port") }
     }
     public func close() { Glibc.close(fd) }
 }

@@ -22,7 +22,7 @@ import Synchronization
 /// `keyRefreshInterval` (the keys' own cache time when shorter).
 public final class AuthInterceptor: CallCheck {
     public static let serviceTokenHeader = "x-service-token"
-    public static let gatewayTokenHeader = "x-gateway-token"
+    public static let gatewayTokenHeader = CredentialCheck.gatewayTokenHeader
     /// Infrastructure services: no credential needed (load balancers poll health). The gateway's
     /// policy uses the same list.
     public static let open = Set(StandardServices.standardNames)

@@ -99,7 +99,7 @@ public enum ServiceHost {
         // calls the policy refuses are spans too (health and reflection are not: probes would
         // fill the traces).
         if let tracer = ProcessTracing.tracer {
-            config.interceptors.insert(TracingInterceptor(tracer: tracer, untraced: Set(StandardServices.standardNames)), at: 0)
+            config.interceptors.insert(TracingInterceptor(tracer: tracer, untraced: AuthInterceptor.open), at: 0)
         }
         let (health, all) = StandardServices.make(for: services, descriptors: descriptors)
         let server = RPCServer(configuration: config, services: all, logger: logger)
@@ -129,9 +129,10 @@ public enum ServiceHost {
                                 server: server, health: health, settings: settings, logger: logger, beforeDrain: beforeDrain))
                     ],
                 gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        // The spans still buffered are written however the group ends (a failed job throws).
+        defer { ProcessTracing.shutdown() }
         try await group.run()
         await peers.close()
-        ProcessTracing.shutdown()  // the spans still buffered are written
         logger.info("stopped")
     }
 

@@ -1,6 +1,7 @@
 import Contracts
 import Foundation
 import Logging
+import Observability
 import RPCCore
 import RPCServices
 import RPCTLS
@@ -103,6 +104,62 @@ public struct TemporaryDirectory: Sendable {
         try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
     }
     public func remove() { try? FileManager.default.removeItem(atPath: path) }
+}
+
+/// A TCP socket bound to a free port on 127.0.0.1, listening when `backlog` is given (else only
+/// bound: a connection to it is refused, and no other socket can take the port). The caller
+/// closes `fd`.
+public func loopbackSocket(listening backlog: Int32? = nil) throws -> (fd: Int32, port: Int) {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { throw POSIXError(.EMFILE) }
+    var addr = sockaddr_in()
+    addr.sin_family = sa_family_t(AF_INET)
+    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+    addr.sin_port = 0
+    var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let bound = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) } }
+    let named = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
+    guard bound == 0, named == 0, backlog.map({ listen(fd, $0) == 0 }) ?? true else {
+        close(fd)
+        throw POSIXError(.EADDRINUSE)
+    }
+    return (fd, Int(UInt16(bigEndian: addr.sin_port)))
+}
+
+/// A span file in a directory of its own, and a tracer recording every new trace into it (tests
+/// of tracing). `remove()` deletes the directory.
+public struct TestSpanFile: Sendable {
+    public let dir: TemporaryDirectory
+    public let path: String
+    public let exporter: SpanFileExporter
+    public let tracer: SpanTracer
+
+    public init(serviceName: String, fileName: String = "spans.jsonl") throws {
+        dir = TemporaryDirectory()
+        path = "\(dir.path)/\(fileName)"
+        exporter = try SpanFileExporter(path: path, serviceName: serviceName)
+        tracer = SpanTracer(serviceName: serviceName, sampler: RatioSampler(ratio: 1), exporter: exporter)
+    }
+
+    public func remove() { dir.remove() }
+}
+
+/// Reads a span file: one JSON object per line.
+public func readSpans(_ path: String) throws -> [[String: Any]] {
+    let text = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
+    return try text.split(separator: "\n").map { line in
+        try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+    }
+}
+
+/// A span's attributes by key (each value as the file has it: strings, and integers as strings).
+public func attributes(_ span: [String: Any]) -> [String: Any] {
+    var out: [String: Any] = [:]
+    for a in span["attributes"] as? [[String: Any]] ?? [] {
+        guard let key = a["key"] as? String, let value = a["value"] as? [String: Any], let v = value.values.first else { continue }
+        out[key] = v
+    }
+    return out
 }
 
 // MARK: Failed calls

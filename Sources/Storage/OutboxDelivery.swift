@@ -313,14 +313,12 @@ public final class OutboxDelivery: Sendable {
 
 extension OutboxDelivery {
     /// Runs `body` (the event's delivery) with the trace context the event was enqueued in as the
-    /// task's `ServiceContext`: a traced peer call made there (`TracingClientInterceptor`) is a
+    /// task's current one (`TraceContext.withCurrent`): a traced peer call made there (`TracingClientInterceptor`) is a
     /// span of that trace, child of the span that enqueued the event, however much later. An
     /// event without one (enqueued while not tracing) is delivered as it is.
     static func continuingTrace(of event: OutboxEvent, _ body: () async throws -> Void) async throws {
         guard let text = event.traceContext, let parent = TraceContext.parse(traceparent: text) else { return try await body() }
-        var context = ServiceContext.topLevel
-        context.traceContext = parent
-        try await ServiceContext.withValue(context) { try await body() }
+        try await TraceContext.withCurrent(parent) { try await body() }
     }
 }
 

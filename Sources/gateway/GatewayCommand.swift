@@ -19,6 +19,8 @@ struct GatewayCommand: AsyncParsableCommand {
         let environment = ProcessInfo.processInfo.environment
         let settings = try ServiceSettings(name: "gateway", options: options, environment: environment, credentials: .gateway)
         ServiceHost.bootstrapLogging(settings)
+        // The spans still buffered are written however the gateway stops (a failed start throws).
+        defer { ProcessTracing.shutdown() }
         let logger = Logger(label: "gateway")
         var config = try GatewayConfiguration.from(settings: settings)
         config.tracer = ProcessTracing.tracer
@@ -26,6 +28,5 @@ struct GatewayCommand: AsyncParsableCommand {
         ShutdownSignals.install()  // before "listening": a SIGTERM from then on exits gracefully
         try await gateway.start()
         await gateway.runUntilSignalled()
-        ProcessTracing.shutdown()  // the spans still buffered are written
     }
 }

@@ -3,6 +3,7 @@ import Foundation
 import GRPCContracts
 import RPCCore
 import RPCTransport
+import ServiceKitTesting
 import Synchronization
 import Testing
 
@@ -48,17 +49,7 @@ final class SilentHTTP2Server: Sendable {
     private let accepted = Mutex<[Int32]>([])
 
     init() throws {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        addr.sin_port = 0
-        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) } }
-        guard bound == 0, listen(fd, 16) == 0 else { throw POSIXError(.EADDRINUSE) }
-        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
-        port = Int(UInt16(bigEndian: addr.sin_port))
-        listener = fd
+        (listener, port) = try loopbackSocket(listening: 16)
         let thread = Thread { [self] in acceptLoop() }
         thread.start()
     }

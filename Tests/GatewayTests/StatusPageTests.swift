@@ -4,6 +4,7 @@ import Observability
 import RPCCore
 import RPCServices
 import RPCTransport
+import ServiceKitTesting
 import Synchronization
 import Testing
 
@@ -374,17 +375,9 @@ final class CannedServer: Sendable {
     private let fd: Int32
 
     init(answer: String?, keepOpen: Bool = false) throws {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let (fd, port) = try loopbackSocket(listening: 16)
         self.fd = fd
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        addr.sin_port = 0
-        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) } }
-        guard bound == 0, listen(fd, 16) == 0 else { throw POSIXError(.EADDRINUSE) }
-        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
-        port = Int(UInt16(bigEndian: addr.sin_port))
+        self.port = port
         Thread {
             var held: [Int32] = []
             // Until `stop` closes the listening socket.

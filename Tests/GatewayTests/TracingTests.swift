@@ -15,11 +15,6 @@ import Testing
     static let clientTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
     static let clientSpan = "00f067aa0ba902b7"
 
-    func spans(_ path: String) -> [[String: Any]] {
-        let text = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
-        return text.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
-    }
-
     func logIn(_ h: Harness, traceparent: String?) async throws {
         var req = Accounts_V1_LogInRequest()
         req.username = "ada"
@@ -33,11 +28,9 @@ import Testing
     /// The gateway's span is outside its policy: a call refused for a bad token is a span with
     /// that status, and nothing goes upstream.
     @Test func aCallThePolicyRefusesIsASpan() async throws {
-        let dir = TemporaryDirectory()
-        defer { dir.remove() }
-        let path = "\(dir.path)/gateway.jsonl"
-        let exporter = try SpanFileExporter(path: path, serviceName: "gateway")
-        let tracer = SpanTracer(serviceName: "gateway", sampler: RatioSampler(ratio: 1), exporter: exporter)
+        let file = try TestSpanFile(serviceName: "gateway", fileName: "gateway.jsonl")
+        defer { file.remove() }
+        let (path, exporter, tracer) = (file.path, file.exporter, file.tracer)
         let h = try await Harness { $0.tracer = tracer }
         defer { Task { await h.stop() } }
         var options = CallOptions(timeout: .seconds(10), metadata: h.bearer("not-a-token"))
@@ -48,23 +41,17 @@ import Testing
         #expect(error?.code == .unauthenticated)
         #expect(h.recorder.last(Accounts_V1_AccountsMethods.getMyProfile.path) == nil, "nothing went upstream")
         exporter.flush()
-        let span = try #require(spans(path).last)
+        let span = try #require(try readSpans(path).last)
         #expect(span["name"] as? String == "accounts.v1.Accounts/GetMyProfile")
         #expect(span["traceId"] as? String == Self.clientTrace)
-        let attributes = (span["attributes"] as? [[String: Any]] ?? []).compactMap { a -> (String, String)? in
-            guard let key = a["key"] as? String, let v = (a["value"] as? [String: Any])?.values.first as? String else { return nil }
-            return (key, v)
-        }
-        #expect(attributes.contains { $0 == ("rpc.grpc.status_code", "16") })
+        #expect(attributes(span)["rpc.grpc.status_code"] as? String == "16")
         exporter.shutdown()
     }
 
     @Test func aRelayedCallIsASpanAndTheUpstreamGetsItsContext() async throws {
-        let dir = TemporaryDirectory()
-        defer { dir.remove() }
-        let path = "\(dir.path)/gateway.jsonl"
-        let exporter = try SpanFileExporter(path: path, serviceName: "gateway")
-        let tracer = SpanTracer(serviceName: "gateway", sampler: RatioSampler(ratio: 1), exporter: exporter)
+        let file = try TestSpanFile(serviceName: "gateway", fileName: "gateway.jsonl")
+        defer { file.remove() }
+        let (path, exporter, tracer) = (file.path, file.exporter, file.tracer)
         let h = try await Harness { $0.tracer = tracer }
         defer { Task { await h.stop() } }
         let logInPath = Accounts_V1_AccountsMethods.logIn.path
@@ -72,7 +59,7 @@ import Testing
         // A client's sampled trace: the gateway's span is its child, the upstream the span's.
         try await logIn(h, traceparent: "00-\(Self.clientTrace)-\(Self.clientSpan)-01")
         exporter.flush()
-        let first = try #require(spans(path).last)
+        let first = try #require(try readSpans(path).last)
         #expect(first["traceId"] as? String == Self.clientTrace)
         #expect(first["parentSpanId"] as? String == Self.clientSpan)
         #expect(first["name"] as? String == "accounts.v1.Accounts/LogIn")
@@ -85,7 +72,7 @@ import Testing
         // None: a new trace starts at the gateway (sampled: ratio 1).
         try await logIn(h, traceparent: nil)
         exporter.flush()
-        let second = try #require(spans(path).last)
+        let second = try #require(try readSpans(path).last)
         #expect(second["parentSpanId"] == nil)
         #expect(second["traceId"] as? String != Self.clientTrace)
         #expect(h.recorder.last(logInPath)?["traceparent"] == "00-\(second["traceId"] as! String)-\(second["spanId"] as! String)-01")
@@ -93,7 +80,7 @@ import Testing
         // Malformed: ignored, a new trace, the call goes through.
         try await logIn(h, traceparent: "00-\(Self.clientTrace.uppercased())-\(Self.clientSpan)-01")
         exporter.flush()
-        let third = try #require(spans(path).last)
+        let third = try #require(try readSpans(path).last)
         #expect(third["parentSpanId"] == nil && third["traceId"] as? String != Self.clientTrace)
 
         // A streaming relay is a span too, ended with the upstream's status.
@@ -104,7 +91,7 @@ import Testing
         }
         #expect(n == 3)
         exporter.flush()
-        let stream = try #require(spans(path).last)
+        let stream = try #require(try readSpans(path).last)
         #expect(stream["name"] as? String == "test.v1.Echo/Expand")
         exporter.shutdown()
     }

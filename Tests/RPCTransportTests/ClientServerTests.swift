@@ -87,6 +87,31 @@ func withEchoServer<R>(
         }
     }
 
+    /// A small message left unread while a message larger than the window arrives: the large
+    /// one's bytes wait with it (so a stalled reader holds the server back), and reading the
+    /// small one must give them back, or the stream stalls for good (nghttp2 opens the window
+    /// only once half of it is consumed, and no further chunk can come to release them).
+    @Test func aMessageLargerThanTheWindowBehindAnUnreadOneStillArrives() async throws {
+        try await withEchoServer(channel: { $0.initialWindowSize = 64 * 1024 }) { _, client in
+            let large = Bytes([UInt8](repeating: 7, count: 100 * 1024))
+            let sizes = try await client.bidirectionalStreaming(
+                EchoService.bidiMethod, as: Bytes.self, options: CallOptions(timeout: .seconds(5))
+            ) { (w: RequestWriter<Bytes>, responses) in
+                try await w.write(Bytes("s"))
+                try await w.write(large)
+                // Both echoes are on their way before the first is read.
+                try await Task.sleep(for: .milliseconds(300))
+                var got: [Int] = []
+                for try await m in responses.messages {
+                    got.append(m.data.count)
+                    if got.count == 2 { break }
+                }
+                return got
+            }
+            #expect(sizes == [1, 100 * 1024])
+        }
+    }
+
     @Test func messagesLargerThanTheFlowControlWindowArriveBothWays() async throws {
         // 3 MiB messages through 1 MiB stream windows: a partial message must release its bytes
         // as they arrive, or neither side could ever complete one.

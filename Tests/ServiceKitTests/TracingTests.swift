@@ -319,30 +319,11 @@ import Tracing
     }
 }
 
-/// Reads a span file: one JSON object per line.
-func readSpans(_ path: String) throws -> [[String: Any]] {
-    let text = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
-    return try text.split(separator: "\n").map { line in
-        try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
-    }
-}
-
-func attributes(_ span: [String: Any]) -> [String: Any] {
-    var out: [String: Any] = [:]
-    for a in span["attributes"] as? [[String: Any]] ?? [] {
-        guard let key = a["key"] as? String, let value = a["value"] as? [String: Any], let v = value.values.first else { continue }
-        out[key] = v
-    }
-    return out
-}
-
 @Suite struct SpanFileTests {
     @Test func aSpanIsOneJSONLineInOTLPFieldNames() throws {
-        let dir = TemporaryDirectory()
-        defer { dir.remove() }
-        let path = "\(dir.path)/spans.jsonl"
-        let exporter = try SpanFileExporter(path: path, serviceName: "accounts")
-        let tracer = SpanTracer(serviceName: "accounts", sampler: RatioSampler(ratio: 1), exporter: exporter)
+        let file = try TestSpanFile(serviceName: "accounts")
+        defer { file.remove() }
+        let (path, exporter, tracer) = (file.path, file.exporter, file.tracer)
         let root = tracer.startSpan("accounts.v1.Accounts/SignUp", parent: nil, kind: .server)
         root.setAttribute("rpc.system", .string("grpc"))
         root.setAttribute("odd \"key\"\n", .int64(42))
@@ -382,11 +363,9 @@ func attributes(_ span: [String: Any]) -> [String: Any] {
     }
 
     @Test func namesAndValuesAreEscapedAndPlainOnesCopied() throws {
-        let dir = TemporaryDirectory()
-        defer { dir.remove() }
-        let path = "\(dir.path)/spans.jsonl"
-        let exporter = try SpanFileExporter(path: path, serviceName: "accounts")
-        let tracer = SpanTracer(serviceName: "accounts", sampler: RatioSampler(ratio: 1), exporter: exporter)
+        let file = try TestSpanFile(serviceName: "accounts")
+        defer { file.remove() }
+        let (path, exporter, tracer) = (file.path, file.exporter, file.tracer)
         let odd = "q\"b\\n\nr\rt\tc\u{1}d\u{7F}é\u{85}\u{2028}\u{2029}ü→end"
         let span = tracer.startSpan(odd, parent: nil, kind: .internal)
         span.setAttribute("plain", .string("accounts.v1.Accounts/GetSigningKeys"))
@@ -408,7 +387,12 @@ func attributes(_ span: [String: Any]) -> [String: Any] {
         let path = "\(dir.path)/spans.jsonl"
         let exporter = try SpanFileExporter(path: path, serviceName: "t", capacity: 3, batch: 100, interval: .seconds(3600))
         let tracer = SpanTracer(serviceName: "t", sampler: RatioSampler(ratio: 1), exporter: exporter)
+        func dropped() -> Double { ProcessMetrics.sample("tracing_spans_dropped_total", in: ProcessMetrics.exposition()) ?? 0 }
+        let droppedBefore = dropped()
         for i in 0..<10 { tracer.startSpan("s\(i)", parent: nil, kind: .internal).end() }
+        // Counted in the process's registry, the one `/metrics` serves (other tests may drop
+        // spans meanwhile: at least these).
+        #expect(dropped() >= droppedBefore + 7)
         #expect(try readSpans(path).isEmpty, "nothing written before the interval, the batch or a flush")
         exporter.shutdown()
         #expect(try readSpans(path).map { $0["name"] as? String } == ["s0", "s1", "s2"], "past capacity spans are dropped")
@@ -418,11 +402,9 @@ func attributes(_ span: [String: Any]) -> [String: Any] {
     }
 
     @Test func theTracerServesTheTracingAPI() throws {
-        let dir = TemporaryDirectory()
-        defer { dir.remove() }
-        let path = "\(dir.path)/spans.jsonl"
-        let exporter = try SpanFileExporter(path: path, serviceName: "t")
-        let tracer = SpanTracer(serviceName: "t", sampler: RatioSampler(ratio: 1), exporter: exporter)
+        let file = try TestSpanFile(serviceName: "t")
+        defer { file.remove() }
+        let (path, exporter, tracer) = (file.path, file.exporter, file.tracer)
         var carrier: [String: String] = [:]
         tracer.withSpan("outer", ofKind: .internal) { span in
             span.attributes["k"] = "v"
@@ -491,11 +473,9 @@ struct DictionaryExtractor: Extractor {
     /// The tracing interceptor is outside the access policy: a call the policy refuses (a wrong
     /// service credential) is a span with its status, and the handler never runs.
     @Test func aCallThePolicyRefusesIsASpanToo() async throws {
-        let dir = TemporaryDirectory()
-        defer { dir.remove() }
-        let path = "\(dir.path)/spans.jsonl"
-        let exporter = try SpanFileExporter(path: path, serviceName: "test")
-        let tracer = SpanTracer(serviceName: "test", sampler: RatioSampler(ratio: 1), exporter: exporter)
+        let file = try TestSpanFile(serviceName: "test")
+        defer { file.remove() }
+        let (path, exporter, tracer) = (file.path, file.exporter, file.tracer)
         let seen = Seen()
         let server = try await TestServer(services: [Receiver(seen: seen)], keys: TestTokens().source) {
             $0.interceptors.insert(TracingInterceptor(tracer: tracer), at: 0)
@@ -517,13 +497,11 @@ struct DictionaryExtractor: Extractor {
     }
 
     @Test func theDeliveryContinuesTheTraceTheEventWasEnqueuedIn() async throws {
-        let dir = TemporaryDirectory()
-        defer { dir.remove() }
+        let file = try TestSpanFile(serviceName: "test")
+        defer { file.remove() }
         var quiet = Logger(label: "outbox-trace")
         quiet.logLevel = .critical
-        let path = "\(dir.path)/spans.jsonl"
-        let exporter = try SpanFileExporter(path: path, serviceName: "test")
-        let tracer = SpanTracer(serviceName: "test", sampler: RatioSampler(ratio: 1), exporter: exporter)
+        let (dir, path, exporter, tracer) = (file.dir, file.path, file.exporter, file.tracer)
         let db = try Database.open(directory: dir.path, fileName: "o.sqlite", migrations: Migration.kit, logger: quiet)
         defer { db.close() }
         let seen = Seen()

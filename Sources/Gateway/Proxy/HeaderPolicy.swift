@@ -1,3 +1,4 @@
+import Observability
 import RPCCore
 
 /// Which request headers reach the services and which the gateway sets itself.
@@ -26,24 +27,24 @@ public enum HeaderPolicy {
     }
 
     /// The metadata an upstream call carries: the client's, minus reserved names, plus the
-    /// client's address and the gateway's credential.
-    public static func upstreamMetadata(_ client: Metadata, clientAddress: String, gatewayToken: String) -> Metadata {
-        var out = client.filter(reservingExtra: 2) { !isStripped($0) }
-        out.add(lowercased: "x-forwarded-for", .string(clientAddress))
-        if !gatewayToken.isEmpty { out.add(lowercased: "x-gateway-token", .string(gatewayToken)) }
-        return out
-    }
-
-    /// `upstreamMetadata` for a traced relay: the client's `traceparent` and `tracestate` give way
-    /// to the gateway span's (`traceparent`, `tracestate`), in the same single pass and allocation.
+    /// client's address and the gateway's credential; with `trace` (the gateway's span), the
+    /// client's `traceparent` and `tracestate` give way to the span's, in the same single pass
+    /// and allocation.
     public static func upstreamMetadata(
-        _ client: Metadata, clientAddress: String, gatewayToken: String, traceparent: String, tracestate: String?
-    ) -> Metadata {
-        var out = client.filter(reservingExtra: 4) { !isStripped($0) && $0 != "traceparent" && $0 != "tracestate" }
+        _ client: Metadata, clientAddress: String, gatewayToken: String, trace: TraceContext? = nil
+    )
+        -> Metadata
+    {
+        let replacesTrace = trace != nil
+        var out = client.filter(reservingExtra: replacesTrace ? 4 : 2) {
+            !isStripped($0) && !(replacesTrace && ($0 == "traceparent" || $0 == "tracestate"))
+        }
         out.add(lowercased: "x-forwarded-for", .string(clientAddress))
-        if !gatewayToken.isEmpty { out.add(lowercased: "x-gateway-token", .string(gatewayToken)) }
-        out.add(lowercased: "traceparent", .string(traceparent))
-        if let tracestate { out.add(lowercased: "tracestate", .string(tracestate)) }
+        if !gatewayToken.isEmpty { out.add(lowercased: CredentialCheck.gatewayTokenHeader, .string(gatewayToken)) }
+        if let trace {
+            out.add(lowercased: "traceparent", .string(trace.traceparent))
+            if let state = trace.traceState { out.add(lowercased: "tracestate", .string(state)) }
+        }
         return out
     }
 }

@@ -22,12 +22,17 @@ struct Proxy: Sendable {
     let maxDeadline: Duration
     /// Cap for server-streaming and bidirectional calls (subscriptions live long).
     let maxStreamDeadline: Duration
-    /// The process's tracer: relayed calls are spans and carry `traceparent` up (`Proxy+Tracing`).
-    /// Nil (tracing off): the handlers below are used as they are, with no work for tracing.
+    /// The process's tracer. With one, each relayed call is a server span made by the gateway's
+    /// first interceptor (`TracingInterceptor`, role `.relay`: before the policy, so a call the
+    /// policy refuses is a span too), whose parent is the client's `traceparent` (or, with none or
+    /// a malformed one, the first span of a new trace, sampled at `TRACE_SAMPLE_RATIO`); the
+    /// upstream call carries that span's context as its `traceparent` (and the client's
+    /// `tracestate`), so the service's span is its child (`options`). A trace the gateway started
+    /// and did not sample is not sent up at all (`RPCTracing.startRelayCall`). Nil (tracing off):
+    /// the client's headers go up as they are.
     var tracer: SpanTracer? = nil
 
     func handler(for method: MethodDescriptor) -> RawHandler {
-        if let tracer { return tracedHandler(for: method, tracer: tracer) }
         switch method.kind {
         case .unary:
             return .unaryForwarding { request, context, responder in
@@ -45,28 +50,23 @@ struct Proxy: Sendable {
     /// The deadline cap of a call kind: subscriptions (server streaming, bidirectional) live long.
     func cap(for kind: CallKind) -> Duration { kind.serverStreams ? maxStreamDeadline : maxDeadline }
 
-    static let capReached = RPCError.deadlineExceeded("the call reached the gateway's deadline limit")
+    static let capReached = "the call reached the gateway's deadline limit"
 
-    func limit(for kind: CallKind) -> CallLimit { CallLimit(after: cap(for: kind), message: Self.capReached.message) }
+    func limit(for kind: CallKind) -> CallLimit { CallLimit(after: cap(for: kind), message: Self.capReached) }
 
     /// The upstream call's options: the client's metadata (filtered) and deadline (capped). A
     /// call without a client deadline goes up without one, limited to the cap by the channel
-    /// (`CallOptions.limit`: no timer per call). `trace`: the gateway's span, sent up as
-    /// `traceparent`/`tracestate` in place of the client's.
-    func options(_ context: ServerContext, kind: CallKind, trace: TraceContext? = nil) throws -> CallOptions {
+    /// (`CallOptions.limit`: no timer per call). When the gateway traces, its span's context goes
+    /// up as `traceparent`/`tracestate` in place of the client's.
+    func options(_ context: ServerContext, kind: CallKind) throws -> CallOptions {
         var timeout: Duration? = nil
         if let remaining = context.timeRemaining {
             guard remaining > .zero else { throw RPCError.deadlineExceeded() }
             timeout = min(remaining, cap(for: kind))
         }
-        let metadata =
-            if let trace {
-                HeaderPolicy.upstreamMetadata(
-                    context.requestMetadata, clientAddress: context.peerHost, gatewayToken: gatewayToken,
-                    traceparent: trace.traceparent, tracestate: trace.traceState)
-            } else {
-                HeaderPolicy.upstreamMetadata(context.requestMetadata, clientAddress: context.peerHost, gatewayToken: gatewayToken)
-            }
+        let metadata = HeaderPolicy.upstreamMetadata(
+            context.requestMetadata, clientAddress: context.peerHost, gatewayToken: gatewayToken,
+            trace: tracer == nil ? nil : RPCTracing.upstreamTrace(context))
         return CallOptions(timeout: timeout, metadata: metadata, limit: timeout == nil ? limit(for: kind) : nil)
     }
 
@@ -82,10 +82,10 @@ struct Proxy: Sendable {
     /// has no deadline of its own, cancelled with the client's call. A failure of `body` becomes
     /// the upstream's own status when the upstream ended the call.
     func withUpstreamCall(
-        _ method: MethodDescriptor, _ context: ServerContext, trace: TraceContext? = nil,
+        _ method: MethodDescriptor, _ context: ServerContext,
         _ body: (any RawClientCall) async throws -> Void
     ) async throws {
-        let options = try options(context, kind: method.kind, trace: trace)
+        let options = try options(context, kind: method.kind)
         let lease = try pool.acquire()
         defer { pool.release(lease) }
         let call = try await lease.channel.startCall(method, options: options)
@@ -114,11 +114,10 @@ struct Proxy: Sendable {
     /// completes the client's call from the connection's read. One object per relayed call
     /// (`RelayedUnaryCall`) is the upstream call, what cancels it and what answers the client.
     func unary(
-        _ method: MethodDescriptor, _ request: [UInt8], _ context: ServerContext, _ responder: any UnaryResponder,
-        trace: TraceContext? = nil
+        _ method: MethodDescriptor, _ request: [UInt8], _ context: ServerContext, _ responder: any UnaryResponder
     ) -> (any Cancellable)? {
         let options: CallOptions
-        do { options = try self.options(context, kind: .unary, trace: trace) } catch {
+        do { options = try self.options(context, kind: .unary) } catch {
             responder.respond(.failure(error))
             return nil
         }
@@ -150,13 +149,12 @@ struct Proxy: Sendable {
     /// connection's read (`RelayedServerStream`). While the client is slow, the upstream's bytes
     /// are held in its flow-control window, so a fast upstream is held back there.
     func serverStreaming(
-        _ method: MethodDescriptor, _ request: [UInt8], _ context: ServerContext, _ responses: any ResponseForwarder,
-        trace: TraceContext? = nil
+        _ method: MethodDescriptor, _ request: [UInt8], _ context: ServerContext, _ responses: any ResponseForwarder
     ) -> (any Cancellable)? {
         let options: CallOptions
         let lease: PooledChannel
         do {
-            options = try self.options(context, kind: .serverStreaming, trace: trace)
+            options = try self.options(context, kind: .serverStreaming)
             lease = try pool.acquire()
         } catch {
             responses.end(.failure(error))
@@ -169,9 +167,9 @@ struct Proxy: Sendable {
 
     func streaming(
         _ method: MethodDescriptor, _ requests: RawMessageStream, _ sink: any ServerResponseSink,
-        _ context: ServerContext, trace: TraceContext? = nil
+        _ context: ServerContext
     ) async throws {
-        try await withUpstreamCall(method, context, trace: trace) { call in
+        try await withUpstreamCall(method, context) { call in
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { await Self.pumpRequests(requests, into: call) }
                 // When the upstream has answered (or failed), stop reading the client's requests.

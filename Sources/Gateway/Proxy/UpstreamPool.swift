@@ -48,7 +48,7 @@ public final class UpstreamPool: ClientTransport, Sendable {
     ///   use connections on `fallbackLoop`.
     init(
         name: String, configuration: ChannelConfiguration, loops: [any EventLoop], fallbackLoop: any EventLoop,
-        streamsPerConnection: Int = 90, maxConnectionsPerLoop: Int = 16
+        streamsPerConnection: Int = 90, maxConnectionsPerLoop: Int
     ) {
         self.name = name
         self.configuration = configuration

@@ -41,7 +41,7 @@ public final class StatusBoard: Sendable {
     /// Whether a target is serving (the gateway's health polls; for the gateway itself its
     /// overall health).
     let serving: @Sendable (String) -> Bool
-    /// Where a target that starts (or stops) failing is told, with the address and full reason.
+    /// Where a target that starts failing is told (once per outage), with the address and full reason.
     let logger: Logger
 
     struct Scrape: Sendable {

@@ -28,8 +28,6 @@ public struct TracingSettings: Sendable, Hashable {
 
     public static let off = TracingSettings()
 
-    public var isOn: Bool { export != .off }
-
     /// Reads the settings' text: `export` is `off` (or unset) or `file:<path>`; `ratio` a number
     /// in 0…1. Throws a message naming the setting.
     public static func parse(export: String?, ratio: String?) throws -> TracingSettings {
@@ -64,9 +62,9 @@ public enum ProcessTracing {
     /// first's), and bootstraps swift-distributed-tracing's `InstrumentationSystem` with it so
     /// that libraries using the `Tracing` API join the same traces. Off: nil, and the
     /// instrumentation system keeps its no-op tracer.
-    @discardableResult
     ///
     /// `notesCalls`: whether the process writes an access log, whose lines take the call's span.
+    @discardableResult
     public static func bootstrap(_ settings: TracingSettings, serviceName: String, notesCalls: Bool = true) throws -> SpanTracer? {
         try state.withLock { s -> SpanTracer? in
             if s.done { return s.tracer }

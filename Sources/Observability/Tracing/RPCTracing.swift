@@ -18,7 +18,7 @@ public enum RPCTracing {
     public static func remoteParent(_ metadata: Metadata) -> TraceContext? { incoming(metadata).parent }
 
     /// The header a relay by the gateway carries (`HeaderPolicy`; a client cannot set it there).
-    public static let gatewayTokenKey = "x-gateway-token"
+    public static let gatewayTokenKey = CredentialCheck.gatewayTokenHeader
 
     /// `remoteParent`, and whether the call was relayed by the gateway (it carries
     /// `x-gateway-token`): one pass over the metadata (its keys are lower-case already), the
@@ -48,18 +48,10 @@ public enum RPCTracing {
     /// as OpenTelemetry's RPC conventions name spans.
     public static func spanName(_ method: MethodDescriptor) -> String { String(method.path.dropFirst()) }
 
-    /// A call's server span from its request metadata: its trace context, and the span itself when
-    /// the trace is sampled (nil otherwise: nothing to record, nothing allocated). `name` is
-    /// `spanName(method)`, made once per method. The context is noted on the call for the access
-    /// log when the tracer says so.
-    @inline(__always)
-    public static func startServerCall(
-        _ tracer: SpanTracer, _ name: String, _ method: MethodDescriptor, _ context: ServerContext
-    ) -> (trace: TraceContext, span: TraceSpan?) {
-        startServerCall(tracer, name, method, context, parent: remoteParent(context.requestMetadata))
-    }
-
-    /// `startServerCall` with the parent already read from the request.
+    /// A call's server span, child of `parent` (the request's, `remoteParent`): its trace context,
+    /// and the span itself when the trace is sampled (nil otherwise: nothing to record, nothing
+    /// allocated). `name` is `spanName(method)`, made once per method. The context is noted on the
+    /// call for the access log when the tracer says so.
     @inline(__always)
     public static func startServerCall(
         _ tracer: SpanTracer, _ name: String, _ method: MethodDescriptor, _ context: ServerContext, parent: TraceContext?
@@ -94,19 +86,6 @@ public enum RPCTracing {
         return SpanAttributes(a)
     }
 
-    /// `startServerCall` as a span object whatever the sampling (tests, tools).
-    public static func startServerSpan(_ tracer: SpanTracer, _ method: MethodDescriptor, _ context: ServerContext) -> TraceSpan {
-        let span = tracer.startSpan(spanName(method), parent: remoteParent(context.requestMetadata), kind: .server)
-        if span.isRecording {
-            span.setAttribute("rpc.system", .string("grpc"))
-            span.setAttribute("rpc.service", .string(method.service))
-            span.setAttribute("rpc.method", .string(method.method))
-            span.setAttribute("net.peer.address", .string(context.peerHost))
-        }
-        if tracer.notesCalls { context[key: spanKey] = span.trace }
-        return span
-    }
-
     /// Ends a call's span with its status code (`rpc.grpc.status_code`). A server span is an
     /// error only for the codes that say the server failed (OpenTelemetry's gRPC rule: UNKNOWN,
     /// DEADLINE_EXCEEDED, UNIMPLEMENTED, INTERNAL, UNAVAILABLE, DATA_LOSS); a client span for
@@ -132,11 +111,55 @@ public enum RPCTracing {
     /// Ends a call's span with the outcome of its handler.
     public static func end(_ span: TraceSpan?, _ error: any Error, _ context: ServerContext?) {
         guard let span else { return }
-        end(span, code(of: error, context), message: message(of: error))
+        end(span, StatusCode.of(error, context), message: message(of: error))
     }
 
-    /// The status code a handler's outcome becomes on the wire (as the transport maps it).
-    public static func code(of error: any Error, _ context: ServerContext?) -> StatusCode { StatusCode.of(error, context) }
+    /// Ends a call's span with its outcome.
+    public static func end<T>(_ span: TraceSpan?, _ result: Result<T, any Error>, _ context: ServerContext?) {
+        switch result {
+        case .success: end(span, .ok)
+        case .failure(let error): end(span, error, context)
+        }
+    }
+
+    /// A forwarded call's answer that ends `span` with the call, before answering.
+    public static func ending(_ answer: ForwardedCall.Answer, _ span: TraceSpan, _ context: ServerContext) -> ForwardedCall.Answer {
+        switch answer {
+        case .message(let responder):
+            .message(
+                ClosureResponder { result in
+                    end(span, result, context)
+                    responder.respond(result)
+                })
+        case .stream(let forwarder):
+            .stream(ObservedForwarder(forwarder) { result in end(span, result, context) })
+        }
+    }
+
+    /// Where a relay's call notes the trace context its upstream call carries.
+    static let upstreamTraceKey = "observability.upstream-trace"
+
+    /// A relay's call (the gateway's): its server span, child of the client's `traceparent` or the
+    /// root of a new trace; the context the upstream call is to carry is noted on the call
+    /// (`upstreamTrace`): none for a trace the relay started itself and did not sample (the
+    /// service, seeing a relay without a `traceparent`, traces nothing either:
+    /// `startServiceCall`). Sending the ids of the 99 % of calls not sampled cost more than the
+    /// issue's budget on both sides (the header is new on every call, so HPACK cannot index it;
+    /// docs/observability.md, "Cost"). A client's trace is passed on whatever its flags, as the
+    /// recommendation asks.
+    public static func startRelayCall(
+        _ tracer: SpanTracer, _ name: String, _ method: MethodDescriptor, _ context: ServerContext
+    ) -> TraceSpan? {
+        let parent = remoteParent(context.requestMetadata)
+        let (trace, span) = startServerCall(tracer, name, method, context, parent: parent)
+        if span != nil || parent != nil { context[key: upstreamTraceKey] = trace }
+        return span
+    }
+
+    /// The trace context a relayed call's upstream call carries (`startRelayCall`), if any.
+    public static func upstreamTrace(_ context: ServerContext) -> TraceContext? {
+        context[key: upstreamTraceKey, as: TraceContext.self]
+    }
 
     static func message(of error: any Error) -> String? { (error as? RPCError)?.message }
 
@@ -165,14 +188,11 @@ public struct TracingClientInterceptor: ClientInterceptor {
             return try await next(method, options)
         }
         // Not sampled: only the ids go on (no span object, nothing recorded).
-        let new = tracer.newContext(parent: parent)
+        let (trace, span) = tracer.start(RPCTracing.spanName(method), parent: parent, kind: .client)
         var options = options
-        options.metadata.set("traceparent", new.context.traceparent)
-        if let state = new.context.traceState { options.metadata.set("tracestate", state) } else { options.metadata.remove("tracestate") }
-        guard new.context.sampled else { return try await next(method, options) }
-        let span = TraceSpan(
-            tracer: tracer, base: nil, trace: new.context, parentSpanID: new.parent, name: RPCTracing.spanName(method), kind: .client,
-            start: WallClock.nanoseconds())
+        options.metadata.set("traceparent", trace.traceparent)
+        if let state = trace.traceState { options.metadata.set("tracestate", state) } else { options.metadata.remove("tracestate") }
+        guard let span else { return try await next(method, options) }
         span.setAttribute("rpc.system", .string("grpc"))
         span.setAttribute("rpc.service", .string(method.service))
         span.setAttribute("rpc.method", .string(method.method))
@@ -208,49 +228,4 @@ final class TracedClientCall: RawClientCall {
         return r
     }
     func cancel() { base.cancel() }
-}
-
-/// A forwarding handler's answer that ends the call's span first.
-public final class SpanEndingResponder: UnaryResponder {
-    let responder: any UnaryResponder
-    let span: TraceSpan
-    let context: ServerContext
-
-    public init(_ responder: any UnaryResponder, _ span: TraceSpan, _ context: ServerContext) {
-        self.responder = responder
-        self.span = span
-        self.context = context
-    }
-
-    public func respond(_ result: Result<[UInt8], any Error>) {
-        switch result {
-        case .success: RPCTracing.end(span, .ok)
-        case .failure(let error): RPCTracing.end(span, error, context)
-        }
-        responder.respond(result)
-    }
-}
-
-/// A forwarded stream's responses, ending the call's span with the call.
-public final class SpanEndingForwarder: ResponseForwarder {
-    let responses: any ResponseForwarder
-    let span: TraceSpan
-    let context: ServerContext
-
-    public init(_ responses: any ResponseForwarder, _ span: TraceSpan, _ context: ServerContext) {
-        self.responses = responses
-        self.span = span
-        self.context = context
-    }
-
-    public func sendHeaders() { responses.sendHeaders() }
-    public func forward(_ message: [UInt8]) -> Bool { responses.forward(message) }
-    public func whenWritable(_ body: @escaping @Sendable () -> Void) { responses.whenWritable(body) }
-    public func end(_ result: Result<Void, any Error>) {
-        switch result {
-        case .success: RPCTracing.end(span, .ok)
-        case .failure(let error): RPCTracing.end(span, error, context)
-        }
-        responses.end(result)
-    }
 }

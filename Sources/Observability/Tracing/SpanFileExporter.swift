@@ -1,5 +1,5 @@
 import Foundation
-import Metrics
+import Prometheus
 import Synchronization
 import Tracing
 
@@ -41,7 +41,13 @@ public final class SpanFileExporter: SpanExporter {
     private let state = Mutex(State())
     private let wake = DispatchSemaphore(value: 0)
     private let stopped = DispatchSemaphore(value: 0)
-    private let dropped = Counter(label: "tracing_spans_dropped_total")
+    private let output: LogOutput
+    /// From the process's registry (a counter made through swift-metrics' global factory would
+    /// be bound to whatever backend exists when the exporter is made: at bootstrap, none yet).
+    private let dropped = ProcessMetrics.registry.makeCounter(
+        descriptor: MetricNameDescriptor(
+            metricName: "tracing_spans_dropped", unitName: "total",
+            helpText: "Spans not written to the span file: the buffer was full, or the file refused the write."))
 
     private struct State {
         var spans: [SpanRecord] = []
@@ -57,6 +63,7 @@ public final class SpanFileExporter: SpanExporter {
         }
         self.path = path
         self.fd = fd
+        self.output = LogOutput(fileDescriptor: fd)
         self.capacity = max(1, capacity)
         self.batch = max(1, batch)
         self.interval = interval
@@ -126,34 +133,14 @@ public final class SpanFileExporter: SpanExporter {
         var out = [UInt8]()
         out.reserveCapacity(spans.count * 600)
         for span in spans { SpanJSON.append(span, resource: resourceJSON, to: &out) }
-        out.withUnsafeBytes { raw in
-            guard let base = raw.baseAddress else { return }
-            var offset = 0
-            while offset < raw.count {
-                let n = Foundation.write(fd, base + offset, raw.count - offset)
-                if n > 0 {
-                    offset += n
-                } else if n < 0 && errno == EINTR {
-                    continue
-                } else {
-                    return  // a full disk or a closed file: spans are lost, the service goes on
-                }
-            }
-        }
+        // A write the file refuses (a full disk) loses the batch, counted; a line it cut short is
+        // ended before the next batch, so every later line still parses.
+        if !output.write(out) { dropped.increment(by: Int64(spans.count)) }
     }
 }
 
 /// A span as one line of OTLP/JSON-like text.
 public enum SpanJSON {
-    /// The line for `span` (with its newline), `resource` being `appendResource`'s text.
-    public static func line(_ span: SpanRecord, serviceName: String) -> String {
-        var r = [UInt8]()
-        appendResource(serviceName: serviceName, to: &r)
-        var out = [UInt8]()
-        append(span, resource: r, to: &out)
-        return String(decoding: out, as: UTF8.self)
-    }
-
     static func appendResource(serviceName: String, to out: inout [UInt8]) {
         out.append(contentsOf: #"{"attributes":[{"key":"service.name","value":{"stringValue":"#.utf8)
         appendString(serviceName, to: &out)
@@ -313,38 +300,7 @@ public enum SpanJSON {
 
     /// A JSON string: quotes, backslashes and every control character escaped (and DEL, U+2028,
     /// U+2029), so a line never breaks.
-    static func appendString(_ string: String, to out: inout [UInt8]) {
-        out.append(UInt8(ascii: "\""))
-        // Most strings (names, attribute keys, addresses) are printable ASCII with nothing to
-        // escape: their bytes go as they are, in one copy.
-        var s = string
-        let plain = s.withUTF8 { b in
-            var bad: UInt8 = 0
-            for c in b { bad |= (c < 0x20 || c >= 0x7F || c == 0x22 || c == 0x5C) ? 1 : 0 }
-            if bad == 0 { out.append(contentsOf: b) }
-            return bad == 0
-        }
-        if plain {
-            out.append(UInt8(ascii: "\""))
-            return
-        }
-        for scalar in string.unicodeScalars {
-            switch scalar.value {
-            case 0x22: out.append(contentsOf: #"\""#.utf8)
-            case 0x5C: out.append(contentsOf: #"\\"#.utf8)
-            case 0x0A: out.append(contentsOf: #"\n"#.utf8)
-            case 0x0D: out.append(contentsOf: #"\r"#.utf8)
-            case 0x09: out.append(contentsOf: #"\t"#.utf8)
-            case 0x00..<0x20, 0x7F, 0x80..<0xA0, 0x2028, 0x2029:
-                out.append(contentsOf: #"\u"#.utf8)
-                let v = scalar.value
-                for shift in [12, 8, 4, 0] { out.append(Hex.digits[Int((v >> UInt32(shift)) & 0xF)]) }
-            default:
-                out.append(contentsOf: scalar.utf8)
-            }
-        }
-        out.append(UInt8(ascii: "\""))
-    }
+    static func appendString(_ string: String, to out: inout [UInt8]) { JSONString.append(string, to: &out) }
 }
 
 /// A tracing setting that refuses the start.

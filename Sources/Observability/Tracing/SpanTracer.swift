@@ -45,23 +45,24 @@ public final class SpanTracer: Tracer, Sendable {
             start: instant().nanosecondsSinceEpoch)
     }
 
-    /// A span whose parent is `parent` (nil: the root of a new trace), started now. The fast form
-    /// for the RPC wrappers: its `ServiceContext` is made only if asked for.
-    public func startSpan(_ name: String, parent: TraceContext?, kind: SpanKind, baseContext: ServiceContext? = nil) -> TraceSpan {
+    /// A span whose parent is `parent` (nil: the root of a new trace), started now, whatever the
+    /// sampling (a span object that records only when sampled; tools and tests). The RPC paths use
+    /// `start`, which makes no span for an unsampled trace.
+    public func startSpan(_ name: String, parent: TraceContext?, kind: SpanKind) -> TraceSpan {
         let span = newContext(parent: parent)
         return TraceSpan(
-            tracer: self, base: baseContext, trace: span.context, parentSpanID: span.parent, name: name, kind: kind,
-            start: WallClock.nanoseconds())
+            tracer: self, base: nil, trace: span.context, parentSpanID: span.parent, name: name, kind: kind, start: WallClock.nanoseconds())
     }
 
     /// A span if the trace is sampled, else only the context a span would have (ids and flags, to
-    /// pass on): what most calls need at 1 %, with nothing allocated. `span` is nil then.
+    /// pass on): what most calls need at 1 %, with nothing allocated (`name` is made only for a
+    /// span). `span` is nil then.
     @inline(__always)
-    public func start(_ name: String, parent: TraceContext?, kind: SpanKind) -> (trace: TraceContext, span: TraceSpan?) {
+    public func start(_ name: @autoclosure () -> String, parent: TraceContext?, kind: SpanKind) -> (trace: TraceContext, span: TraceSpan?) {
         let new = newContext(parent: parent)
         guard new.context.sampled else { return (new.context, nil) }
         let span = TraceSpan(
-            tracer: self, base: nil, trace: new.context, parentSpanID: new.parent, name: name, kind: kind, start: WallClock.nanoseconds())
+            tracer: self, base: nil, trace: new.context, parentSpanID: new.parent, name: name(), kind: kind, start: WallClock.nanoseconds())
         return (new.context, span)
     }
 

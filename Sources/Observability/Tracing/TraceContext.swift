@@ -206,20 +206,4 @@ enum Hex {
         n = ((n & 0x0000_00FF_0000_00FF) << 8) | ((n >> 16) & 0x0000_00FF_0000_00FF)
         return UInt32(truncatingIfNeeded: ((n & 0xFFFF) << 16) | ((n >> 32) & 0xFFFF))
     }
-
-    /// 16 or 32 hex digits (a span or trace id as the span files write them) as numbers.
-    public static func parseID(_ text: String) -> [UInt64]? {
-        var t = text
-        return t.withUTF8 { b -> [UInt64]? in
-            guard b.count == 16 || b.count == 32 else { return nil }
-            var out: [UInt64] = []
-            var i = 0
-            while i < b.count {
-                guard let v = parse(b, i) else { return nil }
-                out.append(v)
-                i += 16
-            }
-            return out
-        }
-    }
 }

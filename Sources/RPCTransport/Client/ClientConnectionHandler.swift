@@ -390,8 +390,15 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     func consumed(_ id: Int32, _ bytes: Int) {
         // A closed stream already gave its held bytes back (releaseHeld).
         guard let session, let s = streams[id] else { return }
-        let n = min(bytes, s.heldBytes)
+        var n = min(bytes, s.heldBytes)
         s.heldBytes -= n
+        // The reader caught up: the bytes of the message still arriving, held while it was
+        // behind, go back now. Waiting for that message's next chunk would wait for ever when
+        // they filled the window (nghttp2 reopens it only once half of it is consumed).
+        if s.heldBytes == 0 {
+            n += s.heldPartial
+            s.heldPartial = 0
+        }
         if n > 0 { nghttp2_session_consume(session, id, n) }
         scheduleFlush()
     }

@@ -119,20 +119,9 @@ public final class RPCChannel: ClientTransport, Sendable {
         return call
     }
 
-    /// Starts a unary call without a task (see `PendingUnaryCall`): when the connection is up
-    /// and lives on the calling thread's event loop, the stream is opened right here; otherwise
-    /// on the connection's loop once it is up. `completion` runs exactly once.
-    @discardableResult
-    public func unary(
-        _ method: MethodDescriptor, request: [UInt8], options: CallOptions = .defaults,
-        completion: @escaping @Sendable (UnaryCallResult) -> Void
-    ) -> PendingUnaryCall {
-        let call = PendingUnaryCall(request: request, completion: completion)
-        start(call, method, options: options)
-        return call
-    }
-
-    /// Starts a call made by the caller (a `TasklessCall` subclass), as `unary` does.
+    /// Starts a call without a task (a `TasklessCall` subclass: `PendingUnaryCall`, the gateway's
+    /// relayed calls): when the connection is up and lives on the calling thread's event loop,
+    /// the stream is opened right here; otherwise on the connection's loop once it is up.
     public func start(_ call: TasklessCall, _ method: MethodDescriptor, options: CallOptions = .defaults) {
         if let connection = state.withLock({ $0.connection }) {
             Self.start(call, method, options, on: connection)

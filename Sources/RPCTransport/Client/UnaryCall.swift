@@ -2,7 +2,7 @@ import NIOCore
 import RPCCore
 import Synchronization
 
-/// How a unary call made with `RPCChannel.unary(_:request:options:completion:)` ended.
+/// How a unary call made without a task (`PendingUnaryCall`) ended.
 public struct UnaryCallResult: Sendable {
     /// The call's status (OK, the server's error, or the transport's: UNAVAILABLE, CANCELLED,
     /// DEADLINE_EXCEEDED, ...).
@@ -17,28 +17,15 @@ public struct UnaryCallResult: Sendable {
     public var trailers: Metadata
 }
 
-/// A unary call in flight without a task (see `TasklessCall`): the completion runs once when the
+/// A unary call in flight without a task (see `TasklessCall`): `completed` runs once when the
 /// call ends. A relay subclasses it and overrides `completed`, so that one object per call holds
-/// the relay's state too.
+/// the relay's state too; start it with `RPCChannel.start(_:_:options:)`.
 open class PendingUnaryCall: TasklessCall, @unchecked Sendable {
-    /// Dropped once called: whatever it captured (often something that holds this call, to
-    /// cancel it) is released with it.
-    private var completion: (@Sendable (UnaryCallResult) -> Void)?
-
     // On the connection's loop.
     private var headers: Metadata?
     private var response: [UInt8]?
     private var count = 0
 
-    init(request: [UInt8], completion: @escaping @Sendable (UnaryCallResult) -> Void) {
-        self.completion = completion
-        super.init(request: request)
-        #if DEBUG
-        Self.live.add(1, ordering: .relaxed)
-        #endif
-    }
-
-    /// For subclasses, which override `completed`; start it with `RPCChannel.start(_:_:options:)`.
     public override init(request: [UInt8]) {
         super.init(request: request)
         #if DEBUG
@@ -69,10 +56,6 @@ open class PendingUnaryCall: TasklessCall, @unchecked Sendable {
         response = nil
     }
 
-    /// The call ended (exactly once): runs the completion given at init.
-    open func completed(_ result: UnaryCallResult) {
-        guard let completion else { return }
-        self.completion = nil
-        completion(result)
-    }
+    /// The call ended (exactly once). Subclasses answer from here.
+    open func completed(_ result: UnaryCallResult) {}
 }

@@ -2,8 +2,9 @@ import NIOCore
 import RPCCore
 
 /// One request stream's state. Owned by its `ServerConnectionHandler` and touched only on the
-/// connection's event loop; the one exception is `respond`, a forwarding handler's answer,
-/// which may come from any thread and only reads what was set before the handler ran.
+/// connection's event loop; the exceptions are a forwarding handler's answers (`respond`, and
+/// `sendHeaders`, `forward`, `whenWritable`, `end`), which may come from any thread: off the loop
+/// they only read what was set before the handler ran and hop to the loop.
 final class ServerStream: UnaryResponder, ResponseForwarder, @unchecked Sendable {
     enum Phase { case receivingHeaders, receiving, running, done }
 
@@ -74,10 +75,11 @@ final class ServerStream: UnaryResponder, ResponseForwarder, @unchecked Sendable
     var responseBytes = 0
     var context: ServerContext?
     var task: Task<Void, Never>?
-    /// What stops a `unaryForwarding` handler (it runs without a task of its own).
+    /// What stops a forwarding handler (`unaryForwarding`, `serverStreamingForwarding`, the
+    /// HTTP path's task-free answers), which runs without a task of its own.
     var cancellation: (any Cancellable)?
-    /// A `unaryForwarding` handler's answer goes back to this connection, on its loop (set
-    /// before the handler runs, read-only afterwards).
+    /// A forwarding handler's answer goes back to this connection, on its loop (set before the
+    /// handler runs, read-only afterwards).
     var owner: NIOLoopBound<ServerConnectionHandler>?
     var ownerLoop: (any EventLoop)?
     var deadlineTimer: Scheduled<Void>?
