@@ -1,6 +1,5 @@
 import CoreMetrics
 import Prometheus
-import Synchronization
 
 /// The process's metrics: one Prometheus registry, behind the swift-metrics facade too, so that
 /// code anywhere (storage, outbox, limits) records with `CoreMetrics` (`Counter`, `Gauge`,
@@ -36,57 +35,19 @@ public enum ProcessMetrics {
     /// `CoreMetrics` metric is made, or those go to the no-op backend).
     public static func bootstrap() { _ = registry }
 
-    /// The Prometheus text exposition of everything recorded so far.
+    /// The Prometheus text exposition of everything recorded so far: the registry's families,
+    /// then the RPC call families (`RPCCallTotals`, counted per event loop and summed here).
     public static func exposition() -> String {
-        collect()
-        return registry.emitToString()
+        bootstrap()
+        return registry.emitToString() + RPCCallTotals.exposition()
     }
 
     /// The exposition's bytes (for the HTTP handler).
     public static func expositionBytes() -> [UInt8] {
-        collect()
-        return registry.emitToBuffer()
-    }
-
-    // MARK: Values summed when scraped
-
-    private final class Weak: Sendable {
-        nonisolated(unsafe) weak var collector: (any ScrapeCollector)?
-        init(_ c: any ScrapeCollector) { collector = c }
-    }
-    private static let collectors = Mutex<[Weak]>([])
-    /// Gauges set from the collectors at each scrape, by name.
-    private static let collectedGauges = Mutex<[String: Prometheus.Gauge]>([:])
-
-    /// Registers a source of gauge values read at each scrape (kept weakly: a server that is
-    /// gone stops contributing). For counts kept per server and loop without shared writes.
-    public static func collectOnScrape(_ collector: any ScrapeCollector) {
         bootstrap()
-        collectors.withLock { list in
-            list.removeAll { $0.collector == nil }
-            list.append(Weak(collector))
-        }
-    }
-
-    /// Sums every live collector's contributions into their gauges.
-    static func collect() {
-        bootstrap()
-        let live = collectors.withLock { list in list.compactMap(\.collector) }
-        var totals: [String: Double] = [:]
-        for c in live { c.contribute(to: &totals) }
-        collectedGauges.withLock { gauges in
-            for (name, value) in totals {
-                let gauge =
-                    gauges[name]
-                    ?? {
-                        let g = registry.makeGauge(
-                            descriptor: MetricNameDescriptor(metricName: name, unitName: "", helpText: ScrapeHelp.text(name)))
-                        gauges[name] = g
-                        return g
-                    }()
-                gauge.set(to: value)
-            }
-        }
+        var bytes = registry.emitToBuffer()
+        bytes += RPCCallTotals.exposition().utf8
+        return bytes
     }
 
     /// The content type of `exposition()`.
@@ -103,20 +64,4 @@ public enum ProcessMetrics {
         }
         return nil
     }
-}
-
-/// Something that contributes gauge values at scrape time (`ProcessMetrics.collectOnScrape`).
-public protocol ScrapeCollector: AnyObject, Sendable {
-    /// Adds this collector's values to `totals`, by metric name (several collectors may add to
-    /// the same name: they are summed).
-    func contribute(to totals: inout [String: Double])
-}
-
-/// Help texts of the gauges collected at scrape time.
-enum ScrapeHelp {
-    static let texts: [String: String] = [
-        "grpc_server_calls_in_flight": "gRPC calls started and not yet ended.",
-        "grpc_server_connections": "Open client connections (any protocol).",
-    ]
-    static func text(_ name: String) -> String { texts[name] ?? name }
 }

@@ -15,12 +15,18 @@ public protocol ServerCallObserver: Sendable {
     func callEnded(_ call: ServerCallRecord)
     /// A client connection was accepted (`true`) or closed (`false`), any protocol.
     func connection(opened: Bool)
+    /// The observer of the calls served on one event loop (`loop`: the loop object's identity),
+    /// which the transport tells `callStarted` and `callEnded` only from that loop's thread, so
+    /// that it may count without shared writes (metrics keep one set of counts per loop).
+    /// Asked once per connection; the default is the observer itself.
+    func onLoop(_ loop: ObjectIdentifier) -> any ServerCallObserver
 }
 
 extension ServerCallObserver {
     public func prepare(_ methods: [MethodDescriptor]) {}
     public func callStarted() {}
     public func connection(opened: Bool) {}
+    public func onLoop(_ loop: ObjectIdentifier) -> any ServerCallObserver { self }
 }
 
 /// One ended call, as a `ServerCallObserver` sees it.
@@ -68,6 +74,9 @@ public struct ServerCallObservers: ServerCallObserver {
     public func callStarted() { for o in observers { o.callStarted() } }
     public func callEnded(_ call: ServerCallRecord) { for o in observers { o.callEnded(call) } }
     public func connection(opened: Bool) { for o in observers { o.connection(opened: opened) } }
+    public func onLoop(_ loop: ObjectIdentifier) -> any ServerCallObserver {
+        ServerCallObservers(observers.map { $0.onLoop(loop) })
+    }
 
     /// nil for none, the observer itself for one, else the chain.
     public static func combine(_ observers: [any ServerCallObserver]) -> (any ServerCallObserver)? {

@@ -43,11 +43,18 @@ public protocol ServerInterceptor: Sendable {
     /// (the default), one made for the method (with what it would otherwise work out per call),
     /// or nil to stay out of its calls (tracing leaves health probes alone).
     func specialized(for method: MethodDescriptor) -> (any ServerInterceptor)?
+
+    /// Whether this interceptor has nothing to do for this call, seen from its context before
+    /// it would run: the chain then goes straight on to the next one, without this
+    /// interceptor's frame (every async frame around a handler costs its task; tracing passes
+    /// over a relayed call the gateway did not sample). Must be quick. The default: never.
+    func passes(_ context: ServerContext) -> Bool
 }
 
 extension ServerInterceptor {
     public func rejectAtHeaders(_ method: MethodDescriptor, _ metadata: Metadata) -> RPCError? { nil }
     public func specialized(for method: MethodDescriptor) -> (any ServerInterceptor)? { self }
+    public func passes(_ context: ServerContext) -> Bool { false }
 
     /// Runs `intercept` in a task around the forwarded call (see `ForwardedCall.inTask`).
     public func interceptForwarded(_ call: ForwardedCall, next: @escaping ForwardedCall.Next) -> (any Cancellable)? {
@@ -372,7 +379,10 @@ public struct ServerInterceptors: Sendable {
         var next = terminal
         for interceptor in list.reversed() {
             let inner = next
-            next = { call in try await interceptor.intercept(call, next: inner) }
+            next = { call in
+                if interceptor.passes(call.context) { return try await inner(call) }
+                return try await interceptor.intercept(call, next: inner)
+            }
         }
         return next
     }
@@ -382,7 +392,9 @@ public struct ServerInterceptors: Sendable {
         var next = terminal
         for interceptor in list.reversed() {
             let inner = next
-            next = { call in interceptor.interceptForwarded(call, next: inner) }
+            next = { call in
+                interceptor.passes(call.context) ? inner(call) : interceptor.interceptForwarded(call, next: inner)
+            }
         }
         return next
     }

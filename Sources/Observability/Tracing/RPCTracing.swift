@@ -44,6 +44,17 @@ public enum RPCTracing {
         return (TraceContext.parse(traceparent: parent, tracestate: joined), relayed)
     }
 
+    /// Whether a call is one the gateway relayed without a `traceparent`, which a service does
+    /// not trace (`startServiceCall`); one pass over the headers, no string made.
+    public static func isUnsampledRelay(_ metadata: Metadata) -> Bool {
+        var relayed = false
+        for e in metadata.entries {
+            if e.key == "traceparent" { return false }
+            if e.key == gatewayTokenKey { relayed = true }
+        }
+        return relayed
+    }
+
     /// The span name of a method: its path without the leading `/` (`accounts.v1.Accounts/SignUp`),
     /// as OpenTelemetry's RPC conventions name spans.
     public static func spanName(_ method: MethodDescriptor) -> String { String(method.path.dropFirst()) }

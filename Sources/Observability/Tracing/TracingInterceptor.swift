@@ -41,6 +41,12 @@ public struct TracingInterceptor: ServerInterceptor {
         untraced.contains(method.service) ? nil : TracingInterceptor(tracer: tracer, role: role, untraced: [], name: RPCTracing.spanName(method))
     }
 
+    /// A service passes over a call the gateway relayed without a `traceparent` (a trace it
+    /// started and did not sample): no frame of its own around the handler.
+    public func passes(_ context: ServerContext) -> Bool {
+        role == .service && RPCTracing.isUnsampledRelay(context.requestMetadata)
+    }
+
     /// The call's span, and the trace to bind around the rest of it (services only); nil when
     /// the call is not traced at all.
     private func start(_ context: ServerContext) -> (bind: TraceContext?, span: TraceSpan?)? {
@@ -72,7 +78,7 @@ public struct TracingInterceptor: ServerInterceptor {
     /// Task-free, as the call is: the span ends with the answer (a sampled call's answer is
     /// wrapped; an unsampled one's is left as it is).
     public func interceptForwarded(_ call: ForwardedCall, next: @escaping ForwardedCall.Next) -> (any Cancellable)? {
-        guard let (bind, span) = start(call.context) else { return next(call) }
+        guard let (bind, span) = start(call.context), bind != nil || span != nil else { return next(call) }
         var call = call
         if let span { call.answer = RPCTracing.ending(call.answer, span, call.context) }
         guard let bind else { return next(call) }

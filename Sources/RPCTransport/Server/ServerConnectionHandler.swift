@@ -42,7 +42,8 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     /// Plain-HTTP body bytes past this many are charged to the process budget.
     private let httpUncharged: Int
     private let interceptors: ServerInterceptors
-    private let observer: (any ServerCallObserver)?
+    /// The server's observer for this connection's loop (`onLoop`).
+    private var observer: (any ServerCallObserver)?
 
     // Connection management (`ServerConfiguration`: keepalive, idle, age).
     /// Reads so far (wraps): keepalive compares it across ticks instead of reading a clock per read.
@@ -90,6 +91,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
         self.executor = EventLoopTaskExecutor(context.eventLoop)
+        self.observer = observer?.onLoop(ObjectIdentifier(context.eventLoop))
         self.peer = context.channel.remoteAddress.map(Self.describe) ?? "unknown"
         self.peerHost = context.channel.remoteAddress?.ipAddress ?? ServerContext.host(ofPeer: peer)
         startSession()
