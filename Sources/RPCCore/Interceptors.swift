@@ -327,26 +327,28 @@ public struct ServerInterceptors: Sendable {
         guard !list.isEmpty else { return handler }
         switch handler {
         case .unary(let body):
-            let chain = self.chain { call in try await body(call.message(), call.context) }
-            return .unary { request, context in try await chain(ServerCall(context: context, request: .message(request))) }
+            let chain = self.selectingChain { call in try await body(call.message(), call.context) }
+            return .unary { request, context in try await chain(context)(ServerCall(context: context, request: .message(request))) }
         case .serverStreaming(let body):
-            let chain = self.chain { call in
+            let chain = self.selectingChain { call in
                 try await body(call.message(), call.sink(), call.context)
                 return []
             }
             return .serverStreaming { request, sink, context in
-                _ = try await chain(ServerCall(context: context, request: .message(request), responses: sink))
+                _ = try await chain(context)(ServerCall(context: context, request: .message(request), responses: sink))
             }
         case .clientStreaming(let body):
-            let chain = self.chain { call in try await body(call.stream(), call.context) }
-            return .clientStreaming { requests, context in try await chain(ServerCall(context: context, request: .stream(requests))) }
+            let chain = self.selectingChain { call in try await body(call.stream(), call.context) }
+            return .clientStreaming { requests, context in
+                try await chain(context)(ServerCall(context: context, request: .stream(requests)))
+            }
         case .bidirectionalStreaming(let body):
-            let chain = self.chain { call in
+            let chain = self.selectingChain { call in
                 try await body(call.stream(), call.sink(), call.context)
                 return []
             }
             return .bidirectionalStreaming { requests, sink, context in
-                _ = try await chain(ServerCall(context: context, request: .stream(requests), responses: sink))
+                _ = try await chain(context)(ServerCall(context: context, request: .stream(requests), responses: sink))
             }
         case .unaryForwarding(let body):
             let chain = forwardedChain { call in
@@ -371,6 +373,16 @@ public struct ServerInterceptors: Sendable {
                 chain(ForwardedCall(context: context, request: request, answer: .stream(responses)))
             }
         }
+    }
+
+    /// The chain in front of `terminal`, chosen per call before any of it runs: without the
+    /// first interceptor when it `passes` the call, so that passing costs no frame at all (the
+    /// handler's entry calls the chosen chain directly).
+    public func selectingChain(_ terminal: @escaping ServerCall.Next) -> @Sendable (ServerContext) -> ServerCall.Next {
+        guard let first = list.first else { return { _ in terminal } }
+        let rest = ServerInterceptors(Array(list.dropFirst())).chain(terminal)
+        let full: ServerCall.Next = { call in try await first.intercept(call, next: rest) }
+        return { context in first.passes(context) ? rest : full }
     }
 
     /// The chain in front of `terminal` (the work itself), for callers that run a call's parts

@@ -50,6 +50,13 @@ struct Named: ServerInterceptor {
     }
 }
 
+/// `Named`, passing over calls that carry `x-pass-<name>`.
+struct Passing: ServerInterceptor {
+    let named: Named
+    func passes(_ context: ServerContext) -> Bool { context.requestMetadata["x-pass-\(named.name)"] != nil }
+    func intercept(_ call: ServerCall, next: ServerCall.Next) async throws -> [UInt8] { try await named.intercept(call, next: next) }
+}
+
 /// Refuses calls whose metadata says so, before they reach the handler.
 struct Refuser: CallCheck {
     func check(_ context: ServerContext) async throws { try refuse(context) }
@@ -144,6 +151,34 @@ final class ForwardingService: RPCService {
             _ = try await client.unary(EchoService.unaryMethod, Bytes("x"), as: Bytes.self)
         }
         #expect(trail.steps.withLock { $0 } == ["a in", "b in", "b out", "a out"])
+    }
+
+    @Test func anInterceptorThatPassesACallDoesNotRunForIt() async throws {
+        let trail = Trail()
+        let chain: [any ServerInterceptor] = [
+            Passing(named: Named(name: "a", trail: trail)), Passing(named: Named(name: "b", trail: trail)),
+        ]
+        try await withEchoServer({ $0.interceptors = chain }) { _, client in
+            for pass in [[], ["a"], ["b"], ["a", "b"]] {
+                var options = CallOptions()
+                for p in pass { options.metadata.add("x-pass-\(p)", "1") }
+                _ = try await client.unary(EchoService.unaryMethod, Bytes("x"), as: Bytes.self, options: options)
+                let n = try await client.serverStreaming(EchoService.serverStreamMethod, Bytes("2:1"), as: Bytes.self, options: options) { r in
+                    var n = 0
+                    for try await _ in r.messages { n += 1 }
+                    return n
+                }
+                #expect(n == 2)
+                trail.add("|")
+            }
+        }
+        #expect(
+            trail.steps.withLock { $0 } == [
+                "a in", "b in", "b out", "a out", "a in", "b in", "b out", "a out", "|",
+                "b in", "b out", "b in", "b out", "|",
+                "a in", "a out", "a in", "a out", "|",
+                "|",
+            ])
     }
 
     @Test func aRefusalNeverReachesTheHandlerAndOuterInterceptorsSeeIt() async throws {
