@@ -304,13 +304,20 @@ extension CallCheck {
 /// A server's interceptors in order (the first runs outermost), as one chain.
 public struct ServerInterceptors: Sendable {
     public let list: [any ServerInterceptor]
-    public init(_ list: [any ServerInterceptor]) { self.list = list }
+    /// Each interceptor's `rejectAtHeaders`, bound once: calling a method on an existential in a
+    /// loop or a closure copies the value in it on every call.
+    private let rejecters: [@Sendable (MethodDescriptor, Metadata) -> RPCError?]
+
+    public init(_ list: [any ServerInterceptor]) {
+        self.list = list
+        rejecters = list.map { $0.rejectAtHeaders }
+    }
     public var isEmpty: Bool { list.isEmpty }
 
     /// The first refusal at the headers, if any interceptor refuses.
     public func rejectAtHeaders(_ method: MethodDescriptor, _ metadata: Metadata) -> RPCError? {
-        for i in list {
-            if let error = i.rejectAtHeaders(method, metadata) { return error }
+        for reject in rejecters {
+            if let error = reject(method, metadata) { return error }
         }
         return nil
     }
@@ -381,8 +388,9 @@ public struct ServerInterceptors: Sendable {
     public func selectingChain(_ terminal: @escaping ServerCall.Next) -> @Sendable (ServerContext) -> ServerCall.Next {
         guard let first = list.first else { return { _ in terminal } }
         let rest = ServerInterceptors(Array(list.dropFirst())).chain(terminal)
-        let full: ServerCall.Next = { call in try await first.intercept(call, next: rest) }
-        return { context in first.passes(context) ? rest : full }
+        let intercept = first.intercept, passes = first.passes
+        let full: ServerCall.Next = { call in try await intercept(call, rest) }
+        return { context in passes(context) ? rest : full }
     }
 
     /// The chain in front of `terminal` (the work itself), for callers that run a call's parts
@@ -390,10 +398,11 @@ public struct ServerInterceptors: Sendable {
     public func chain(_ terminal: @escaping ServerCall.Next) -> ServerCall.Next {
         var next = terminal
         for interceptor in list.reversed() {
-            let inner = next
+            // Bound once (a call on the existential in the closure would copy it every call).
+            let inner = next, intercept = interceptor.intercept, passes = interceptor.passes
             next = { call in
-                if interceptor.passes(call.context) { return try await inner(call) }
-                return try await interceptor.intercept(call, next: inner)
+                if passes(call.context) { return try await inner(call) }
+                return try await intercept(call, inner)
             }
         }
         return next
@@ -403,10 +412,8 @@ public struct ServerInterceptors: Sendable {
     public func forwardedChain(_ terminal: @escaping ForwardedCall.Next) -> ForwardedCall.Next {
         var next = terminal
         for interceptor in list.reversed() {
-            let inner = next
-            next = { call in
-                interceptor.passes(call.context) ? inner(call) : interceptor.interceptForwarded(call, next: inner)
-            }
+            let inner = next, intercept = interceptor.interceptForwarded, passes = interceptor.passes
+            next = { call in passes(call.context) ? inner(call) : intercept(call, inner) }
         }
         return next
     }

@@ -648,7 +648,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         }
         // gRPC calls are observed from here (plain HTTP requests are the HTTP handler's).
         if let observer, stream.isGRPCContentType || !keepsRawHeaders {
-            stream.startedAt = .now
+            stream.startedAt = MonotonicClock.nanoseconds()
             observer.callStarted()
         }
         if stream.headersTooLarge {
@@ -981,11 +981,12 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
 
     /// Reports an observed call's end once (a call is observed from its accepted headers on).
     private func observeEnd(_ stream: ServerStream, _ code: StatusCode) {
-        guard let started = stream.startedAt, let observer else { return }
-        stream.startedAt = nil
+        let started = stream.startedAt
+        guard started != 0, let observer else { return }
+        stream.startedAt = 0
         observer.callEnded(
             ServerCallRecord(
-                method: stream.target?.descriptor, code: code, duration: .now - started,
+                method: stream.target?.descriptor, code: code, duration: .nanoseconds(MonotonicClock.nanoseconds() &- started),
                 requestMessages: stream.requestMessages, requestBytes: stream.requestBytes,
                 responseMessages: stream.responseMessages, responseBytes: stream.responseBytes, peer: peer,
                 context: stream.context))
