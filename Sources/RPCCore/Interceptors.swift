@@ -387,10 +387,13 @@ public struct ServerInterceptors: Sendable {
     /// handler's entry calls the chosen chain directly).
     public func selectingChain(_ terminal: @escaping ServerCall.Next) -> @Sendable (ServerContext) -> ServerCall.Next {
         guard let first = list.first else { return { _ in terminal } }
-        let rest = ServerInterceptors(Array(list.dropFirst())).chain(terminal)
+        let rest = ServerInterceptors(Array(list.dropFirst()))
+        let selectRest = rest.selectingChain(terminal), restChain = rest.chain(terminal)
         let intercept = first.intercept, passes = first.passes
-        let full: ServerCall.Next = { call in try await intercept(call, rest) }
-        return { context in passes(context) ? rest : full }
+        let full: ServerCall.Next = { call in try await intercept(call, restChain) }
+        // Passed: the rest chosen the same way, so a call runs through exactly the frames it
+        // would if the interceptor were not there at all.
+        return { context in passes(context) ? selectRest(context) : full }
     }
 
     /// The chain in front of `terminal` (the work itself), for callers that run a call's parts
