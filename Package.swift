@@ -75,6 +75,9 @@ let package = Package(
         .target(
             name: "Contracts", dependencies: ["RPCCore", "RPCProtobuf", "ContractsC", "GRPCContracts"],
             swiftSettings: strict),
+        // OpenTelemetry's OTLP (Proto/opentelemetry, vendored): generated apart from our contracts,
+        // so that no process serves, reflects or routes its service.
+        .target(name: "OTLPContracts", dependencies: ["RPCCore", "RPCProtobuf", "ContractsC"], swiftSettings: strict),
         .executableTarget(name: "protoc-gen-swiftpbc", dependencies: ["ContractsC", "CProtobufC"], swiftSettings: strict),
         // Contract testing (docs/contracts.md): fixtures through protoc, the live-service harness.
         .target(
