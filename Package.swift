@@ -110,6 +110,17 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
+        // The OTLP/gRPC span exporter (`TRACE_EXPORT=otlp://`, `otlps://`): Observability's
+        // `SpanExporter` over our own client runtime and the generated OTLP types.
+        .target(
+            name: "OTLPExport",
+            dependencies: [
+                "Observability", "OTLPContracts", "RPCCore", "RPCTransport", "RPCTLS", "RPCProtobuf",
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+            ],
+            swiftSettings: strict
+        ),
         .target(name: "Security", dependencies: ["COpenSSL"], swiftSettings: strict),
         .executableTarget(
             name: "storage-crash-helper",
@@ -125,7 +136,7 @@ let package = Package(
             name: "ServiceKit",
             dependencies: [
                 "RPCCore", "RPCTransport", "RPCTLS", "RPCServices", "RPCProtobuf", "Contracts", "GRPCContracts", "Security",
-                "Storage", "Observability",
+                "Storage", "Observability", "OTLPExport",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
@@ -349,7 +360,7 @@ let package = Package(
             name: "ServiceKitTests",
             dependencies: [
                 "ServiceKit", "ServiceKitTesting", "Storage", "Security", "Contracts", "GRPCContracts", "RPCCore", "RPCTransport",
-                "RPCServices", "RPCTLS", "Observability", .product(name: "Logging", package: "swift-log"),
+                "RPCServices", "RPCTLS", "Observability", "OTLPExport", "OTLPContracts", .product(name: "Logging", package: "swift-log"),
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
             ]
         ),
