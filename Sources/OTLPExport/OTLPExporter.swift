@@ -142,9 +142,9 @@ public final class OTLPExporter: SpanExporter {
         let interval = Self.nanoseconds(configuration.interval)
         while true {
             _ = wake.wait(timeout: .now() + .nanoseconds(interval))
-            let (waiters, deadline) = state.withLock { s in
+            let (waiters, stopping) = state.withLock { s in
                 defer { s.flushWaiters = [] }
-                return (s.flushWaiters, s.stopping ? s.deadline : nil)
+                return (s.flushWaiters, s.stopping)
             }
             // Batch after batch until the buffer is empty: `batch` spans taken at a time, so the
             // buffer's bound holds while a batch is on its way.
@@ -157,10 +157,10 @@ public final class OTLPExporter: SpanExporter {
                     return taken
                 }
                 if spans.isEmpty { break }
-                send(spans, deadline: deadline)
+                send(spans)
             }
             for w in waiters { w.signal() }
-            if deadline != nil {
+            if stopping {
                 let closed = DispatchSemaphore(value: 0)
                 let channel = self.channel
                 Task {
@@ -175,11 +175,13 @@ public final class OTLPExporter: SpanExporter {
     }
 
     /// One batch: Export, tried again on a retryable status; the spans not accepted are counted.
-    private func send(_ spans: [SpanRecord], deadline: ContinuousClock.Instant?) {
+    /// Once `shutdown()` has begun, every try keeps to its deadline (a batch on its way then too).
+    private func send(_ spans: [SpanRecord]) {
         let request = makeRequest(spans).serializedBytes()
         var backoff = configuration.initialBackoff
         for attempt in 1...max(1, configuration.attempts) {
             var timeout = configuration.timeout
+            let deadline = state.withLock { $0.deadline }
             if let deadline {
                 let left = deadline - .now
                 if left <= .zero { break }
@@ -211,10 +213,15 @@ public final class OTLPExporter: SpanExporter {
     private func call(_ request: [UInt8], timeout: Duration) -> (code: StatusCode, response: [UInt8]?) {
         let call = ExportCall(request: request)
         channel.start(call, Opentelemetry_Proto_Collector_Trace_V1_TraceServiceMethods.export, options: CallOptions(timeout: timeout))
-        // The call ends by its deadline; the margin only guards against a call that never ends.
-        if call.done.wait(timeout: .now() + .nanoseconds(Self.nanoseconds(timeout + .seconds(1)))) == .timedOut {
-            call.cancel()
-            return (.deadlineExceeded, nil)
+        // The call ends by its deadline (the margin only guards against one that never ends), or
+        // when the shutdown's time is up, even if it began before the shutdown did.
+        let end = ContinuousClock.now + timeout + .seconds(1)
+        while call.done.wait(timeout: .now() + .milliseconds(100)) == .timedOut {
+            let now = ContinuousClock.now
+            if now >= end || state.withLock({ s in s.deadline.map { now >= $0 } ?? false }) {
+                call.cancel()
+                return (.deadlineExceeded, nil)
+            }
         }
         return call.result.withLock { $0 } ?? (.unknown, nil)
     }

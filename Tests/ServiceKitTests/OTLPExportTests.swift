@@ -4,6 +4,7 @@ import OTLPContracts
 import OTLPExport
 import Observability
 import RPCCore
+import RPCTLS
 import RPCTransport
 import ServiceKitTesting
 import Synchronization
@@ -46,9 +47,9 @@ final class TestCollector: Sendable {
     let server: RPCServer
     let port: Int
 
-    init(failures: [StatusCode] = [], rejected: Int64 = 0) async throws {
+    init(failures: [StatusCode] = [], rejected: Int64 = 0, tls: TLSConfiguration? = nil) async throws {
         service = Service(failures: failures, rejected: rejected)
-        var config = ServerConfiguration(host: "127.0.0.1", port: 0)
+        var config = ServerConfiguration(host: "127.0.0.1", port: 0, tls: tls)
         config.threads = 1
         server = RPCServer(configuration: config, services: [service])
         port = try await server.start()
@@ -178,6 +179,27 @@ func hex(_ bytes: [UInt8]) -> String { bytes.map { String(format: "%02x", $0) }.
         await server.stop()
     }
 
+    /// A collector that takes the connection and never answers (a listening socket nobody
+    /// serves): a call already on its way when the process stops does not hold the shutdown past
+    /// its timeout, however long the call's own deadline.
+    @Test func aCollectorThatNeverAnswersHoldsTheShutdownForItsTimeoutAtMost() async throws {
+        let (fd, port) = try loopbackSocket(listening: 8)
+        defer { close(fd) }
+        var config = Self.quick(port: port)
+        config.timeout = .seconds(60)
+        config.shutdownTimeout = .milliseconds(500)
+        config.batch = 1  // sent at once: on its way before the shutdown
+        let exporter = OTLPExporter(configuration: config, serviceName: "tasks")
+        let tracer = SpanTracer(serviceName: "tasks", sampler: RatioSampler(ratio: 1), exporter: exporter)
+        let before = droppedSpans()
+        tracer.startSpan("stuck", parent: nil, kind: .internal).end()
+        try await Task.sleep(for: .milliseconds(300))
+        let clock = ContinuousClock()
+        let took = clock.measure { exporter.shutdown() }
+        #expect(took < .seconds(2), "shutdown took \(took)")
+        #expect(droppedSpans() - before == 1)
+    }
+
     @Test func aBatchAnsweredUnavailableIsSentAgainAndArrivesOnce() async throws {
         let collector = try await TestCollector(failures: [.unavailable, .unavailable])
         let exporter = OTLPExporter(configuration: Self.quick(port: collector.port), serviceName: "social")
@@ -252,6 +274,48 @@ func hex(_ bytes: [UInt8]) -> String { bytes.map { String(format: "%02x", $0) }.
         tracer.startSpan("late", parent: nil, kind: .internal).end()
         #expect(Double(received) + droppedSpans() - before == 1001, "after shutdown spans are dropped")
         await collector.stop()
+    }
+
+    /// `otlps://`: TLS to the collector, its certificate checked against the cluster CA the
+    /// process trusts for its peers (`PEER_TLS_CA`): a collector whose certificate another CA
+    /// signed gets nothing, and the spans are counted as dropped.
+    @Test func overTLSTheCollectorIsCheckedAgainstTheClusterCA() async throws {
+        let certs = try TestCertificates(names: ["collector"], foreign: ["rogue"])
+        defer { certs.remove() }
+        func collector(_ name: String) async throws -> TestCollector {
+            try await TestCollector(
+                tls: try TLSConfiguration.server(certificateChainPEMFile: certs.certFile(name), privateKeyPEMFile: certs.keyFile(name), alpn: ["h2"]))
+        }
+        func exporter(port: Int) throws -> OTLPExporter {
+            var env = certs.peerEnvironment(as: nil)
+            env["TRACE_EXPORT"] = "otlps://127.0.0.1:\(port)"
+            env["SERVICE_TOKEN"] = String(repeating: "s", count: 40)
+            env["GATEWAY_TOKEN"] = String(repeating: "g", count: 40)
+            let settings = try ServiceSettings(name: "accounts", options: ServiceOptions.parse([]), environment: env)
+            guard case .otlp(let endpoint) = settings.tracing.export else { throw TracingSettingsError("not otlp") }
+            #expect(endpoint.tls)
+            return try OTLPExporter(endpoint: endpoint, serviceName: settings.name, clusterTLS: settings.peerTLS)
+        }
+
+        let trusted = try await collector("collector")
+        let good = try exporter(port: trusted.port)
+        let tracer = SpanTracer(serviceName: "accounts", sampler: RatioSampler(ratio: 1), exporter: good)
+        tracer.startSpan("over-tls", parent: nil, kind: .internal).end()
+        good.flush()
+        #expect(trusted.spans.map(\.span.name) == ["over-tls"])
+        good.shutdown()
+        await trusted.stop()
+
+        let rogue = try await collector("rogue")
+        let bad = try exporter(port: rogue.port)
+        let tracer2 = SpanTracer(serviceName: "accounts", sampler: RatioSampler(ratio: 1), exporter: bad)
+        let before = droppedSpans()
+        tracer2.startSpan("refused", parent: nil, kind: .internal).end()
+        bad.flush()
+        #expect(rogue.spans.isEmpty, "a certificate the cluster CA did not sign is refused")
+        #expect(droppedSpans() - before == 1)
+        bad.shutdown()
+        await rogue.stop()
     }
 
     @Test func theSettingNamesTheCollector() throws {
