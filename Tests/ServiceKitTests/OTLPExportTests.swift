@@ -23,6 +23,8 @@ final class TestCollector: Sendable {
     final class Service: Opentelemetry_Proto_Collector_Trace_V1_TraceService, Sendable {
         let requests = Mutex<[ExportRequest]>([])
         let calls = Mutex(0)
+        /// `traceparent` headers the Export calls carried (none: the exporter's calls are not traced).
+        let traceparents = Mutex<[String]>([])
         let failures: Mutex<[StatusCode]>
         let rejected: Int64
         init(failures: [StatusCode], rejected: Int64) {
@@ -32,6 +34,7 @@ final class TestCollector: Sendable {
 
         func export(request: ExportRequest, context: ServerContext) async throws -> ExportResponse {
             calls.withLock { $0 += 1 }
+            if let t = context.requestMetadata["traceparent"] { traceparents.withLock { $0.append(t) } }
             if let code = failures.withLock({ $0.isEmpty ? nil : $0.removeFirst() }) { throw RPCError(code, "test collector says \(code)") }
             requests.withLock { $0.append(request) }
             var response = ExportResponse()
@@ -104,10 +107,15 @@ func hex(_ bytes: [UInt8]) -> String { bytes.map { String(format: "%02x", $0) }.
         var linked = ServiceContext.topLevel
         linked.traceContext = other
         server.addLink(SpanLink(context: linked, attributes: [:]))
-        let child = tracer.startSpan("accounts.v1.Accounts/store", parent: server.trace, kind: .client)
-        child.end()
-        server.end()
-        exporter.flush()
+        // Ended, and flushed, while the server span is the current one: the Export still goes out
+        // outside any trace (no `traceparent`; its channel has no tracing interceptor).
+        TraceContext.withCurrent(server.trace) {
+            let child = tracer.startSpan("accounts.v1.Accounts/store", parent: server.trace, kind: .client)
+            child.end()
+            server.end()
+            exporter.flush()
+        }
+        #expect(collector.service.traceparents.withLock { $0 }.isEmpty, "the exporter's calls are not traced")
 
         let spans = collector.spans
         #expect(spans.count == 2)
