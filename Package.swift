@@ -75,6 +75,9 @@ let package = Package(
         .target(
             name: "Contracts", dependencies: ["RPCCore", "RPCProtobuf", "ContractsC", "GRPCContracts"],
             swiftSettings: strict),
+        // OpenTelemetry's OTLP (Proto/opentelemetry, vendored): generated apart from our contracts,
+        // so that no process serves, reflects or routes its service.
+        .target(name: "OTLPContracts", dependencies: ["RPCCore", "RPCProtobuf", "ContractsC"], swiftSettings: strict),
         .executableTarget(name: "protoc-gen-swiftpbc", dependencies: ["ContractsC", "CProtobufC"], swiftSettings: strict),
         // Contract testing (docs/contracts.md): fixtures through protoc, the live-service harness.
         .target(
@@ -107,6 +110,17 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
+        // The OTLP/gRPC span exporter (`TRACE_EXPORT=otlp://`, `otlps://`): Observability's
+        // `SpanExporter` over our own client runtime and the generated OTLP types.
+        .target(
+            name: "OTLPExport",
+            dependencies: [
+                "Observability", "OTLPContracts", "RPCCore", "RPCTransport", "RPCTLS", "RPCProtobuf",
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+            ],
+            swiftSettings: strict
+        ),
         .target(name: "Security", dependencies: ["COpenSSL"], swiftSettings: strict),
         .executableTarget(
             name: "storage-crash-helper",
@@ -122,7 +136,7 @@ let package = Package(
             name: "ServiceKit",
             dependencies: [
                 "RPCCore", "RPCTransport", "RPCTLS", "RPCServices", "RPCProtobuf", "Contracts", "GRPCContracts", "Security",
-                "Storage", "Observability",
+                "Storage", "Observability", "OTLPExport",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
@@ -346,7 +360,7 @@ let package = Package(
             name: "ServiceKitTests",
             dependencies: [
                 "ServiceKit", "ServiceKitTesting", "Storage", "Security", "Contracts", "GRPCContracts", "RPCCore", "RPCTransport",
-                "RPCServices", "RPCTLS", "Observability", .product(name: "Logging", package: "swift-log"),
+                "RPCServices", "RPCTLS", "Observability", "OTLPExport", "OTLPContracts", .product(name: "Logging", package: "swift-log"),
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
             ]
         ),

@@ -1,4 +1,5 @@
 import Logging
+import OTLPExport
 import Observability
 import RPCCore
 import RPCProtobuf
@@ -22,8 +23,9 @@ public enum ServiceHost {
     /// and `span_id`.
     ///
     /// Tracing is set up first, from the same settings (`TRACE_EXPORT`, `TRACE_SAMPLE_RATIO`:
-    /// `ProcessTracing.bootstrap`), since the log lines need its context. A span file that cannot
-    /// be opened leaves tracing off and says so in the log; it does not stop the process.
+    /// `ProcessTracing.bootstrap`; `otlp://` and `otlps://` export through `OTLPExporter`), since
+    /// the log lines need its context. A span file that cannot be opened leaves tracing off and
+    /// says so in the log; it does not stop the process.
     ///
     /// `LoggingSystem.bootstrap` may run once per process: the first call sets logging up and
     /// later ones do nothing (tests that run services in-process never call this; they give
@@ -33,7 +35,12 @@ public enum ServiceHost {
         let tracer: SpanTracer?
         // The access log's lines carry the call's span only when they are written at all.
         let accessLines = settings.accessLog && (Logger.Level(rawValue: settings.logLevel) ?? .info) <= .info
-        do { tracer = try ProcessTracing.bootstrap(settings.tracing, serviceName: settings.name, notesCalls: accessLines) } catch {
+        do {
+            tracer = try ProcessTracing.bootstrap(settings.tracing, serviceName: settings.name, notesCalls: accessLines) { endpoint in
+                // otlps:// trusts the cluster CA the process uses for its peers (PEER_TLS_CA), if any.
+                try OTLPExporter(endpoint: endpoint, serviceName: settings.name, clusterTLS: settings.peerTLS)
+            }
+        } catch {
             tracer = nil
             tracingFailure = "\(error)"
         }

@@ -23,7 +23,7 @@ public struct ServiceOptions: ParsableArguments {
     public var logFormat: String?
     @Option(
         name: .customLong("trace-export"),
-        help: "off (default) or file:<path>: spans as JSON lines appended to the file (env TRACE_EXPORT).")
+        help: "off (default), file:<path> (JSON lines), otlp://host:port or otlps://host:port (OTLP/gRPC, h2c or TLS) (env TRACE_EXPORT).")
     public var traceExport: String?
     @Option(
         name: .customLong("trace-sample-ratio"),
@@ -81,7 +81,8 @@ public struct ServiceSettings: Sendable {
     /// `ACCESS_LOG` (`on`, the default, or `off`): whether the transport writes one access-log
     /// line per finished call (`AccessLog`).
     public var accessLog: Bool
-    /// `TRACE_EXPORT` / `--trace-export` (`off`, the default, or `file:<path>`) and
+    /// `TRACE_EXPORT` / `--trace-export` (`off`, the default, `file:<path>`, `otlp://host:port` or
+    /// `otlps://host:port`: TLS with the cluster CA, `PEER_TLS_CA`, when set) and
     /// `TRACE_SAMPLE_RATIO` / `--trace-sample-ratio` (default 0.01): traces
     /// (docs/observability.md, "Traces"). `ServiceHost.bootstrapLogging` makes the tracer.
     public var tracing: TracingSettings

@@ -291,7 +291,7 @@ import Tracing
         #expect(on.export == .file("/tmp/spans.jsonl"))
         #expect(on.sampleRatio == 0.01)
         #expect(try TracingSettings.parse(export: "file:/x", ratio: "1").sampleRatio == 1)
-        #expect(throws: TracingSettingsError.self) { try TracingSettings.parse(export: "otlp://collector:4318", ratio: nil) }
+        #expect(throws: TracingSettingsError.self) { try TracingSettings.parse(export: "http://collector:4318", ratio: nil) }
         #expect(throws: TracingSettingsError.self) { try TracingSettings.parse(export: "file:", ratio: nil) }
         #expect(throws: TracingSettingsError.self) { try TracingSettings.parse(export: "file:/x", ratio: "1.5") }
         #expect(throws: TracingSettingsError.self) { try TracingSettings.parse(export: "file:/x", ratio: "some") }

@@ -11,6 +11,9 @@ public struct TracingSettings: Sendable, Hashable {
         case off
         /// Spans as JSON lines appended to this file (`SpanFileExporter`).
         case file(String)
+        /// Spans sent to an OTLP/gRPC collector (`OTLPExporter`, in the OTLPExport module: the
+        /// process's bootstrap makes it, `ProcessTracing.bootstrap(_:serviceName:notesCalls:otlp:)`).
+        case otlp(OTLPEndpoint)
     }
 
     public var export: Export
@@ -28,16 +31,22 @@ public struct TracingSettings: Sendable, Hashable {
 
     public static let off = TracingSettings()
 
-    /// Reads the settings' text: `export` is `off` (or unset) or `file:<path>`; `ratio` a number
-    /// in 0…1. Throws a message naming the setting.
+    /// Reads the settings' text: `export` is `off` (or unset), `file:<path>`, `otlp://host:port`
+    /// (OTLP/gRPC over h2c) or `otlps://host:port` (over TLS); `ratio` a number in 0…1. Throws a
+    /// message naming the setting.
     public static func parse(export: String?, ratio: String?) throws -> TracingSettings {
         var s = TracingSettings()
         switch export?.trimmingCharacters(in: .whitespaces) {
         case nil, "", "off", "none": s.export = .off
         case let e? where e.hasPrefix("file:") && e.count > 5: s.export = .file(String(e.dropFirst(5)))
+        case let e? where e.hasPrefix("otlp://") || e.hasPrefix("otlps://"):
+            guard let endpoint = OTLPEndpoint(e) else {
+                throw TracingSettingsError("TRACE_EXPORT must name the collector as otlp://host:port or otlps://host:port, got '\(e)'")
+            }
+            s.export = .otlp(endpoint)
         case let e?:
             throw TracingSettingsError(
-                "TRACE_EXPORT must be off or file:<path> (OTLP goes through a collector reading the file), got '\(e)'")
+                "TRACE_EXPORT must be off, file:<path>, otlp://host:port (OTLP/gRPC, h2c) or otlps://host:port (TLS), got '\(e)'")
         }
         if let text = ratio?.trimmingCharacters(in: .whitespaces), !text.isEmpty {
             guard let r = Double(text), r.isFinite, (0...1).contains(r) else {
@@ -46,6 +55,60 @@ public struct TracingSettings: Sendable, Hashable {
             s.sampleRatio = r
         }
         return s
+    }
+}
+
+/// Where an OTLP/gRPC collector listens: `otlp://host:port` (h2c) or `otlps://host:port` (TLS).
+/// The port may be left out: 4317, OTLP/gRPC's.
+public struct OTLPEndpoint: Sendable, Hashable, CustomStringConvertible {
+    public var host: String
+    public var port: Int
+    public var tls: Bool
+
+    public init(host: String, port: Int, tls: Bool) {
+        self.host = host
+        self.port = port
+        self.tls = tls
+    }
+
+    /// `otlp://host[:port]` or `otlps://host[:port]` (`[v6]` hosts too), with nothing after the
+    /// port but an optional `/`; nil otherwise.
+    public init?(_ text: String) {
+        let rest: Substring
+        if text.hasPrefix("otlp://") {
+            tls = false
+            rest = text.dropFirst(7)
+        } else if text.hasPrefix("otlps://") {
+            tls = true
+            rest = text.dropFirst(8)
+        } else {
+            return nil
+        }
+        let authority = rest.hasSuffix("/") ? rest.dropLast() : rest
+        guard !authority.isEmpty, !authority.contains("/"), !authority.contains("@"), !authority.contains(where: \.isWhitespace)
+        else { return nil }
+        var host = Substring(authority)
+        var port = 4317
+        if authority.hasPrefix("[") {
+            guard let close = authority.firstIndex(of: "]") else { return nil }
+            host = authority[authority.index(after: authority.startIndex)..<close]
+            let after = authority[authority.index(after: close)...]
+            if !after.isEmpty {
+                guard after.hasPrefix(":"), let p = Int(after.dropFirst()) else { return nil }
+                port = p
+            }
+        } else if let colon = authority.lastIndex(of: ":") {
+            host = authority[..<colon]
+            guard let p = Int(authority[authority.index(after: colon)...]) else { return nil }
+            port = p
+        }
+        guard !host.isEmpty, !host.contains(":") || authority.hasPrefix("["), (1...65535).contains(port) else { return nil }
+        self.host = String(host)
+        self.port = port
+    }
+
+    public var description: String {
+        "\(tls ? "otlps" : "otlp")://\(host.contains(":") ? "[\(host)]" : host):\(port)"
     }
 }
 
@@ -64,15 +127,26 @@ public enum ProcessTracing {
     /// instrumentation system keeps its no-op tracer.
     ///
     /// `notesCalls`: whether the process writes an access log, whose lines take the call's span.
+    /// `otlp` makes the exporter for `TRACE_EXPORT=otlp://…` (this module has no RPC client:
+    /// `ServiceHost` passes one that makes an `OTLPExporter`); without it such a setting throws.
     @discardableResult
-    public static func bootstrap(_ settings: TracingSettings, serviceName: String, notesCalls: Bool = true) throws -> SpanTracer? {
+    public static func bootstrap(
+        _ settings: TracingSettings, serviceName: String, notesCalls: Bool = true,
+        otlp: ((OTLPEndpoint) throws -> any SpanExporter)? = nil
+    ) throws -> SpanTracer? {
         try state.withLock { s -> SpanTracer? in
             if s.done { return s.tracer }
             s.done = true
-            guard case .file(let path) = settings.export else { return nil }
+            let exporter: any SpanExporter
+            switch settings.export {
+            case .off: return nil
+            case .file(let path): exporter = try SpanFileExporter(path: path, serviceName: serviceName)
+            case .otlp(let endpoint):
+                guard let otlp else { throw TracingSettingsError("TRACE_EXPORT=\(endpoint): this process has no OTLP exporter") }
+                exporter = try otlp(endpoint)
+            }
             let tracer = SpanTracer(
-                serviceName: serviceName, sampler: RatioSampler(ratio: settings.sampleRatio),
-                exporter: try SpanFileExporter(path: path, serviceName: serviceName), notesCalls: notesCalls)
+                serviceName: serviceName, sampler: RatioSampler(ratio: settings.sampleRatio), exporter: exporter, notesCalls: notesCalls)
             InstrumentationSystem.bootstrap(tracer)
             s.tracer = tracer
             return tracer

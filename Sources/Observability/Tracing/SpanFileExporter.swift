@@ -42,12 +42,7 @@ public final class SpanFileExporter: SpanExporter {
     private let wake = DispatchSemaphore(value: 0)
     private let stopped = DispatchSemaphore(value: 0)
     private let output: LogOutput
-    /// From the process's registry (a counter made through swift-metrics' global factory would
-    /// be bound to whatever backend exists when the exporter is made: at bootstrap, none yet).
-    private let dropped = ProcessMetrics.registry.makeCounter(
-        descriptor: MetricNameDescriptor(
-            metricName: "tracing_spans_dropped", unitName: "total",
-            helpText: "Spans not written to the span file: the buffer was full, or the file refused the write."))
+    private let dropped = TracingMetrics.spansDropped
 
     private struct State {
         var spans: [SpanRecord] = []
@@ -301,6 +296,18 @@ public enum SpanJSON {
     /// A JSON string: quotes, backslashes and every control character escaped (and DEL, U+2028,
     /// U+2029), so a line never breaks.
     static func appendString(_ string: String, to out: inout [UInt8]) { JSONString.append(string, to: &out) }
+}
+
+/// The metrics of span export, whichever the exporter.
+public enum TracingMetrics {
+    /// `tracing_spans_dropped_total`: spans not exported. From the process's registry (a counter
+    /// made through swift-metrics' global factory would be bound to whatever backend exists when
+    /// the exporter is made: at bootstrap, none yet).
+    public static let spansDropped = ProcessMetrics.registry.makeCounter(
+        descriptor: MetricNameDescriptor(
+            metricName: "tracing_spans_dropped", unitName: "total",
+            helpText: "Spans not exported: the buffer was full, the span file refused the write, "
+                + "or the OTLP collector did not take them (after retries, or rejected)."))
 }
 
 /// A tracing setting that refuses the start.
