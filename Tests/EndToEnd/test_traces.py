@@ -207,3 +207,61 @@ def test_a_gateway_that_does_not_trace_passes_the_clients_traceparent_through(tr
                                if s["traceId"] == trace_id and s["name"] == "social.v1.Social/ListFriends"], "social span")
     assert server[0]["parentSpanId"] == CLIENT_SPAN, "the client's own span is social's parent: the plain gateway added nothing"
     assert not [s for s in spans_of(t["files"]["gateway"]) if s["traceId"] == trace_id]
+
+
+def test_browser_calls_have_access_log_lines_with_their_trace(traced):
+    """Calls in the browser protocols (Connect JSON, gRPC-Web) end in the gateway's HTTP handler,
+    not in its gRPC transport: they get the same access-log line (method, status, duration, peer,
+    the verified user) with the client's trace. A call refused for a bad token (checked in the
+    policy's chain) has its line with its trace; one refused at its headers for having no token
+    at all has its line without one (refused before any span, as on the gRPC path). No token
+    appears in the log."""
+    import urllib.error
+    import urllib.request
+    t = traced
+    apb = t["apb"]
+    gw_port = t["procs"]["gateway"].port
+    name = f"bl{uuid.uuid4().hex[:8]}"
+    user = t["accounts"].SignUp(apb.SignUpRequest(username=name, email=f"{name}@example.com", password=PASSWORD, display_name="B"),
+                                timeout=10)
+    token = user.session.access_token
+    connect_trace, web_trace = uuid.uuid4().hex, uuid.uuid4().hex
+    bad_token = token[:-6] + ("AAAAAA" if not token.endswith("AAAAAA") else "BBBBBB")
+
+    def post(path, body, headers):
+        req = urllib.request.Request(f"http://127.0.0.1:{gw_port}{path}", data=body, method="POST", headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, {k.lower(): v for k, v in r.headers.items()}, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, {k.lower(): v for k, v in e.headers.items()}, e.read()
+
+    def grpc_status(headers, body):
+        return headers.get("grpc-status") or (body.split(b"grpc-status:")[1][:2].strip().decode() if b"grpc-status:" in body else None)
+
+    status, _, body = post("/social.v1.Social/ListFriends", b"{}", {
+        "Content-Type": "application/json", "Connect-Protocol-Version": "1", "Authorization": f"Bearer {token}",
+        "traceparent": f"00-{connect_trace}-00f067aa0ba902b7-01"})
+    assert status == 200, body
+    web = {"Content-Type": "application/grpc-web+proto", "X-Grpc-Web": "1"}
+    status, headers, body = post("/social.v1.Social/ListFriends", b"\x00\x00\x00\x00\x00", {
+        **web, "Authorization": f"Bearer {bad_token}", "traceparent": f"00-{web_trace}-00f067aa0ba902b7-01"})
+    assert status == 200 and grpc_status(headers, body) == "16", (headers, body)
+    status, headers, body = post("/social.v1.Social/ListFriends", b"\x00\x00\x00\x00\x00", web)
+    assert status == 200 and grpc_status(headers, body) == "16", (headers, body)
+
+    def access_lines():
+        log = Path(t["procs"]["gateway"].log.name).read_text()
+        lines = [json.loads(l) for l in log.splitlines() if l.startswith("{")]
+        return [l for l in lines if l.get("logger") == "access" and l.get("rpc.method") == "social.v1.Social/ListFriends"]
+
+    lines = wait_for(lambda: (lambda got: got if len(got) >= 3 else None)(access_lines()), "three browser access lines", timeout=10)
+    by_trace = {l.get("trace_id"): l for l in lines}
+    ok, bad, missing = by_trace[connect_trace], by_trace[web_trace], by_trace[None]
+    assert ok["rpc.code"] == "OK" and ok["user"] == user.user.user_id, ok
+    assert bad["rpc.code"] == "UNAUTHENTICATED" and "user" not in bad, bad
+    assert missing["rpc.code"] == "UNAUTHENTICATED" and "user" not in missing, missing
+    for line in (ok, bad, missing):
+        assert line["peer"].startswith("127.0.0.1:") and float(line["duration_ms"]) >= 0, line
+    text = Path(t["procs"]["gateway"].log.name).read_text()
+    assert token not in text and bad_token not in text
