@@ -28,7 +28,7 @@ extension ServerContext {
     static let gatewayCallerKey = "servicekit.gateway-caller"
 
     /// The verified caller, when the call carried a valid access token.
-    public var identity: CallerIdentity? { self[key: Self.identityKey, as: CallerIdentity.self] }
+    public var identity: CallerIdentity? { self.value(forKey: Self.identityKey) as? CallerIdentity }
 
     /// Notes a caller verified outside the kit's interceptor (the gateway's policy), for the
     /// access log.
@@ -41,11 +41,11 @@ extension ServerContext {
     }
 
     /// True when the call carried the cluster's service credential.
-    public var isServiceCall: Bool { self[key: Self.serviceCallerKey, as: Bool.self] ?? false }
+    public var isServiceCall: Bool { (self.value(forKey: Self.serviceCallerKey) as? Bool) ?? false }
 
     /// True when the call is a user's call relayed by the gateway (it carried the gateway's
     /// credential).
-    public var isGatewayCall: Bool { self[key: Self.gatewayCallerKey, as: Bool.self] ?? false }
+    public var isGatewayCall: Bool { (self.value(forKey: Self.gatewayCallerKey) as? Bool) ?? false }
 
     /// The client's address for throttling and logs: the last `x-forwarded-for` entry (the
     /// address the gateway itself saw) when the gateway relayed the call, else the TCP peer. A

@@ -39,7 +39,7 @@ public final class GatewayPolicy: CallCheck {
 
     public func check(_ context: ServerContext) async throws {
         if AuthInterceptor.open.contains(context.method.service) { return }
-        let charged = context[key: Self.addressChargedKey, as: Bool.self] == true
+        let charged = (context.value(forKey: Self.addressChargedKey) as? Bool) == true
         if let token = try admit(context, chargeAddress: !charged) { try limitUser(try await verifier.verify(token), context) }
     }
 

@@ -169,14 +169,14 @@ public enum RPCTracing {
 
     /// The trace context a relayed call's upstream call carries (`startRelayCall`), if any.
     public static func upstreamTrace(_ context: ServerContext) -> TraceContext? {
-        context[key: upstreamTraceKey, as: TraceContext.self]
+        context.value(forKey: upstreamTraceKey) as? TraceContext
     }
 
     static func message(of error: any Error) -> String? { (error as? RPCError)?.message }
 
     /// The trace context of a call's server span, if it had one (the access log's).
     public static func traceContext(of context: ServerContext?) -> TraceContext? {
-        context?[key: spanKey, as: TraceContext.self]
+        context?.value(forKey: spanKey) as? TraceContext
     }
 }
 
