@@ -142,13 +142,15 @@ public final class OTLPExporter: SpanExporter {
         let interval = Self.nanoseconds(configuration.interval)
         while true {
             _ = wake.wait(timeout: .now() + .nanoseconds(interval))
-            let (waiters, stopping) = state.withLock { s in
+            let (waiters, stopping, pending) = state.withLock { s in
                 defer { s.flushWaiters = [] }
-                return (s.flushWaiters, s.stopping)
+                return (s.flushWaiters, s.stopping, s.spans.count)
             }
-            // Batch after batch until the buffer is empty: `batch` spans taken at a time, so the
-            // buffer's bound holds while a batch is on its way.
-            while true {
+            // Batch after batch, `batch` spans taken at a time (so the buffer's bound holds while
+            // one is on its way), until what was buffered at the start of this round is sent: a
+            // flush waits for the spans it asked for, not for a buffer that new spans keep full.
+            var left = pending
+            while left > 0 || stopping {
                 let spans = state.withLock { s -> [SpanRecord] in
                     let n = min(configuration.batch, s.spans.count)
                     guard n > 0 else { return [] }
@@ -157,6 +159,7 @@ public final class OTLPExporter: SpanExporter {
                     return taken
                 }
                 if spans.isEmpty { break }
+                left -= spans.count
                 send(spans)
             }
             for w in waiters { w.signal() }

@@ -32,6 +32,9 @@ public final class RPCServerMetrics: ServerCallObserver, Sendable {
         RPCCallTotals.register(store)
     }
 
+    /// The server is gone: its totals stay in the process's (counters never go back).
+    deinit { RPCCallTotals.retire(store) }
+
     public func prepare(_ methods: [MethodDescriptor]) { store.prepare(methods) }
 
     public func onLoop(_ loop: ObjectIdentifier) -> any ServerCallObserver { store.counters(for: loop) }
@@ -180,7 +183,10 @@ final class LoopCounters: ServerCallObserver, @unchecked Sendable {
     func callStarted() { bump(Self.started) }
 
     func callEnded(_ call: ServerCallRecord) {
-        bump(Self.ended)
+        // Released, and read first with acquire (`add(to:)`): a scrape that sees a call's end sees
+        // its start, so the in-flight gauge never goes below zero. (Plain `mov`s on x86 still.)
+        let e = cells + Self.ended
+        e.pointee.store(e.pointee.load(ordering: .relaxed) &+ 1, ordering: .releasing)
         guard let slot = slots.slot(of: call.method) else {
             if let method = call.method { late.add(call, method) }
             return
@@ -202,7 +208,8 @@ final class LoopCounters: ServerCallObserver, @unchecked Sendable {
 
     /// Adds this loop's counts to `totals`.
     func add(to totals: inout RPCCallTotals.Snapshot) {
-        totals.inFlight += load(Self.started) - load(Self.ended)
+        let ended = (cells + Self.ended).pointee.load(ordering: .acquiring)
+        totals.inFlight += load(Self.started) - ended
         for (slot, key) in RPCCallTotals.keys(slots).enumerated() {
             let base = Self.header + slot * CallCells.stride
             totals.add(key) { i in load(base + i) }
@@ -249,30 +256,33 @@ final class RPCCallStore: Sendable {
     }
 
     private let prepared = AtomicLazyReference<MethodSlots>()
-    private let loops = Mutex<[ObjectIdentifier: LoopCounters]>([:])
+    /// Each loop's counters, and any a loop had before `prepare` (still counted).
+    private let loops = Mutex<(current: [ObjectIdentifier: LoopCounters], earlier: [LoopCounters])>(([:], []))
     let shared = Mutex(Shared())
     let late = Late()
     let connections = Atomic<Int>(0)
 
     init() {}
 
-    deinit { RPCCallTotals.retire(totals()) }
-
     /// Set once, before the first connection (a server prepares before it accepts); methods of
     /// a later `prepare` count as not prepared.
     func prepare(_ methods: [MethodDescriptor]) { _ = prepared.storeIfNil(MethodSlots(methods)) }
 
-    var slots: MethodSlots { prepared.load() ?? prepared.storeIfNil(MethodSlots([])) }
+    /// The prepared methods; none yet before `prepare` (nothing is fixed by reading it).
+    var slots: MethodSlots { prepared.load() ?? Self.none }
+    private static let none = MethodSlots([])
 
     func slot(of method: MethodDescriptor?) -> Int? { slots.slot(of: method) }
 
-    /// The counters of the loop `loop` (made when its first connection opens).
+    /// The counters of the loop `loop` (made when its first connection opens; made again, the
+    /// earlier ones kept, when the methods were prepared after that).
     func counters(for loop: ObjectIdentifier) -> LoopCounters {
         let slots = self.slots
         return loops.withLock { loops in
-            if let c = loops[loop] { return c }
+            if let c = loops.current[loop], c.slots === slots { return c }
+            if let old = loops.current[loop] { loops.earlier.append(old) }
             let c = LoopCounters(slots: slots, late: late)
-            loops[loop] = c
+            loops.current[loop] = c
             return c
         }
     }
@@ -280,7 +290,7 @@ final class RPCCallStore: Sendable {
     /// Everything counted so far.
     func totals() -> RPCCallTotals.Snapshot {
         var t = RPCCallTotals.Snapshot()
-        for c in loops.withLock({ Array($0.values) }) { c.add(to: &t) }
+        for c in loops.withLock({ Array($0.current.values) + $0.earlier }) { c.add(to: &t) }
         let slots = self.slots
         shared.withLock { s in
             t.inFlight += s.started - s.ended
@@ -342,44 +352,40 @@ public enum RPCCallTotals {
         }
     }
 
-    private final class WeakStore: Sendable {
-        nonisolated(unsafe) weak var store: RPCCallStore?
-        init(_ s: RPCCallStore) { store = s }
-    }
-    private static let stores = Mutex<[WeakStore]>([])
-    /// What servers that are gone counted (counters never go back).
-    private static let retired = Mutex(Snapshot())
+    /// The live servers' stores, and what servers that are gone counted, under one lock: a store
+    /// moves from the one to the other in a single step, so no scrape sees it in neither (a
+    /// counter that dipped for one scrape would read as a reset).
+    private static let registry = Mutex<(stores: [ObjectIdentifier: RPCCallStore], retired: Snapshot)>(([:], Snapshot()))
 
     static func register(_ store: RPCCallStore) {
-        stores.withLock { list in
-            list.removeAll { $0.store == nil }
-            list.append(WeakStore(store))
+        registry.withLock { $0.stores[ObjectIdentifier(store)] = store }
+    }
+
+    static func retire(_ store: RPCCallStore) {
+        registry.withLock { r in
+            guard r.stores.removeValue(forKey: ObjectIdentifier(store)) != nil else { return }
+            r.retired.add(store.totals())
         }
     }
 
-    static func retire(_ totals: Snapshot) {
-        retired.withLock { r in r.add(totals) }
-    }
-
     /// Every live server's counts plus the retired ones.
-    static func snapshot() -> Snapshot {
-        var t = retired.withLock { $0 }
+    static func snapshot() -> (totals: Snapshot, live: Bool) {
+        let (stores, retired) = registry.withLock { r in (Array(r.stores.values), r.retired) }
+        var t = retired
         t.inFlight = 0
         t.connections = 0
-        let live = stores.withLock { list in list.compactMap(\.store) }
-        for s in live {
+        for s in stores {
             let st = s.totals()
             t.add(st)
             t.inFlight += st.inFlight
             t.connections += st.connections
         }
-        return t
+        return (t, !stores.isEmpty)
     }
 
     /// The Prometheus text of the RPC families (nothing when no server observes calls).
     public static func exposition() -> String {
-        let live = stores.withLock { list in list.contains { $0.store != nil } }
-        let t = snapshot()
+        let (t, live) = snapshot()
         if !live && t.methods.isEmpty { return "" }
         var out = ""
         out.reserveCapacity(256 + t.methods.count * 2400)

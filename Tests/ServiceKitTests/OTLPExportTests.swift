@@ -187,6 +187,37 @@ func hex(_ bytes: [UInt8]) -> String { bytes.map { String(format: "%02x", $0) }.
         await server.stop()
     }
 
+    /// A flush waits for the spans buffered when it was asked, not for an empty buffer: spans
+    /// that keep arriving while the collector is down (each batch then takes its retries) do not
+    /// hold it (they did, for as long as they came faster than a batch a round).
+    @Test func aFlushUnderSteadySpansWaitsOnlyForWhatWasBuffered() async throws {
+        let (fd, port) = try loopbackSocket()  // bound, not listening: connections are refused
+        defer { close(fd) }
+        let exporter = OTLPExporter(configuration: Self.quick(port: port), serviceName: "tasks")
+        let tracer = SpanTracer(serviceName: "tasks", sampler: RatioSampler(ratio: 1), exporter: exporter)
+        for _ in 0..<10 { tracer.startSpan("before", parent: nil, kind: .internal).end() }
+        let producing = Atomic<Bool>(true)
+        let producer = Thread {
+            while producing.load(ordering: .relaxed) {
+                for _ in 0..<600 { tracer.startSpan("steady", parent: nil, kind: .internal).end() }
+                usleep(20_000)
+            }
+        }
+        producer.start()
+        // On a thread of its own, so that a flush that never returns fails the test (once the
+        // producer stops, the buffer empties and it returns) instead of hanging the suite.
+        let done = DispatchSemaphore(value: 0)
+        Thread {
+            exporter.flush()
+            done.signal()
+        }.start()
+        let returned = done.wait(timeout: .now() + 10) == .success
+        producing.store(false, ordering: .relaxed)
+        #expect(returned, "flush still waiting after 10 s while spans kept coming")
+        if !returned { done.wait() }
+        exporter.shutdown()
+    }
+
     /// A collector that takes the connection and never answers (a listening socket nobody
     /// serves): a call already on its way when the process stops does not hold the shutdown past
     /// its timeout, however long the call's own deadline.

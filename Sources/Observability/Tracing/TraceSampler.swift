@@ -64,7 +64,11 @@ public final class TraceIDGenerator: @unchecked Sendable {
     /// This thread's counter.
     @inline(__always)
     private var stripe: UnsafeMutablePointer<Atomic<UInt64>> {
-        let thread = UInt64(pthread_self())  // pthread_t is an integer on Linux
+        #if canImport(Darwin)
+        let thread = UInt64(UInt(bitPattern: pthread_self()))
+        #else
+        let thread = UInt64(pthread_self())  // an integer on Linux
+        #endif
         return states + Int(truncatingIfNeeded: Self.mix(thread) & UInt64(Self.stripes - 1)) * Self.spacing
     }
 
