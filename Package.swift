@@ -401,7 +401,7 @@ let package = Package(
         .testTarget(
             name: "FinanceTests",
             dependencies: [
-                "Finance", "finance-service", "Social", "social-service", "Accounts", "ServiceKit", "ServiceKitTesting", "ServiceCluster", "Storage", "Security", "Contracts",
+                "Finance", "finance-service", "Social", "social-service", "tasks-service", "matchmaking-service", "Accounts", "ServiceKit", "ServiceKitTesting", "ServiceCluster", "Storage", "Security", "Contracts",
                 "GRPCContracts", "RPCCore", "RPCTransport", "RPCServices", "RPCProtobuf", "ContractTesting",
                 .product(name: "Logging", package: "swift-log"),
             ]
