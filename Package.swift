@@ -362,6 +362,7 @@ let package = Package(
                 "ServiceKit", "ServiceKitTesting", "Storage", "Security", "Contracts", "GRPCContracts", "RPCCore", "RPCTransport",
                 "RPCServices", "RPCTLS", "Observability", "OTLPExport", "OTLPContracts", .product(name: "Logging", package: "swift-log"),
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
         .testTarget(
@@ -400,7 +401,7 @@ let package = Package(
         .testTarget(
             name: "FinanceTests",
             dependencies: [
-                "Finance", "finance-service", "Social", "social-service", "Accounts", "ServiceKit", "ServiceKitTesting", "ServiceCluster", "Storage", "Security", "Contracts",
+                "Finance", "finance-service", "Social", "social-service", "tasks-service", "matchmaking-service", "Accounts", "ServiceKit", "ServiceKitTesting", "ServiceCluster", "Storage", "Security", "Contracts",
                 "GRPCContracts", "RPCCore", "RPCTransport", "RPCServices", "RPCProtobuf", "ContractTesting",
                 .product(name: "Logging", package: "swift-log"),
             ]

@@ -10,7 +10,14 @@ import Synchronization
 /// answers its health check, and the server as a whole ("") is SERVING while every required
 /// upstream (`GATEWAY_UPSTREAMS`) is. Upstreams are polled every few seconds, and again on a
 /// Check when the last poll is older than `maxAge`, so a readiness probe sees changes at once.
+/// `processService` ("gateway") is SERVING from the start until shutdown begins, whatever the
+/// upstreams do: what readiness and liveness probes ask, so one service down does not take every
+/// gateway replica out of its Service (that service's methods answer UNAVAILABLE fast instead).
 public final class GatewayHealth: Grpc_Health_V1_HealthService, Sendable {
+    /// The health name of the gateway process itself: SERVING while it runs and is not draining,
+    /// independent of the upstreams (probes ask for it; "" aggregates the required upstreams).
+    public static let processService = "gateway"
+
     struct Upstream: Sendable {
         let name: String
         let transport: any ClientTransport
@@ -54,9 +61,10 @@ public final class GatewayHealth: Grpc_Health_V1_HealthService, Sendable {
                 gauge.set(to: 0)
                 return (u.name, gauge)
             }, uniquingKeysWith: { a, _ in a })
-        table = HealthService(services: upstreams.flatMap(\.services))
-        // Nothing is known to be up until the first poll.
+        table = HealthService(services: upstreams.flatMap(\.services) + [Self.processService])
+        // Nothing is known to be up until the first poll; the process itself is.
         table.markAllNotServing()
+        table.setStatus(.serving, for: Self.processService)
     }
 
     /// Whether an upstream answered its last health check (for tests and the status page).
@@ -128,7 +136,8 @@ public final class GatewayHealth: Grpc_Health_V1_HealthService, Sendable {
         }
     }
 
-    /// Shutdown: NOT_SERVING everywhere from now on (load balancers stop sending).
+    /// Shutdown (SIGTERM, draining): NOT_SERVING everywhere, the process's own name included, from
+    /// now on (load balancers and readiness probes stop sending).
     public func markAllNotServing() {
         state.withLock { $0.stopped = true }
         table.markAllNotServing()
@@ -142,7 +151,8 @@ public final class GatewayHealth: Grpc_Health_V1_HealthService, Sendable {
     }
 
     public func check(request: Grpc_Health_V1_HealthCheckRequest, context: ServerContext) async throws -> Grpc_Health_V1_HealthCheckResponse {
-        await refreshIfStale()
+        // The process's own name answers at once: a probe's answer never waits on an upstream.
+        if request.service != Self.processService { await refreshIfStale() }
         return try await table.check(request: request, context: context)
     }
 

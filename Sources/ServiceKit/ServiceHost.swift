@@ -97,19 +97,9 @@ public enum ServiceHost {
         configure: (inout ServerConfiguration) -> Void = { _ in },
         beforeDrain: @escaping @Sendable () -> Void = {}
     ) async throws {
-        var config = try serverConfiguration(settings: settings)
-        config.interceptors = [AuthInterceptor(keys: keys, serviceToken: settings.serviceToken, gatewayToken: settings.gatewayToken)]
-        addObservers(settings, to: &config)
-        configure(&config)
-        try applyServerSettings(settings, to: &config)
-        // Traced: every call to the service's own methods runs in a server span, outermost, so
-        // calls the policy refuses are spans too (health and reflection are not: probes would
-        // fill the traces).
-        if let tracer = ProcessTracing.tracer {
-            config.interceptors.insert(TracingInterceptor(tracer: tracer, untraced: AuthInterceptor.open), at: 0)
-        }
-        let (health, all) = StandardServices.make(for: services, descriptors: descriptors)
-        let server = RPCServer(configuration: config, services: all, logger: logger)
+        let serverService = try self.serverService(
+            settings: settings, services: services, descriptors: descriptors, keys: keys, logger: logger, configure: configure,
+            beforeDrain: beforeDrain)
         let peers = peers ?? PeerClients(settings: settings)
 
         var jobs = background
@@ -131,9 +121,7 @@ public enum ServiceHost {
                         failureTerminationBehavior: .gracefullyShutdownGroup)
                 }
                     + [
-                        .init(
-                            service: ServerService(
-                                server: server, health: health, settings: settings, logger: logger, beforeDrain: beforeDrain))
+                        .init(service: serverService)
                     ],
                 gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         // The spans still buffered are written however the group ends (a failed job throws).
@@ -141,6 +129,43 @@ public enum ServiceHost {
         try await group.run()
         await peers.close()
         logger.info("stopped")
+    }
+
+    /// The process's gRPC server (the access policy, health and reflection, `settings`' address,
+    /// TLS and limits) and, with `settings.healthPort`, its health-only listener, as one lifecycle
+    /// service: both start when it runs and stop on graceful shutdown.
+    static func serverService(
+        settings: ServiceSettings, services: [any RPCService], descriptors: ProtoDescriptorSet, keys: any SigningKeySource,
+        logger: Logger, configure: (inout ServerConfiguration) -> Void = { _ in }, beforeDrain: @escaping @Sendable () -> Void = {}
+    ) throws -> ServerService {
+        var config = try serverConfiguration(settings: settings)
+        config.interceptors = [AuthInterceptor(keys: keys, serviceToken: settings.serviceToken, gatewayToken: settings.gatewayToken)]
+        addObservers(settings, to: &config)
+        configure(&config)
+        try applyServerSettings(settings, to: &config)
+        // Traced: every call to the service's own methods runs in a server span, outermost, so
+        // calls the policy refuses are spans too (health and reflection are not: probes would
+        // fill the traces).
+        if let tracer = ProcessTracing.tracer {
+            config.interceptors.insert(TracingInterceptor(tracer: tracer, untraced: AuthInterceptor.open), at: 0)
+        }
+        let (health, all) = StandardServices.make(for: services, descriptors: descriptors)
+        let server = RPCServer(configuration: config, services: all, logger: logger)
+        return ServerService(
+            server: server, healthServer: settings.healthPort.map { healthServer(health, host: settings.host, port: $0, logger: logger) },
+            health: health, settings: settings, logger: logger, beforeDrain: beforeDrain)
+    }
+
+    /// The health-only listener (`--health-port`): plaintext h2c on `host`, serving `health` (the
+    /// main server's own, so the same statuses) and nothing else, with no interceptor (health is
+    /// open on the main port as well). Any other method answers UNIMPLEMENTED. One event loop, a
+    /// few connections: probes only.
+    static func healthServer(_ health: HealthService, host: String, port: Int, logger: Logger) -> RPCServer {
+        var config = ServerConfiguration(host: host, port: port, tls: nil)
+        config.threads = 1
+        config.maxConnections = 64
+        config.maxConcurrentStreams = 16
+        return RPCServer(configuration: config, services: [health], logger: logger)
     }
 
     /// Every call counted and timed (`RPCServerMetrics`), and `GET /metrics` on the server's own
@@ -242,24 +267,46 @@ public enum ServiceHost {
 }
 
 /// The gRPC server as a lifecycle service: listens when run, drains on graceful shutdown.
+/// With a health port, the health-only listener starts after the main server and stops after it
+/// has drained: probes read NOT_SERVING during the drain rather than a refused connection.
 struct ServerService: Service, CustomStringConvertible {
     let server: RPCServer
+    let healthServer: RPCServer?
     let health: HealthService
     let settings: ServiceSettings
     let logger: Logger
     var beforeDrain: @Sendable () -> Void = {}
+    /// The bound ports once listening (main, health): what port 0 became (tests).
+    let bound = BoundPorts()
+
+    final class BoundPorts: Sendable {
+        let ports = Mutex<(main: Int, health: Int?)?>(nil)
+    }
 
     var description: String { "\(settings.name) gRPC server" }
 
     func run() async throws {
         let port = try await server.start()
-        logger.info("\(settings.name) listening on \(settings.host):\(port) (data: \(settings.dataDir))")
+        var healthPort: Int?
+        if let healthServer {
+            do {
+                healthPort = try await healthServer.start()
+            } catch {
+                await server.shutdownGracefully()
+                throw error
+            }
+        }
+        bound.ports.withLock { $0 = (port, healthPort) }
+        logger.info(
+            "\(settings.name) listening on \(settings.host):\(port)\(healthPort.map { ", health (h2c) on \(settings.host):\($0)" } ?? "") (data: \(settings.dataDir))"
+        )
         // Until SIGTERM/SIGINT (or the group is cancelled: a background job failed).
         try? await gracefulShutdown()
         logger.info("shutting down gracefully")
         health.markAllNotServing()
         beforeDrain()
         await server.shutdownGracefully()
+        await healthServer?.shutdownGracefully()
     }
 }
 

@@ -10,6 +10,12 @@ import Security
 public struct ServiceOptions: ParsableArguments {
     @Option(help: "Address to bind (env <SERVICE>_HOST, default 127.0.0.1).") public var host: String?
     @Option(help: "Port (env <SERVICE>_PORT, default per service).") public var port: Int?
+    @Option(
+        name: .customLong("health-port"),
+        help:
+            "Also serve grpc.health.v1.Health alone on this port, plaintext h2c, for probes (env <SERVICE>_HEALTH_PORT or HEALTH_PORT; default off)."
+    )
+    public var healthPort: Int?
     @Option(name: .customLong("data-dir"), help: "Data directory (env <SERVICE>_DATA_DIR, else $DATA_DIR/<service>, else ./data/<service>).")
     public var dataDir: String?
     @Option(name: .customLong("tls-cert"), help: "PEM certificate chain: serve TLS (ALPN h2).") public var tlsCert: String?
@@ -40,6 +46,7 @@ public struct ServiceOptions: ParsableArguments {
         var f: [String: String] = [:]
         f["\(name).host"] = host
         f["\(name).port"] = port.map(String.init)
+        f["\(name).health.port"] = healthPort.map(String.init)
         f["\(name).data.dir"] = dataDir
         f["\(name).tls.cert"] = tlsCert
         f["\(name).tls.key"] = tlsKey
@@ -59,6 +66,13 @@ public struct ServiceSettings: Sendable {
     public var name: String
     public var host: String
     public var port: Int
+    /// `--health-port`, `<SERVICE>_HEALTH_PORT`, else `HEALTH_PORT` (nil, the default: off): a
+    /// second listener on `host` that serves only `grpc.health.v1.Health` (Check and Watch, the
+    /// same statuses as the main port), plaintext h2c and without credentials, for kubelet's
+    /// native gRPC probe, which cannot present a client certificate to a mutual-TLS port. 0 picks
+    /// a free port (tests). Health is open on the main port too (`AuthInterceptor.open`): the
+    /// listener reveals nothing the main port does not.
+    public var healthPort: Int?
     public var dataDir: String
     /// This process's own server certificate and key (`--tls-cert`/`--tls-key`,
     /// `<SERVICE>_TLS_CERT`/`<SERVICE>_TLS_KEY`): the port speaks TLS.
@@ -121,6 +135,10 @@ public struct ServiceSettings: Sendable {
             throw ValidationError("no port for \(name): pass --port or set \(Settings.variable("\(name).port"))")
         }
         self.port = port
+        healthPort = try settings.int("\(name).health.port", range: 0...65535) ?? settings.int("health.port", range: 0...65535)
+        if let healthPort, healthPort != 0, healthPort == port {
+            throw ValidationError("the health port (\(healthPort)) must differ from the service's port")
+        }
         let root = settings.string("data.dir", default: "./data")
         dataDir = Self.dataDirectory(name: name, settings: settings)
         tlsCert = settings.string("\(name).tls.cert")

@@ -33,6 +33,10 @@ killed with SIGKILL and started again in a new namespace at a new address):
   - bids acknowledged meanwhile wait in tasks' outbox (its `outbox_backlog` gauge for social,
     read from its /metrics over mutual TLS);
   - once social is back, every acknowledged bid's notification arrives once, in order.
+Under the random share's loss the other four services keep answering too. And a second service,
+finance, is cut off (link down): its calls answer UNAVAILABLE quickly, the other four (social
+included) answer, only finance is reported down while the gateway process stays ready (its health
+name "gateway"), and finance's calls work again once the link is back.
 
 Needs root, `ip` (iproute2), `nft` (nftables) and network namespaces, plus the built binaries
 (BIN_DIR, default .build/debug). Without them it skips, and fails under E2E_STRICT=1 (CI).
@@ -435,16 +439,20 @@ class Client:
                                           metadata=user["meta"], timeout=5)
         return list(r.notifications)
 
-    def others_work(self, user):
-        """One read of each service but social through the gateway: all OK."""
-        calls = {
+    def reads(self, user):
+        """One public read of each service through the gateway, by name."""
+        return {
             "accounts": lambda: self.accounts.GetMyProfile(self.apb.GetMyProfileRequest(), metadata=user["meta"], timeout=5),
             "tasks": lambda: self.tasks.ListMarketTasks(self.mkt.ListMarketTasksRequest(scope=self.mkt.MARKET_TASK_SCOPE_BID_ON_BY_ME),
                                                         metadata=user["meta"], timeout=5),
             "finance": lambda: self.finance.GetBalances(self.fpb.GetBalancesRequest(), metadata=user["meta"], timeout=5),
+            "social": lambda: self.notifications(user),
             "matchmaking": lambda: self.matchmaking.ListMyMatches(self.mpb.ListMyMatchesRequest(), metadata=user["meta"], timeout=5),
         }
-        return {name: self.timed(call)[0] for name, call in calls.items()}
+
+    def others_work(self, user, down="social"):
+        """One read of each service but `down` through the gateway: all OK."""
+        return {name: self.timed(call)[0] for name, call in self.reads(user).items() if name != down}
 
     def health_of(self, service):
         return self.health.Check(self.hpb.HealthCheckRequest(service=HEALTH_NAMES[service]), timeout=5).status
@@ -497,21 +505,29 @@ def social_unavailable_fast(c, market, label):
 
 
 def only_social_down(c, market):
+    only_down(c, market.bob, "social")
+
+
+def only_down(c, user, service):
+    """The other four services answer; /status.json and the gateway's gRPC health report `service`,
+    and only it, as down; the gateway process itself stays ready (its probes' name, "gateway")."""
     grpc = c.client.grpc
-    assert c.client.others_work(market.bob) == {s: grpc.StatusCode.OK for s in ("accounts", "tasks", "finance", "matchmaking")}
+    others = [s for s in SERVICES if s != service]
+    assert c.client.others_work(user, down=service) == {s: grpc.StatusCode.OK for s in others}
 
     def reported():
         r = c.status()
-        # The gateway itself is not serving (its health requires every upstream); of the
-        # upstreams, only social is down.
+        # The gateway's overall health is not serving (it requires every upstream); of the
+        # upstreams, only `service` is down.
         down = {p["name"] for p in r["processes"] if p["name"] != "gateway" and p["health"] != "up"}
-        assert r["serving"] is False and r["requiredDown"] == ["social"] and down == {"social"}, (
+        assert r["serving"] is False and r["requiredDown"] == [service] and down == {service}, (
             r["serving"], r["requiredDown"], {p["name"]: p["health"] for p in r["processes"]})
         return True
-    wait_for(reported, timeout=10, what="/status.json: social, and only social, down")
+    wait_for(reported, timeout=10, what=f"/status.json: {service}, and only {service}, down")
     serving, not_serving = c.client.hpb.HealthCheckResponse.SERVING, c.client.hpb.HealthCheckResponse.NOT_SERVING
-    assert c.client.health_of("social") == not_serving
-    assert [c.client.health_of(s) for s in ("accounts", "tasks", "finance", "matchmaking")] == [serving] * 4
+    assert c.client.health_of(service) == not_serving
+    assert [c.client.health_of(s) for s in others] == [serving] * 4
+    assert c.client.health.Check(c.client.hpb.HealthCheckRequest(service="gateway"), timeout=5).status == serving
 
 
 def outage(c, label, cut, restore, bids=10):
@@ -574,6 +590,8 @@ def test_nftables_drop_a_random_share(cluster):
             worst = max(worst, took)
             assert code in (grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED), code
             assert took < 5 + 1, f"a call with a 5 s deadline took {took:.2f} s"
+        # Meanwhile the other services keep working, the loss on social's link notwithstanding.
+        assert c.client.others_work(m.bob) == {s: grpc.StatusCode.OK for s in ("accounts", "tasks", "finance", "matchmaking")}
         FIGURES["30% drop: social calls"] = f"{codes} (slowest {worst:.2f} s)"
         print(f"\n30% drop: social calls through the gateway {codes}, slowest {worst:.2f} s")
         t0 = time.monotonic()
@@ -583,6 +601,34 @@ def test_nftables_drop_a_random_share(cluster):
         c.net.undrop("social")
     m.check_once_in_order()
     wait_for(lambda: c.backlog() == 0, timeout=10, what="tasks' outbox backlog for social back to 0")
+
+
+def test_link_down_for_finance(cluster):
+    """A second service cut off (finance, link down): its methods answer UNAVAILABLE fast, the
+    other four (social included) answer, only finance is reported down, and its calls work again
+    once the link is back."""
+    c = cluster
+    grpc = c.client.grpc
+    carol = c.client.sign_up("carol")
+    balances = c.client.reads(carol)["finance"]
+    assert c.client.timed(balances)[0] == grpc.StatusCode.OK
+    c.net.link("finance", False)
+    try:
+        first, t_first = c.client.timed(balances)
+        second, t_second = c.client.timed(balances)
+        FIGURES["finance link down: first call UNAVAILABLE after"] = f"{t_first:.2f} s"
+        FIGURES["finance link down: next call after"] = f"{t_second:.2f} s"
+        print(f"\nfinance link down: first finance call {first} in {t_first:.2f} s, next {second} in {t_second:.2f} s")
+        assert first == grpc.StatusCode.UNAVAILABLE and second == grpc.StatusCode.UNAVAILABLE, (first, second)
+        assert t_first < UNAVAILABLE_BOUND and t_second < UNAVAILABLE_BOUND, (t_first, t_second)
+        only_down(c, carol, "finance")
+    finally:
+        c.net.link("finance", True)
+    t0 = time.monotonic()
+    wait_for(lambda: c.client.timed(balances)[0] == grpc.StatusCode.OK, timeout=15, what="finance's calls working again")
+    FIGURES["finance link down: calls work again after"] = f"{time.monotonic() - t0:.2f} s"
+    wait_for(lambda: c.status()["serving"], timeout=15, what="the gateway serving every upstream again")
+    assert c.client.others_work(carol, down="finance") == {s: grpc.StatusCode.OK for s in SERVICES if s != "finance"}
 
 
 def test_killed_and_restarted_at_a_new_address(cluster):

@@ -79,9 +79,11 @@ def test_services_speak_mutual_tls_with_certificates_from_the_certs_volume():
         assert (env["PEER_TLS_CERT"], env["PEER_TLS_KEY"]) == (f"/certs/{name}.pem", f"/certs/{name}-key.pem"), name
         assert "certs:/certs:ro" in svc["volumes"], name
         assert svc["depends_on"]["certs"]["condition"] == "service_completed_successfully", name
+        # Health checked on the process's health-only port (plaintext h2c, grpc.health.v1 alone),
+        # as the Kubernetes probes do: no certificate needed there.
         probe = svc["healthcheck"]["test"]
-        assert probe[probe.index("--ca-file") + 1] == "/certs/ca.pem" and probe[probe.index("--cert-file") + 1] == f"/certs/{name}.pem"
-        assert probe[probe.index("--server-name") + 1] == name  # the name its peers check
+        assert probe[probe.index("--addr") + 1] == f"127.0.0.1:{flags['--health-port']}", name
+        assert flags["--health-port"] != str(port) and "--ca-file" not in probe, name
     gw = services["gateway"]
     assert "--tls-client-ca" not in gw["command"]
     assert gw["environment"]["PEER_TLS_CA"] == "/certs/ca.pem"

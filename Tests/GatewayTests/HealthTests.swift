@@ -38,6 +38,23 @@ import Testing
         #expect(try await Self.status(h, "") == .serving)
     }
 
+    /// What the probes ask (deploy/kubernetes/gateway.yaml, compose): the process's own name
+    /// stays SERVING with an upstream down while "" does not, and turns NOT_SERVING once the
+    /// gateway drains (what its SIGTERM handler does: `markAllNotServing`, then GOAWAY).
+    @Test func processHealthIgnoresTheUpstreamsButNotDraining() async throws {
+        let h = try await Harness()
+        defer { Task { await h.stop() } }
+        let process = GatewayHealth.processService
+        #expect(try await Self.status(h, process) == .serving)
+        await h.social.stop()
+        #expect(try await eventually { try await Self.status(h, "") == .notServing })
+        #expect(try await Self.status(h, "social.v1.Social") == .notServing)
+        #expect(try await Self.status(h, process) == .serving, "one upstream down leaves the process ready")
+        h.gateway.health.markAllNotServing()
+        #expect(try await Self.status(h, process) == .notServing, "draining takes the process out")
+        #expect(try await Self.status(h, "") == .notServing)
+    }
+
     @Test func reflectionListsThePublicServicesOnly() async throws {
         let h = try await Harness()
         defer { Task { await h.stop() } }

@@ -177,25 +177,37 @@ def test_the_gateway_is_a_replicated_deployment_behind_a_service_with_a_disrupti
     pdb = objs[("PodDisruptionBudget", "gateway")]["spec"]
     assert pdb["selector"] == gw["spec"]["selector"] and pdb["minAvailable"] >= 1
     c = container(gw)
-    assert c["readinessProbe"]["grpc"]["port"] == 8080  # native gRPC probe: its port is h2c
-    assert "grpc" not in c["livenessProbe"], "liveness must not hang on the upstreams' health"
+    # Native gRPC probes (the public port is h2c) of the process-only health name, SERVING while
+    # the gateway runs and is not draining: "" needs every upstream, and one service down must not
+    # take every replica out of the Service (nor restart them).
+    process_name = re.search(r'processService = "([^"]+)"', (ROOT / "Sources/Gateway/GatewayHealth.swift").read_text()).group(1)
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert c[probe]["grpc"]["port"] == 8080, probe
+        assert c[probe]["grpc"].get("service") == process_name, f"{probe} must ask for the process-only name"
 
 
-def test_service_probes_are_grpc_health_checks_over_mutual_tls_with_the_pods_own_certificate():
-    """kubelet's native gRPC probe speaks h2c without a client certificate: a mutual-TLS port
-    refuses it, so the services are probed with health-probe, as compose does."""
+def test_service_probes_are_native_grpc_probes_of_the_health_only_port():
+    """kubelet's native gRPC probe speaks h2c without a client certificate, which a mutual-TLS port
+    refuses: each service serves grpc.health.v1 alone on a plaintext health port (--health-port),
+    and its probes ask that port. The port is not published by the Service nor opened by the
+    NetworkPolicy (kubelet probes from the node)."""
+    objs = applied()
     for name, port in SERVICES.items():
-        w = applied()[("StatefulSet", name)]
+        w = objs[("StatefulSet", name)]
         c = container(w)
         args = c["command"]
         assert args[args.index("--tls-client-ca") + 1] == "/certs/ca.crt", name
+        health = int(args[args.index("--health-port") + 1])
+        assert health != port, name
+        assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"grpc": port, "health": health}, name
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-            cmd = c[probe]["exec"]["command"]
-            assert cmd[0] == "health-probe"
-            opts = {cmd[i]: cmd[i + 1] for i in range(1, len(cmd) - 1, 2)}
-            assert opts["--addr"] == f"127.0.0.1:{port}" and opts["--server-name"] == name
-            assert (opts["--ca-file"], opts["--cert-file"], opts["--key-file"]) == ("/certs/ca.crt", "/certs/tls.crt", "/certs/tls.key")
-            assert float(opts["--timeout"]) < c[probe]["timeoutSeconds"]
+            assert c[probe]["grpc"] == {"port": health}, f"{name} {probe}: the health port, the whole server's health"
+            assert "exec" not in c[probe], name
+        assert [p["port"] for p in objs[("Service", name)]["spec"]["ports"]] == [port], name
+    for p in (d for d in objs.values() if d["kind"] == "NetworkPolicy"):
+        for rule in p["spec"].get("ingress", []):
+            ports = {x["port"] for x in rule.get("ports", [])}
+            assert not ports & {port + 10 for port in SERVICES.values()}, "health ports stay internal"
 
 
 # ---- credentials and TLS ------------------------------------------------------------------------

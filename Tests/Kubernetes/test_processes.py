@@ -2,8 +2,9 @@
 environment and its files laid out as its Secrets mount them (`/certs/tls.crt`, `tls.key`,
 `ca.crt`; `/secrets/<name>/token`), on this machine with the paths moved under a temporary
 directory and the ports moved to free ones. Every readiness and liveness probe then passes (the
-services' exec probe over mutual TLS, the gateway's native gRPC probe over h2c and GET /), a
-plain h2c health check of a service's port fails (why kubelet's own gRPC probe is not used there),
+services' native gRPC probes of their health-only h2c ports, the gateway's of its own port), with
+one service stopped the gateway's still pass, a plain h2c health check of a service's main port
+fails (why the services have a health port),
 and every process exits 0 on SIGTERM well within its terminationGracePeriodSeconds.
 
 Needs the built binaries (BIN_DIR, default .build/debug): run by the end-to-end stage, skipped by
@@ -44,7 +45,8 @@ def cluster(tmp_path):
     subprocess.run([BIN / "dev-certs", "--dir", secrets, *SERVICES, "gateway"], check=True, capture_output=True)
     for t in ("service-token", "gateway-token"):
         (secrets / t).write_text(os.urandom(24).hex())
-    ports = {str(p): str(free_port()) for p in [*SERVICES.values(), 8080]}
+    container_ports = {p["containerPort"] for n in [*SERVICES, "gateway"] for p in workload(n)["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    ports = {str(p): str(free_port()) for p in sorted(container_ports)}
 
     def local(pod, value):
         host, _, port = value.partition(":")
@@ -91,7 +93,8 @@ def probe(c, kind, pod, ports, local):
         return subprocess.run(cmd, capture_output=True, text=True, timeout=30).returncode == 0
     if "grpc" in spec:
         port = ports[str(spec["grpc"]["port"])]
-        return subprocess.run([BIN / "health-probe", "--addr", f"127.0.0.1:{port}"], capture_output=True, timeout=30).returncode == 0
+        service = ["--service", spec["grpc"]["service"]] if spec["grpc"].get("service") else []
+        return subprocess.run([BIN / "health-probe", "--addr", f"127.0.0.1:{port}", *service], capture_output=True, timeout=30).returncode == 0
     port = ports[str(next(p["containerPort"] for p in c["ports"] if p["name"] == spec["httpGet"]["port"]))]
     with socket.create_connection(("127.0.0.1", int(port)), timeout=5) as s:
         s.sendall(f"GET {spec['httpGet']['path']} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
@@ -113,7 +116,25 @@ def test_every_probe_passes_and_every_process_stops_in_time(cluster):
     # kubelet's native gRPC probe is plaintext h2c: a service's mutual-TLS port refuses it.
     plain = subprocess.run([BIN / "health-probe", "--addr", f"127.0.0.1:{ports['9101']}"], capture_output=True, timeout=30)
     assert plain.returncode != 0
+    # One service down: the gateway stays ready and live (its probes ask for the process itself),
+    # while its overall health ("") turns NOT_SERVING.
+    social = next(p for name, p, _, _ in procs if name == "social")
+    social.terminate()
+    assert social.wait(timeout=30) == 0
+    gw = next(c for name, _, c, _ in procs if name == "gateway")
+
+    def overall_serving():
+        return subprocess.run([BIN / "health-probe", "--addr", f"127.0.0.1:{ports['8080']}"], capture_output=True, timeout=30).returncode == 0
+
+    deadline = time.monotonic() + 20
+    while overall_serving() and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert not overall_serving(), "the gateway's overall health ignores a stopped service"
+    for k in ("readinessProbe", "livenessProbe"):
+        assert probe(gw, k, "gateway", ports, local), f"gateway {k} fails with one service down"
     for name, p, _, w in procs:
+        if name == "social":
+            continue
         grace = w["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
         t0 = time.monotonic()
         p.terminate()

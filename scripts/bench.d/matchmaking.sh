@@ -32,8 +32,11 @@ else
   MM_PORT=$(free_port)
   SERVICE_TOKEN=$BENCH_SERVICE_TOKEN GATEWAY_TOKEN=$BENCH_GATEWAY_TOKEN LOG_LEVEL=warning ACCOUNTS_ADDR=127.0.0.1:$ACC_PORT \
     SOCIAL_ADDR=127.0.0.1:$(free_port) start_bg matchmaking-bench "$MM_BIN" --host 127.0.0.1 --port "$MM_PORT" --data-dir "$WORK/matchmaking-data"
+  MM_PID=$BG_PID
   wait_port "$MM_PORT" 60 || { tail -20 "$WORK/matchmaking-bench.log" >&2; exit 1; }
   MM_E2E=$("$MMB_BIN" e2e "$MM_PORT" "$MM_TOKEN" "$MM_SECS" 16)
+  # Resident memory after the load (the basis of deploy/kubernetes/matchmaking.yaml's requests).
+  rss_row "matchmaking-service after load" "$MM_PID"
   EXTRA_LINES+=(
     "matchmaking: one pairing pass: 1k $(mmv pass_1000_us) µs, 10k $(mmv pass_10000_us) µs, 100k $(mmv pass_100000_us) µs; per n·log2 n: $(mmv pass_1000_ns_per_nlogn) / $(mmv pass_10000_ns_per_nlogn) / $(mmv pass_100000_ns_per_nlogn) ns (flat = n log n)"
     "matchmaking: 100,000 players arriving over 10 s, a pass every 200 ms: $(mmv burst_pairs_per_s) pairs formed per second of matchmaker time; wait until paired p50 $(mmv burst_wait_p50_s) s, p99 $(mmv burst_wait_p99_s) s; unpaired at the end $(mmv burst_unpaired); largest queue $(mmv burst_max_queue)"
