@@ -165,12 +165,12 @@ public enum CredentialCheck {
             return nil
         case .publicAuthenticated:
             if open.contains(method.service) || hasBearer(metadata) { return nil }
-            if serviceCredential && metadata[serviceTokenHeader] != nil { return nil }
+            if serviceCredential && metadata.first(lowercased: serviceTokenHeader) != nil { return nil }
             return RPCError(.unauthenticated, "\(method.path) needs 'authorization: Bearer <access token>'")
         case .internal:
             if open.contains(method.service) { return nil }
             guard serviceCredential else { return RPCError(.unimplemented, "Method not found: \(method.path)") }
-            if metadata[serviceTokenHeader] != nil { return nil }
+            if metadata.first(lowercased: serviceTokenHeader) != nil { return nil }
             return RPCError(.permissionDenied, "\(method.path) is internal: only other services may call it")
         }
     }
@@ -182,7 +182,7 @@ public enum CredentialCheck {
     /// token dropped; nil when absent, empty or another scheme. Byte-wise, allocating nothing: it
     /// runs on every call that carries a token.
     public static func bearerToken(_ metadata: Metadata) -> Substring? {
-        guard let value = metadata["authorization"] else { return nil }
+        guard let value = metadata.first(lowercased: "authorization") else { return nil }
         let utf8 = value.utf8
         guard utf8.count > 7 else { return nil }
         var i = utf8.startIndex

@@ -7,6 +7,10 @@ public struct Metadata: Sendable, Hashable, Sequence, CustomStringConvertible {
     }
 
     public private(set) var entries: [(key: String, value: Value)] = []
+    /// Which of the first 64 entries were added with `add(trusted:_:)`: made by the caller from
+    /// values known to be valid header names and values, so a transport sends them without
+    /// checking them again. Not part of equality; cleared by any removal.
+    public private(set) var trusted: UInt64 = 0
 
     public init() {}
     /// Text entries in order: `Metadata([("x-a", "1")])`.
@@ -17,7 +21,7 @@ public struct Metadata: Sendable, Hashable, Sequence, CustomStringConvertible {
     public var isEmpty: Bool { entries.isEmpty }
 
     /// The entries whose key passes `isIncluded`, in order, with room for `extra` more (one
-    /// allocation, no copy-then-remove).
+    /// allocation, no copy-then-remove). None of them is trusted in the result.
     public func filter(reservingExtra extra: Int = 0, _ isIncluded: (String) -> Bool) -> Metadata {
         var out = Metadata()
         out.entries.reserveCapacity(entries.count + extra)
@@ -37,7 +41,10 @@ public struct Metadata: Sendable, Hashable, Sequence, CustomStringConvertible {
     public mutating func add(_ key: String, _ value: Value) {
         entries.append((key.lowercasedKey, value))
     }
-    public mutating func append(contentsOf other: Metadata) { entries.append(contentsOf: other.entries) }
+    public mutating func append(contentsOf other: Metadata) {
+        if other.trusted != 0, entries.count < 64 { trusted |= other.trusted << UInt64(entries.count) }
+        entries.append(contentsOf: other.entries)
+    }
     /// Adds an entry whose key is already lower-case (a name from an HTTP/2 header block, which
     /// nghttp2 has checked): no case scan. The first entry reserves room for a few more, so a
     /// request's handful of headers costs one allocation rather than one per doubling.
@@ -46,6 +53,20 @@ public struct Metadata: Sendable, Hashable, Sequence, CustomStringConvertible {
         entries.append((key, value))
     }
 
+    /// Adds a text entry the caller made and knows to be a valid header: a lower-case name of
+    /// `a-z 0-9 - _ .` (not reserved, not `-bin`) and a printable ASCII value. A transport sends it
+    /// without checking it again (the gateway's own headers on every relayed call); debug builds
+    /// still check.
+    public mutating func add(trusted key: String, _ value: String) {
+        if entries.capacity == 0 { entries.reserveCapacity(4) }
+        if entries.count < 64 { trusted |= 1 << UInt64(entries.count) }
+        entries.append((key, .string(value)))
+    }
+
+    /// Whether the entry at `index` was added with `add(trusted:_:)`.
+    @inline(__always)
+    public func isTrusted(_ index: Int) -> Bool { index < 64 && trusted & (1 << UInt64(index)) != 0 }
+
     /// Replaces every value of `key` with one.
     public mutating func set(_ key: String, _ value: String) {
         remove(key)
@@ -53,9 +74,11 @@ public struct Metadata: Sendable, Hashable, Sequence, CustomStringConvertible {
     }
     public mutating func remove(_ key: String) {
         let k = key.lowercasedKey
+        trusted = 0
         entries.removeAll { $0.key == k }
     }
     public mutating func removeAll(where predicate: (String) -> Bool) {
+        trusted = 0
         entries.removeAll { predicate($0.key) }
     }
 
@@ -63,6 +86,14 @@ public struct Metadata: Sendable, Hashable, Sequence, CustomStringConvertible {
     public subscript(_ key: String) -> String? {
         let k = key.lowercasedKey
         for e in entries where e.key == k {
+            if case .string(let s) = e.value { return s }
+        }
+        return nil
+    }
+    /// The first text value of `key`, a name already in lower case (a constant): no case scan of
+    /// it on every lookup.
+    public func first(lowercased key: String) -> String? {
+        for e in entries where e.key == key {
             if case .string(let s) = e.value { return s }
         }
         return nil

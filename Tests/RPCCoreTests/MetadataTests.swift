@@ -40,4 +40,24 @@ import Testing
         if case .failure(let e) = r.lookup("/a.v1.T/M") { #expect(e.message.contains("Service not found")) } else { Issue.record("expected failure") }
         if case .success(let m) = r.lookup("/a.v1.S/M") { #expect(m.descriptor.kind == .unary) } else { Issue.record("expected success") }
     }
+
+    /// Trusted entries (sent without checks) keep their mark through appends, lose it through
+    /// removals and filters, and are never confused with the client's entries around them.
+    @Test func trustedEntriesAreMarkedByPosition() {
+        var m = Metadata([("x-client", "a")])
+        m.add(trusted: "x-forwarded-for", "127.0.0.1")
+        m.add(lowercased: "x-other", .string("b"))
+        #expect(!m.isTrusted(0) && m.isTrusted(1) && !m.isTrusted(2) && !m.isTrusted(64))
+        #expect(m["x-forwarded-for"] == "127.0.0.1" && m.first(lowercased: "x-forwarded-for") == "127.0.0.1")
+        #expect(m == Metadata([("x-client", "a"), ("x-forwarded-for", "127.0.0.1"), ("x-other", "b")]))
+
+        var n = Metadata([("x-first", "1")])
+        n.append(contentsOf: m)
+        #expect(!n.isTrusted(0) && !n.isTrusted(1) && n.isTrusted(2) && !n.isTrusted(3))
+
+        #expect(m.filter { _ in true }.trusted == 0)
+        m.remove("x-client")
+        #expect(m.trusted == 0 && m.count == 2)
+        #expect(m.first(lowercased: "x-missing") == nil)
+    }
 }

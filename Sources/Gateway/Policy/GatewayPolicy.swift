@@ -37,8 +37,24 @@ public final class GatewayPolicy: CallCheck {
             labels: [("scope", scope)])
     }
 
+    /// The standard services (health, reflection) are the services' own business: the policy
+    /// stays out of their calls. The gRPC chain leaves it out for their methods altogether; the
+    /// browser chain, built once for every method, asks `isOpen` (a few length comparisons: a
+    /// `Set` lookup hashes the whole service name on every call).
+    public func specialized(for method: MethodDescriptor) -> (any ServerInterceptor)? {
+        Self.isOpen(method.service) ? nil : self
+    }
+
+    static let openNames = Array(AuthInterceptor.open)
+
+    @inline(__always)
+    static func isOpen(_ service: String) -> Bool {
+        for name in openNames where name == service { return true }
+        return false
+    }
+
     public func check(_ context: ServerContext) async throws {
-        if AuthInterceptor.open.contains(context.method.service) { return }
+        if Self.isOpen(context.method.service) { return }
         let charged = (context.value(forKey: Self.addressChargedKey) as? Bool) == true
         if let token = try admit(context, chargeAddress: !charged) { try limitUser(try await verifier.verify(token), context) }
     }
@@ -47,7 +63,7 @@ public final class GatewayPolicy: CallCheck {
     /// `check` decides, fetching accounts' keys (the address, charged already, is not
     /// charged again).
     public func checkImmediately(_ context: ServerContext) throws -> Bool {
-        if AuthInterceptor.open.contains(context.method.service) { return true }
+        if Self.isOpen(context.method.service) { return true }
         guard let token = try admit(context) else { return true }
         guard let identity = try verifier.verifyImmediately(token) else {
             context[key: Self.addressChargedKey] = true

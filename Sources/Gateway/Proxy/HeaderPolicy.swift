@@ -31,7 +31,7 @@ public enum HeaderPolicy {
     /// client's `traceparent` and `tracestate` give way to the span's, in the same single pass
     /// and allocation.
     public static func upstreamMetadata(
-        _ client: Metadata, clientAddress: String, gatewayToken: String, trace: TraceContext? = nil
+        _ client: Metadata, clientAddress: String, gatewayToken: String, trace: TraceContext? = nil, tokenChecked: Bool = false
     )
         -> Metadata
     {
@@ -39,12 +39,26 @@ public enum HeaderPolicy {
         var out = client.filter(reservingExtra: replacesTrace ? 4 : 2) {
             !isStripped($0) && !(replacesTrace && ($0 == "traceparent" || $0 == "tracestate"))
         }
-        out.add(lowercased: "x-forwarded-for", .string(clientAddress))
-        if !gatewayToken.isEmpty { out.add(lowercased: CredentialCheck.gatewayTokenHeader, .string(gatewayToken)) }
+        // The gateway's own values go as trusted entries (the transport does not check them again
+        // on every call): an address from the socket, a token checked once (`isHeaderValue`), a
+        // traceparent the gateway formatted.
+        out.add(trusted: "x-forwarded-for", clientAddress)
+        if !gatewayToken.isEmpty {
+            if tokenChecked || isHeaderValue(gatewayToken) {
+                out.add(trusted: CredentialCheck.gatewayTokenHeader, gatewayToken)
+            } else {
+                out.add(lowercased: CredentialCheck.gatewayTokenHeader, .string(gatewayToken))
+            }
+        }
         if let trace {
-            out.add(lowercased: "traceparent", .string(trace.traceparent))
+            out.add(trusted: "traceparent", trace.traceparent)
             if let state = trace.traceState { out.add(lowercased: "tracestate", .string(state)) }
         }
         return out
+    }
+
+    /// A header value sent as it is: printable ASCII only.
+    public static func isHeaderValue(_ value: String) -> Bool {
+        value.utf8.allSatisfy { $0 >= 0x20 && $0 <= 0x7E }
     }
 }

@@ -31,6 +31,17 @@ struct Proxy: Sendable {
     /// and did not sample is not sent up at all (`RPCTracing.startRelayCall`). Nil (tracing off):
     /// the client's headers go up as they are.
     var tracer: SpanTracer? = nil
+    /// The token is printable ASCII (checked once here): it goes up as a trusted entry.
+    let tokenIsHeaderValue: Bool
+
+    init(pool: UpstreamPool, gatewayToken: String, maxDeadline: Duration, maxStreamDeadline: Duration, tracer: SpanTracer? = nil) {
+        self.pool = pool
+        self.gatewayToken = gatewayToken
+        self.maxDeadline = maxDeadline
+        self.maxStreamDeadline = maxStreamDeadline
+        self.tracer = tracer
+        self.tokenIsHeaderValue = HeaderPolicy.isHeaderValue(gatewayToken)
+    }
 
     func handler(for method: MethodDescriptor) -> RawHandler {
         switch method.kind {
@@ -66,7 +77,7 @@ struct Proxy: Sendable {
         }
         let metadata = HeaderPolicy.upstreamMetadata(
             context.requestMetadata, clientAddress: context.peerHost, gatewayToken: gatewayToken,
-            trace: tracer == nil ? nil : RPCTracing.upstreamTrace(context))
+            trace: tracer == nil ? nil : RPCTracing.upstreamTrace(context), tokenChecked: tokenIsHeaderValue)
         return CallOptions(timeout: timeout, metadata: metadata, limit: timeout == nil ? limit(for: kind) : nil)
     }
 

@@ -90,8 +90,15 @@ struct HeaderBlock {
 
     /// Adds user metadata; `-bin` values go as unpadded base64. Reserved names are skipped so a
     /// handler cannot forge `grpc-status` or pseudo-headers.
+    /// Entries added with `Metadata.add(trusted:_:)` go as they are (checked in debug builds).
     mutating func add(metadata: Metadata) {
-        for (key, value) in metadata where !Metadata.isReserved(key) && Self.isValidName(key) {
+        for (i, (key, value)) in metadata.entries.enumerated() {
+            if metadata.isTrusted(i), case .string(let s) = value {
+                assert(!Metadata.isReserved(key) && Self.isValidName(key) && !key.hasSuffix("-bin") && Self.sanitize(s) == s, "untrustworthy \(key)")
+                add(key, s)
+                continue
+            }
+            guard !Metadata.isReserved(key) && Self.isValidName(key) else { continue }
             switch value {
             case .string(let s): add(key, Self.sanitize(s))
             case .binary(let b): add(key, Base64.encode(b))

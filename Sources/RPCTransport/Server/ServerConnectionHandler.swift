@@ -69,6 +69,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     private var headScratch = HeaderBlock(capacity: 0)
     /// Paths seen lately: a request for one of them shares its string instead of making one.
     private var recentPaths: [String] = []
+    private var recentRoutes: [(path: String, method: ServerMethod)] = []
 
     init(shared: ServerShared) {
         self.shared = shared
@@ -422,6 +423,18 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         return p
     }
 
+    /// The method of a `:path`, from the last few found on this connection when it is one of
+    /// them (the same string as `path` shares: compared by storage first), else the router's
+    /// table (which hashes the whole path). Only found methods are kept.
+    private func route(_ path: String) -> Result<ServerMethod, RPCError> {
+        for r in recentRoutes where r.path == path { return .success(r.method) }
+        let found = shared.router.lookup(path)
+        if case .success(let method) = found {
+            if recentRoutes.count < 8 { recentRoutes.append((path, method)) } else { recentRoutes[streamsBegun & 7] = (path, method) }
+        }
+        return found
+    }
+
     private func takeBlock() -> HeaderBlock { spareBlocks.popLast() ?? HeaderBlock() }
 
     private func recycle(_ block: consuming HeaderBlock) {
@@ -692,7 +705,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         if let enc = stream.encoding, enc != "identity", enc != "gzip" {
             return fail(stream, RPCError(.unimplemented, "message encoding '\(enc)' is not supported; use gzip or identity"))
         }
-        switch shared.router.lookup(stream.path) {
+        switch route(stream.path) {
         case .failure(let error):
             return fail(stream, error)
         case .success(let method):

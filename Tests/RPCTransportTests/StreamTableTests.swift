@@ -1,0 +1,85 @@
+import Testing
+
+@testable import RPCTransport
+
+/// The connection's stream table against a dictionary, under the patterns HTTP/2 gives it
+/// (increasing odd ids, most short-lived, a few long-lived) and under ids far apart that collide.
+@Suite struct StreamTableTests {
+    final class Box {
+        let id: Int32
+        init(_ id: Int32) { self.id = id }
+    }
+
+    /// A small deterministic generator (the test must replay the same way every run).
+    struct SplitMix {
+        var state: UInt64
+        mutating func next() -> UInt64 {
+            state &+= 0x9E37_79B9_7F4A_7C15
+            var z = state
+            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+            return z ^ (z >> 31)
+        }
+    }
+
+    func check(_ table: StreamTable<Box>, _ model: [Int32: Box], probes: [Int32]) {
+        #expect(table.count == model.count)
+        #expect(table.isEmpty == model.isEmpty)
+        for id in probes { #expect(table[id] === model[id], "id \(id)") }
+        #expect(Set(table.all.map(\.id)) == Set(model.keys))
+    }
+
+    @Test func increasingIdsWithLongLivedStreams() {
+        var table = StreamTable<Box>(capacity: 8)
+        var model: [Int32: Box] = [:]
+        var rng = SplitMix(state: 1)
+        var next: Int32 = 1
+        var live: [Int32] = []
+        for round in 0..<20_000 {
+            if model.count < 300 && rng.next() % 3 != 0 {
+                let b = Box(next)
+                table[next] = b
+                model[next] = b
+                live.append(next)
+                next += 2
+            } else if !live.isEmpty {
+                // Mostly the oldest (short calls end in order), sometimes any.
+                let i = rng.next() % 4 == 0 ? Int(rng.next() % UInt64(live.count)) : 0
+                let id = live.remove(at: i)
+                #expect(table.removeValue(forKey: id) === model.removeValue(forKey: id))
+            }
+            if round % 997 == 0 { check(table, model, probes: Array(model.keys) + [next, next + 2, 0, -1]) }
+        }
+        check(table, model, probes: Array(model.keys) + [next])
+        table.removeAll()
+        model.removeAll()
+        check(table, model, probes: [1, 3, next - 2])
+    }
+
+    @Test func idsThatCollideStayReachableAfterRemovals() {
+        var table = StreamTable<Box>(capacity: 8)
+        var model: [Int32: Box] = [:]
+        var rng = SplitMix(state: 7)
+        // Ids whose home slots coincide (multiples of a large power of two, plus a little),
+        // inserted and removed in random order, including removal of absent ids.
+        for _ in 0..<50_000 {
+            let id = Int32(truncatingIfNeeded: (rng.next() % 64) * 1024 * 2 + 1 + (rng.next() % 3) * 2)
+            if rng.next() % 2 == 0 {
+                let b = Box(id)
+                table[id] = b
+                model[id] = b
+            } else {
+                #expect(table.removeValue(forKey: id) === model.removeValue(forKey: id))
+            }
+        }
+        var probes: [Int32] = []
+        for k in 0..<64 {
+            for j in 0..<3 { probes.append(Int32(j * 2 + 1 + k * 2048)) }
+        }
+        check(table, model, probes: probes)
+        // Setting nil removes.
+        for id in model.keys { table[id] = nil }
+        model.removeAll()
+        check(table, model, probes: probes)
+    }
+}
