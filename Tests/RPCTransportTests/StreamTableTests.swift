@@ -83,3 +83,22 @@ import Testing
         check(table, model, probes: probes)
     }
 }
+
+extension StreamTableTests {
+    /// Ids spaced to collide at every size the table may take: it stops growing at its cap and
+    /// keeps them all reachable through its dictionary.
+    @Test func idsSpacedFarApartDoNotGrowTheTablePastItsCap() {
+        var table = StreamTable<Box>(capacity: 8)
+        var model: [Int32: Box] = [:]
+        for k in 0..<100 {
+            let id = Int32(1 + k * (1 << 24))
+            let b = Box(id)
+            table[id] = b
+            model[id] = b
+        }
+        check(table, model, probes: Array(model.keys) + [3, 1 + (1 << 23)])
+        #expect(table.slotCount <= StreamTable<Box>.maxSlots)
+        for id in model.keys.sorted() where id % 3 == 0 { #expect(table.removeValue(forKey: id) === model.removeValue(forKey: id)) }
+        check(table, model, probes: Array(model.keys))
+    }
+}

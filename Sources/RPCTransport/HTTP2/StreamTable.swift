@@ -1,16 +1,22 @@
-/// A connection's streams by id: an open-addressed table indexed by the id itself. HTTP/2 stream
-/// ids of one side are odd (or even) and increasing, so `id >> 1` of the streams alive at once
-/// are nearly consecutive and land in distinct slots: a lookup is a mask, a compare and a load,
-/// with no hashing (a `Dictionary<Int32, _>` hashes every key with SipHash: about 3% of a
-/// relayed call's CPU, several lookups per call: each header, each frame, the data, the close).
-/// Collisions (ids far apart) probe linearly; removal shifts the run back, so there are no
-/// tombstones. Touched only on the connection's event loop.
+/// A connection's streams by id: a direct-mapped table indexed by the id itself, with a
+/// dictionary for the rare id whose slot is taken. HTTP/2 stream ids of one side are odd (or
+/// even) and increasing, so `id >> 1` of the streams alive at once are nearly consecutive and
+/// land in distinct slots: a lookup is a mask, a compare and a load, with no hashing (a
+/// `Dictionary<Int32, _>` hashes every key with SipHash: about 3% of a relayed call's CPU, several
+/// lookups per call: each header, each frame, the data, the close). A slot is taken by another id
+/// only when a long-lived stream (a subscription) is still there a table's length of ids later:
+/// that id goes to `overflow`, and a table whose overflow grows past a quarter of it doubles, up
+/// to `maxSlots` (ids a client spaces far apart on purpose stay in the dictionary rather than
+/// growing the table to their spacing).
+/// Touched only on the connection's event loop.
 struct StreamTable<Stream: AnyObject> {
     /// 0: an empty slot (stream ids are never 0).
     private var keys: [Int32]
     private var values: [Stream?]
     private var mask: Int
+    private var overflow: [Int32: Stream] = [:]
     private(set) var count = 0
+    static var maxSlots: Int { 4096 }
 
     init(capacity: Int = 32) {
         var n = 8
@@ -21,23 +27,13 @@ struct StreamTable<Stream: AnyObject> {
     }
 
     @inline(__always)
-    private func home(_ id: Int32) -> Int { Int(id >> 1) & mask }
-
-    @inline(__always)
-    private func slot(of id: Int32) -> Int? {
-        var i = home(id)
-        while true {
-            let k = keys[i]
-            if k == id { return i }
-            if k == 0 { return nil }
-            i = (i + 1) & mask
-        }
-    }
+    private func slot(_ id: Int32) -> Int { Int(truncatingIfNeeded: id >> 1) & mask }
 
     subscript(id: Int32) -> Stream? {
         get {
-            guard id != 0, let i = slot(of: id) else { return nil }
-            return values[i]
+            let i = slot(id)
+            if keys[i] == id, id != 0 { return values[i] }
+            return overflow.isEmpty ? nil : overflow[id]
         }
         set {
             guard id != 0 else { return }
@@ -45,57 +41,53 @@ struct StreamTable<Stream: AnyObject> {
                 removeValue(forKey: id)
                 return
             }
-            if let i = slot(of: id) {
+            let i = slot(id)
+            if keys[i] == id {
                 values[i] = newValue
-                return
+            } else if keys[i] == 0 && (overflow.isEmpty || overflow[id] == nil) {
+                keys[i] = id
+                values[i] = newValue
+                count += 1
+            } else {
+                if overflow.updateValue(newValue, forKey: id) == nil { count += 1 }
+                if overflow.count * 4 > keys.count && keys.count < Self.maxSlots { grow() }
             }
-            if (count + 1) * 2 > keys.count { grow() }
-            var i = home(id)
-            while keys[i] != 0 { i = (i + 1) & mask }
-            keys[i] = id
-            values[i] = newValue
-            count += 1
         }
     }
 
     @discardableResult
     mutating func removeValue(forKey id: Int32) -> Stream? {
-        guard id != 0, var i = slot(of: id) else { return nil }
-        let removed = values[i]
-        // Backward-shift deletion: move later members of the run into the gap when their home
-        // slot is not after it (cyclically), so every key stays reachable from its home.
-        var j = i
-        while true {
-            j = (j + 1) & mask
-            let k = keys[j]
-            if k == 0 { break }
-            let h = home(k)
-            let between = i <= j ? (i < h && h <= j) : (i < h || h <= j)
-            if !between {
-                keys[i] = k
-                values[i] = values[j]
-                i = j
-            }
+        let i = slot(id)
+        if keys[i] == id, id != 0 {
+            let removed = values[i]
+            keys[i] = 0
+            values[i] = nil
+            count -= 1
+            return removed
         }
-        keys[i] = 0
-        values[i] = nil
+        guard !overflow.isEmpty, let removed = overflow.removeValue(forKey: id) else { return nil }
         count -= 1
         return removed
     }
 
+    /// Doubles the table and places every stream again (those that collide stay in `overflow`).
     private mutating func grow() {
-        let oldKeys = keys
-        let oldValues = values
+        let streams = allPairs
         let n = keys.count * 2
         keys = Array(repeating: 0, count: n)
         values = Array(repeating: nil, count: n)
         mask = n - 1
-        for (k, v) in zip(oldKeys, oldValues) where k != 0 {
-            var i = home(k)
-            while keys[i] != 0 { i = (i + 1) & mask }
-            keys[i] = k
-            values[i] = v
-        }
+        overflow = [:]
+        count = 0
+        for (id, stream) in streams { self[id] = stream }
+    }
+
+    private var allPairs: [(Int32, Stream)] {
+        var out: [(Int32, Stream)] = []
+        out.reserveCapacity(count)
+        for i in keys.indices where keys[i] != 0 { out.append((keys[i], values[i]!)) }
+        for (id, stream) in overflow { out.append((id, stream)) }
+        return out
     }
 
     mutating func removeAll() {
@@ -103,10 +95,13 @@ struct StreamTable<Stream: AnyObject> {
             keys[i] = 0
             values[i] = nil
         }
+        overflow = [:]
         count = 0
     }
 
     /// Every stream, in no particular order (a copy: safe to change the table while iterating).
-    var all: [Stream] { values.compactMap { $0 } }
+    var all: [Stream] { allPairs.map(\.1) }
     var isEmpty: Bool { count == 0 }
+    /// The direct-mapped table's length (tests).
+    var slotCount: Int { keys.count }
 }
