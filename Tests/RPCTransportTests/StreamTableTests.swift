@@ -10,15 +10,12 @@ import Testing
         init(_ id: Int32) { self.id = id }
     }
 
-    /// A small deterministic generator (the test must replay the same way every run).
-    struct SplitMix {
-        var state: UInt64
+    /// Knuth's MMIX linear congruential sequence, high bits: a replayable order of operations.
+    struct Steps {
+        var x: UInt64
         mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
+            x = x &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            return x >> 17
         }
     }
 
@@ -32,7 +29,7 @@ import Testing
     @Test func increasingIdsWithLongLivedStreams() {
         var table = StreamTable<Box>(capacity: 8)
         var model: [Int32: Box] = [:]
-        var rng = SplitMix(state: 1)
+        var rng = Steps(x: 1)
         var next: Int32 = 1
         var live: [Int32] = []
         for round in 0..<20_000 {
@@ -59,7 +56,7 @@ import Testing
     @Test func idsThatCollideStayReachableAfterRemovals() {
         var table = StreamTable<Box>(capacity: 8)
         var model: [Int32: Box] = [:]
-        var rng = SplitMix(state: 7)
+        var rng = Steps(x: 7)
         // Ids whose home slots coincide (multiples of a large power of two, plus a little),
         // inserted and removed in random order, including removal of absent ids.
         for _ in 0..<50_000 {

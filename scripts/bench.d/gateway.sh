@@ -122,25 +122,19 @@ PYEOF
   # alternating rounds; per round the ratio of calls per second and the CPU per call of the
   # gateway plus its accounts-service (from /proc); medians over the rounds.
   ROUNDS_19=$([ $QUICK = 1 ] && echo 2 || echo 7)
-  "$PY" - "$ROUNDS_19" "${THROUGHPUT_ARGS[*]}" "$KEYS_BODY" "$GATEWAY_PORT_NM" "$GATEWAY_PID_NM" "$ACC_PID_NM" \
+  BENCH_D=$(dirname "${BASH_SOURCE[0]}") "$PY" - "$ROUNDS_19" "${THROUGHPUT_ARGS[*]}" "$KEYS_BODY" "$GATEWAY_PORT_NM" "$GATEWAY_PID_NM" "$ACC_PID_NM" \
     "$GATEWAY_PORT_TR" "$GATEWAY_PID_TR" "$ACC_PID_TR" <<'PYEOF' >&2
 import re, statistics, subprocess, sys, os
 rounds, args, body = int(sys.argv[1]), sys.argv[2].split(), sys.argv[3]
 pairs = {"off": sys.argv[4:7], "on": sys.argv[7:10]}
-hz = os.sysconf("SC_CLK_TCK")
+sys.path.insert(0, os.environ["BENCH_D"])
+from proc_cpu import ticks, micros_per_call
 n = int(args[args.index("-n") + 1])
-def ticks(pids):
-    total = 0
-    for pid in pids:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])
-    return total
 def run(port, pids):
     t0 = ticks(pids)
     out = subprocess.run(["h2load", "-t", "1", *args, f"http://127.0.0.1:{port}/accounts.v1.Accounts/GetSigningKeys", "-d", body,
                           "-H", "content-type: application/grpc", "-H", "te: trailers"], capture_output=True, text=True).stdout
-    cpu = (ticks(pids) - t0) / hz / n * 1e6
+    cpu = micros_per_call(t0, ticks(pids), n)
     ok = re.search(r"status codes: (\d+) 2xx", out)
     data = re.search(r"traffic: .*?\((\d+)\) data", out)
     rps = re.search(r"finished in [^,]+, ([\d.]+) req/s", out)
@@ -167,20 +161,14 @@ PYEOF
   if [ -n "$NGHTTPX_BIN" ]; then
     ROUNDS_18=$([ $QUICK = 1 ] && echo 2 || echo 5)
     NGHTTPX_PIDS="$NGHTTPX_PID $(pgrep -P "$NGHTTPX_PID" | tr '\n' ' ')"
-    "$PY" - "$ROUNDS_18" "${THROUGHPUT_ARGS[*]}" "$KEYS_BODY" "${PROFILE_BODY:-}" "${ACC_TOKEN:-}" "$ACC_PID" \
+    BENCH_D=$(dirname "${BASH_SOURCE[0]}") "$PY" - "$ROUNDS_18" "${THROUGHPUT_ARGS[*]}" "$KEYS_BODY" "${PROFILE_BODY:-}" "${ACC_TOKEN:-}" "$ACC_PID" \
       "$GATEWAY_PORT_B" "$GATEWAY_PID" "$NGHTTPX_PORT_B" "$NGHTTPX_PIDS" <<'PYEOF' >&2
 import re, statistics, subprocess, sys, os
 rounds, args, keys_body, profile_body, token, backend = int(sys.argv[1]), sys.argv[2].split(), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6]
 proxies = {"gateway": (sys.argv[7], sys.argv[8].split()), "nghttpx": (sys.argv[9], sys.argv[10].split())}
-hz = os.sysconf("SC_CLK_TCK")
+sys.path.insert(0, os.environ["BENCH_D"])
+from proc_cpu import ticks, micros_per_call
 n = int(args[args.index("-n") + 1])
-def ticks(pids):
-    total = 0
-    for pid in pids:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])
-    return total
 reads = [("public read", "/accounts.v1.Accounts/GetSigningKeys", keys_body, [], 32)]
 if profile_body and token:
     reads.append(("authenticated read", "/accounts.v1.Accounts/GetProfile", profile_body, ["-H", f"authorization: Bearer {token}"], 40))
@@ -188,7 +176,7 @@ def run(port, pids, path, body, extra, min_bytes):
     p0, b0 = ticks(pids), ticks([backend])
     out = subprocess.run(["h2load", "-t", "1", *args, f"http://127.0.0.1:{port}{path}", "-d", body,
                           "-H", "content-type: application/grpc", "-H", "te: trailers", *extra], capture_output=True, text=True).stdout
-    proxy, back = (ticks(pids) - p0) / hz / n * 1e6, (ticks([backend]) - b0) / hz / n * 1e6
+    proxy, back = micros_per_call(p0, ticks(pids), n), micros_per_call(b0, ticks([backend]), n)
     ok = re.search(r"status codes: (\d+) 2xx", out)
     data = re.search(r"traffic: .*?\((\d+)\) data", out)
     rps = re.search(r"finished in [^,]+, ([\d.]+) req/s", out)
