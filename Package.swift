@@ -116,6 +116,7 @@ let package = Package(
             name: "OTLPExport",
             dependencies: [
                 "Observability", "OTLPContracts", "RPCCore", "RPCTransport", "RPCTLS", "RPCProtobuf",
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ],

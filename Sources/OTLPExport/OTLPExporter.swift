@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import OTLPContracts
 import Observability
 import RPCCore
@@ -54,6 +55,10 @@ public final class OTLPExporter: SpanExporter {
     private let wake = DispatchSemaphore(value: 0)
     private let stopped = DispatchSemaphore(value: 0)
     private let dropped = TracingMetrics.spansDropped
+    /// Whether the last batch failed (only the sender thread touches it): a failure is logged
+    /// when it begins, with the collector's status, and again when exports work again, not per
+    /// batch.
+    private nonisolated(unsafe) var failing = false
 
     private struct State {
         var spans: [SpanRecord] = []
@@ -67,6 +72,10 @@ public final class OTLPExporter: SpanExporter {
     public static let retryable: Set<StatusCode> = [.unavailable, .deadlineExceeded, .resourceExhausted, .aborted]
 
     public init(configuration: Configuration, serviceName: String) {
+        var configuration = configuration
+        // A batch of none would never send, and a buffer smaller than a batch never fills one.
+        configuration.batch = max(1, configuration.batch)
+        configuration.capacity = max(configuration.batch, configuration.capacity)
         self.configuration = configuration
         var channel = ChannelConfiguration(host: configuration.host, port: configuration.port, tls: configuration.tls)
         // A collector that is down is noticed at once (connection refused) or within a second
@@ -74,6 +83,11 @@ public final class OTLPExporter: SpanExporter {
         channel.connectTimeout = .seconds(1)
         channel.initialBackoff = .milliseconds(100)
         channel.maxBackoff = .seconds(1)
+        // A collector that vanishes without closing the connection (its pod killed, its link
+        // cut) is found by a PING left unanswered while an Export waits, as peers are: not only
+        // after four timed-out tries of every batch until the kernel gives the connection up.
+        channel.keepaliveTime = .seconds(10)
+        channel.keepaliveTimeout = .seconds(5)
         self.channel = RPCChannel(configuration: channel)
         var r = Opentelemetry_Proto_Resource_V1_Resource()
         r.attributes = [Self.keyValue("service.name", .string(serviceName))]
@@ -133,13 +147,13 @@ public final class OTLPExporter: SpanExporter {
         guard first else { return }
         wake.signal()
         // The sender keeps to the deadline; the margin covers a call that ends late.
-        _ = stopped.wait(timeout: .now() + .nanoseconds(Self.nanoseconds(limit + .seconds(2))))
+        _ = stopped.wait(timeout: .now() + .nanoseconds((limit + .seconds(2)).wholeNanoseconds))
     }
 
     // MARK: Sending
 
     private func senderLoop() {
-        let interval = Self.nanoseconds(configuration.interval)
+        let interval = configuration.interval.wholeNanoseconds
         while true {
             _ = wake.wait(timeout: .now() + .nanoseconds(interval))
             let (waiters, stopping, pending) = state.withLock { s in
@@ -180,7 +194,13 @@ public final class OTLPExporter: SpanExporter {
     /// One batch: Export, tried again on a retryable status; the spans not accepted are counted.
     /// Once `shutdown()` has begun, every try keeps to its deadline (a batch on its way then too).
     private func send(_ spans: [SpanRecord]) {
+        // Past the shutdown's deadline the batch is dropped without being encoded.
+        if let deadline = state.withLock({ $0.deadline }), deadline <= .now {
+            dropped.increment(by: Int64(spans.count))
+            return
+        }
         let request = makeRequest(spans).serializedBytes()
+        var last = (code: StatusCode.ok, message: "")
         var backoff = configuration.initialBackoff
         for attempt in 1...max(1, configuration.attempts) {
             var timeout = configuration.timeout
@@ -191,7 +211,12 @@ public final class OTLPExporter: SpanExporter {
                 timeout = min(timeout, left)
             }
             let result = call(request, timeout: timeout)
+            last = (result.code, result.message)
             if result.code == .ok {
+                if failing {
+                    failing = false
+                    Self.logger.info("OTLP export to \(configuration.host):\(configuration.port) works again")
+                }
                 var rejected = 0
                 if let bytes = result.response,
                     let response = try? Opentelemetry_Proto_Collector_Trace_V1_ExportTraceServiceResponse(serializedBytes: bytes),
@@ -204,16 +229,24 @@ public final class OTLPExporter: SpanExporter {
             }
             guard Self.retryable.contains(result.code), attempt < configuration.attempts else { break }
             // Full jitter on the backoff, so that processes a collector dropped do not return together.
-            var pause = Duration.nanoseconds(Int64.random(in: 0...max(1, Int64(Self.nanoseconds(backoff)))))
+            var pause = Duration.nanoseconds(Int64.random(in: 0...max(1, Int64(backoff.wholeNanoseconds))))
             if let deadline { pause = min(pause, max(.zero, deadline - .now)) }
-            Thread.sleep(forTimeInterval: Double(Self.nanoseconds(pause)) / 1e9)
+            Thread.sleep(forTimeInterval: pause.inSeconds)
             backoff = min(backoff * 2, configuration.maxBackoff)
         }
         dropped.increment(by: Int64(spans.count))
+        if !failing {
+            failing = true
+            Self.logger.warning(
+                "OTLP export to \(configuration.host):\(configuration.port) failed: \(last.code.name): \(last.message); spans are dropped (counted in tracing_spans_dropped_total) until it works again"
+            )
+        }
     }
 
+    private static var logger: Logger { Logger(label: "otlp-exporter") }
+
     /// One unary Export without a task: the sender thread waits for it (never a traced call's).
-    private func call(_ request: [UInt8], timeout: Duration) -> (code: StatusCode, response: [UInt8]?) {
+    private func call(_ request: [UInt8], timeout: Duration) -> (code: StatusCode, message: String, response: [UInt8]?) {
         let call = ExportCall(request: request)
         channel.start(call, Opentelemetry_Proto_Collector_Trace_V1_TraceServiceMethods.export, options: CallOptions(timeout: timeout))
         // The call ends by its deadline (the margin only guards against one that never ends), or
@@ -223,23 +256,19 @@ public final class OTLPExporter: SpanExporter {
             let now = ContinuousClock.now
             if now >= end || state.withLock({ s in s.deadline.map { now >= $0 } ?? false }) {
                 call.cancel()
-                return (.deadlineExceeded, nil)
+                return (.deadlineExceeded, "no answer within \(timeout)", nil)
             }
         }
-        return call.result.withLock { $0 } ?? (.unknown, nil)
+        return call.result.withLock { $0 } ?? (.unknown, "no result", nil)
     }
 
     private final class ExportCall: PendingUnaryCall, @unchecked Sendable {
         let done = DispatchSemaphore(value: 0)
-        let result = Mutex<(code: StatusCode, response: [UInt8]?)?>(nil)
+        let result = Mutex<(code: StatusCode, message: String, response: [UInt8]?)?>(nil)
         override func completed(_ r: UnaryCallResult) {
-            result.withLock { $0 = (r.status.code, r.response) }
+            result.withLock { $0 = (r.status.code, r.status.message, r.response) }
             done.signal()
         }
-    }
-
-    static func nanoseconds(_ d: Duration) -> Int {
-        Int(d.components.seconds) * 1_000_000_000 + Int(d.components.attoseconds / 1_000_000_000)
     }
 
     // MARK: Spans as OTLP

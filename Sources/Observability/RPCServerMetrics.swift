@@ -45,19 +45,15 @@ public final class RPCServerMetrics: ServerCallObserver, Sendable {
         let slot = store.slot(of: call.method)
         store.shared.withLock { cells in
             cells.ended += 1
-            if let slot {
-                cells.add(call, at: slot)
-            } else if let method = call.method {
-                cells.addLate(call, method)
-            }
+            if let slot { cells.add(call, at: slot) }
         }
+        if slot == nil, let method = call.method { store.late.add(call, method) }
     }
 
     public func connection(opened: Bool) { store.connections.add(opened ? 1 : -1, ordering: .relaxed) }
 
-    /// Calls in flight and connections open on the servers this observes.
+    /// Calls in flight on the server this observes.
     public var callsInFlight: Int { store.totals().inFlight }
-    public var openConnections: Int { store.connections.load(ordering: .relaxed) }
 }
 
 /// The layout of one method's counts, the same in every set of cells.
@@ -76,7 +72,7 @@ enum CallCells {
     static let stride = sumNanoseconds + 1
 
     /// The latency buckets' upper bounds in nanoseconds.
-    static let bounds: [Int] = ProcessMetrics.latencyBuckets.map(\.nanoseconds)
+    static let bounds: [Int] = ProcessMetrics.latencyBuckets.map(\.wholeNanoseconds)
 
     @inline(__always)
     static func bucket(_ nanoseconds: Int) -> Int {
@@ -84,15 +80,6 @@ enum CallCells {
         let n = bounds.count
         while i < n && nanoseconds > bounds[i] { i += 1 }
         return i
-    }
-}
-
-extension Duration {
-    /// Whole nanoseconds (saturating past Int).
-    var nanoseconds: Int {
-        let (seconds, attoseconds) = components
-        let (ns, overflow) = Int(seconds).multipliedReportingOverflow(by: 1_000_000_000)
-        return overflow ? (seconds < 0 ? .min : .max) : ns &+ Int(attoseconds / 1_000_000_000)
     }
 }
 
@@ -201,7 +188,7 @@ final class LoopCounters: ServerCallObserver, @unchecked Sendable {
             bump(base + CallCells.sent, by: call.responseMessages)
             bump(base + CallCells.sentBytes, by: call.responseBytes)
         }
-        let ns = max(0, call.duration.nanoseconds)
+        let ns = max(0, call.duration.wholeNanoseconds)
         bump(base + CallCells.buckets + CallCells.bucket(ns))
         bump(base + CallCells.sumNanoseconds, by: ns)
     }
@@ -224,7 +211,6 @@ final class RPCCallStore: Sendable {
         var started = 0
         var ended = 0
         var cells: [Int] = []
-        var late: [RPCCallTotals.Key: [Int]] = [:]
 
         mutating func add(_ call: ServerCallRecord, at slot: Int) {
             let base = slot * CallCells.stride
@@ -232,13 +218,6 @@ final class RPCCallStore: Sendable {
                 cells += [Int](repeating: 0, count: base + CallCells.stride - cells.count)
             }
             cells.withUnsafeMutableBufferPointer { c in RPCCallTotals.add(call, into: c.baseAddress! + base) }
-        }
-
-        mutating func addLate(_ call: ServerCallRecord, _ method: MethodDescriptor) {
-            let key = RPCCallTotals.Key(service: method.service, method: method.method)
-            var c = late[key] ?? [Int](repeating: 0, count: CallCells.stride)
-            c.withUnsafeMutableBufferPointer { c in RPCCallTotals.add(call, into: c.baseAddress!) }
-            late[key] = c
         }
     }
 
@@ -299,7 +278,6 @@ final class RPCCallStore: Sendable {
                 let base = slot * CallCells.stride
                 t.add(keys[slot]) { i in s.cells[base + i] }
             }
-            for (key, c) in s.late { t.add(key) { i in c[i] } }
         }
         for (key, c) in late.cells.withLock({ $0 }) { t.add(key) { i in c[i] } }
         t.connections += connections.load(ordering: .relaxed)
@@ -330,7 +308,7 @@ public enum RPCCallTotals {
         c[CallCells.receivedBytes] += call.requestBytes
         c[CallCells.sent] += call.responseMessages
         c[CallCells.sentBytes] += call.responseBytes
-        let ns = max(0, call.duration.nanoseconds)
+        let ns = max(0, call.duration.wholeNanoseconds)
         c[CallCells.buckets + CallCells.bucket(ns)] += 1
         c[CallCells.sumNanoseconds] += ns
     }

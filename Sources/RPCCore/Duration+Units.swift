@@ -3,4 +3,11 @@ extension Duration {
     public var milliseconds: Int64 { components.seconds * 1000 + components.attoseconds / 1_000_000_000_000_000 }
     /// Seconds as a floating-point number (rates, backoff).
     public var inSeconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
+    /// Whole nanoseconds (truncated; saturating past `Int`): call durations counted in
+    /// integers, waits given to C and Dispatch.
+    public var wholeNanoseconds: Int {
+        let (seconds, attoseconds) = components
+        let (ns, overflow) = Int(seconds).multipliedReportingOverflow(by: 1_000_000_000)
+        return overflow ? (seconds < 0 ? .min : .max) : ns &+ Int(attoseconds / 1_000_000_000)
+    }
 }

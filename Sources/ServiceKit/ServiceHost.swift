@@ -165,6 +165,9 @@ public enum ServiceHost {
         config.threads = 1
         config.maxConnections = 64
         config.maxConcurrentStreams = 16
+        // It stops after the main server has drained; a probe's `Watch` stream never ends by
+        // itself, so a long grace here would only add to the pod's termination time.
+        config.shutdownGracePeriod = .milliseconds(500)
         return RPCServer(configuration: config, services: [health], logger: logger)
     }
 
@@ -293,7 +296,8 @@ struct ServerService: Service, CustomStringConvertible {
                 healthPort = try await healthServer.start()
             } catch {
                 await server.shutdownGracefully()
-                throw error
+                await healthServer.shutdownGracefully()
+                throw HealthPortError(message: "health port \(settings.host):\(healthServer.configuration.port): \(error)")
             }
         }
         bound.ports.withLock { $0 = (port, healthPort) }
@@ -308,6 +312,12 @@ struct ServerService: Service, CustomStringConvertible {
         await server.shutdownGracefully()
         await healthServer?.shutdownGracefully()
     }
+}
+
+/// The health-only listener could not start: which port, and why.
+struct HealthPortError: Error, CustomStringConvertible {
+    let message: String
+    var description: String { message }
 }
 
 /// A loop that runs until cancelled (outbox delivery, upkeep), cancelled on graceful shutdown.

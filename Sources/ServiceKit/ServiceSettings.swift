@@ -366,6 +366,11 @@ public struct Credentials: Sendable {
             value = text.trimmingCharacters(in: .whitespacesAndNewlines)
         }
         if let value {
+            // Sent as a header on every peer call: a byte a header cannot carry would be replaced
+            // on the way, and every call would then be refused with a credential that looks right.
+            guard value.utf8.allSatisfy({ $0 >= 0x21 && $0 <= 0x7E }) else {
+                throw ValidationError("\(variable) must be printable ASCII without spaces (it travels as a header value)")
+            }
             if let problem = Self.weakness(value), !development {
                 throw ValidationError(
                     "\(variable) \(problem): use at least \(Self.minimumLength) random characters "

@@ -18,6 +18,13 @@ struct GatewayCommand: AsyncParsableCommand {
     func run() async throws {
         let environment = ProcessInfo.processInfo.environment
         let settings = try ServiceSettings(name: "gateway", options: options, environment: environment, credentials: .gateway)
+        // The options are the services' (shared), but the gateway has no health-only listener:
+        // its probes use its own port, which kubelet can reach (no client certificate needed).
+        if let port = settings.healthPort {
+            throw ValidationError(
+                "the gateway has no health-only port (--health-port, GATEWAY_HEALTH_PORT or HEALTH_PORT is \(port)): probe its own port with the health service name 'gateway'"
+            )
+        }
         ServiceHost.bootstrapLogging(settings)
         // The spans still buffered are written however the gateway stops (a failed start throws).
         defer { ProcessTracing.shutdown() }

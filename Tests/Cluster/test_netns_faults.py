@@ -492,16 +492,21 @@ class Market:
         assert got == want, f"notifications {got} != acknowledged bids in order {want}"
 
 
-def social_unavailable_fast(c, market, label):
-    """Right after the fault: the first call to social through the gateway, then a second one."""
+def unavailable_fast(c, call, label, service):
+    """Right after the fault: the first call to `service` through the gateway, then a second one,
+    both UNAVAILABLE within the bound."""
     grpc = c.client.grpc
-    first, t_first = c.client.timed(c.client.notifications, market.alice)
-    second, t_second = c.client.timed(c.client.notifications, market.alice)
+    first, t_first = c.client.timed(call)
+    second, t_second = c.client.timed(call)
     FIGURES[f"{label}: first call UNAVAILABLE after"] = f"{t_first:.2f} s"
     FIGURES[f"{label}: next call after"] = f"{t_second:.2f} s"
-    print(f"\n{label}: first social call {first} in {t_first:.2f} s, next {second} in {t_second:.2f} s")
+    print(f"\n{label}: first {service} call {first} in {t_first:.2f} s, next {second} in {t_second:.2f} s")
     assert first == grpc.StatusCode.UNAVAILABLE and second == grpc.StatusCode.UNAVAILABLE, (first, second)
     assert t_first < UNAVAILABLE_BOUND and t_second < UNAVAILABLE_BOUND, (t_first, t_second)
+
+
+def social_unavailable_fast(c, market, label):
+    unavailable_fast(c, lambda: c.client.notifications(market.alice), label, "social")
 
 
 def only_social_down(c, market):
@@ -614,13 +619,7 @@ def test_link_down_for_finance(cluster):
     assert c.client.timed(balances)[0] == grpc.StatusCode.OK
     c.net.link("finance", False)
     try:
-        first, t_first = c.client.timed(balances)
-        second, t_second = c.client.timed(balances)
-        FIGURES["finance link down: first call UNAVAILABLE after"] = f"{t_first:.2f} s"
-        FIGURES["finance link down: next call after"] = f"{t_second:.2f} s"
-        print(f"\nfinance link down: first finance call {first} in {t_first:.2f} s, next {second} in {t_second:.2f} s")
-        assert first == grpc.StatusCode.UNAVAILABLE and second == grpc.StatusCode.UNAVAILABLE, (first, second)
-        assert t_first < UNAVAILABLE_BOUND and t_second < UNAVAILABLE_BOUND, (t_first, t_second)
+        unavailable_fast(c, balances, "finance link down", "finance")
         only_down(c, carol, "finance")
     finally:
         c.net.link("finance", True)

@@ -118,4 +118,26 @@ import Testing
         await expectFailure(.unavailable) { try await Self.health(after.client) }
         await after.close()
     }
+
+    /// A health port already taken: the service does not start, the error names that port (not
+    /// the bare bind error a clash on the main port gives too), and the main port is let go.
+    @Test func aHealthPortInUseFailsTheStartNamingIt() async throws {
+        let taken = try await RPCServer(
+            configuration: ServerConfiguration(host: "127.0.0.1", port: 0, tls: nil), services: [], logger: Logger(label: "taken")
+        ).startedForTest()
+        defer { Task { await taken.server.shutdownGracefully() } }
+        let settings = try PeerTLSTests.settings(
+            "accounts", ["SERVICE_TOKEN": TestCredentials.serviceToken, "GATEWAY_TOKEN": TestCredentials.gatewayToken],
+            ["--host", "127.0.0.1", "--port", "0", "--health-port", String(taken.port)])
+        var logger = Logger(label: "health-port-test")
+        logger.logLevel = .warning
+        let service = try ServiceHost.serverService(
+            settings: settings, services: [AuthTests.Probe()], descriptors: ContractsDescriptors.descriptorSet, keys: TestTokens().source,
+            logger: logger)
+        await #expect { try await service.run() } throws: { "\($0)".contains("health port 127.0.0.1:\(taken.port):") }
+    }
+}
+
+extension RPCServer {
+    fileprivate func startedForTest() async throws -> (server: RPCServer, port: Int) { (self, try await start()) }
 }

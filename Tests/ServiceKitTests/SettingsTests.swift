@@ -120,6 +120,14 @@ import Testing
         #expect {
             try settings(["SERVICE_TOKEN": Self.strongService, "GATEWAY_TOKEN": "short-secret"])
         } throws: { "\($0)".contains("too short") }
+        // A credential a header cannot carry is refused even for development: it would be
+        // replaced on the way and every peer call refused.
+        #expect {
+            try settings(["SERVICE_TOKEN": Self.strongService + "é", "GATEWAY_TOKEN": Self.strongGateway, "ALLOW_DEV_CREDENTIALS": "1"])
+        } throws: { "\($0)".contains("SERVICE_TOKEN must be printable ASCII") }
+        #expect {
+            try settings(["GATEWAY_TOKEN": "gw token with spaces in it, long enough"], as: .gateway)
+        } throws: { "\($0)".contains("GATEWAY_TOKEN must be printable ASCII") }
         // The development flag accepts them (compose's default, local runs).
         #expect(throws: Never.self) {
             try settings(["SERVICE_TOKEN": "change-me-in-production", "GATEWAY_TOKEN": "dev", "ALLOW_DEV_CREDENTIALS": "1"])

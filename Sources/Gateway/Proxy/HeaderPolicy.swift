@@ -40,11 +40,12 @@ public enum HeaderPolicy {
             !isStripped($0) && !(replacesTrace && ($0 == "traceparent" || $0 == "tracestate"))
         }
         // The gateway's own values go as trusted entries (the transport does not check them again
-        // on every call): an address from the socket, a token checked once (`isHeaderValue`), a
+        // on every call): an address from the socket, a token its caller checked once
+        // (`tokenChecked`, from `isHeaderValue`; unchecked, it is checked as any entry), a
         // traceparent the gateway formatted.
         out.add(trusted: "x-forwarded-for", clientAddress)
         if !gatewayToken.isEmpty {
-            if tokenChecked || isHeaderValue(gatewayToken) {
+            if tokenChecked {
                 out.add(trusted: CredentialCheck.gatewayTokenHeader, gatewayToken)
             } else {
                 out.add(lowercased: CredentialCheck.gatewayTokenHeader, .string(gatewayToken))

@@ -104,7 +104,7 @@ public final class SpanFileExporter: SpanExporter {
     }
 
     private func writerLoop() {
-        let timeoutNanos = Int(interval.components.seconds) * 1_000_000_000 + Int(interval.components.attoseconds / 1_000_000_000)
+        let timeoutNanos = interval.wholeNanoseconds
         // The batch taken and the room handed back are swapped, so neither regrows from empty.
         var batch: [SpanRecord] = []
         while true {

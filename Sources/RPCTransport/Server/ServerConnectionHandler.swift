@@ -661,7 +661,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         }
         // gRPC calls are observed from here (plain HTTP requests are the HTTP handler's).
         if let observer, stream.isGRPCContentType || !keepsRawHeaders {
-            stream.startedAt = MonotonicClock.nanoseconds()
+            stream.startedAt = NIODeadline.now().uptimeNanoseconds | 1  // 0: not observed
             observer.callStarted()
         }
         if stream.headersTooLarge {
@@ -999,7 +999,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         stream.startedAt = 0
         observer.callEnded(
             ServerCallRecord(
-                method: stream.target?.descriptor, code: code, duration: .nanoseconds(MonotonicClock.nanoseconds() &- started),
+                method: stream.target?.descriptor, code: code, duration: .nanoseconds(NIODeadline.now().uptimeNanoseconds &- started),
                 requestMessages: stream.requestMessages, requestBytes: stream.requestBytes,
                 responseMessages: stream.responseMessages, responseBytes: stream.responseBytes, peer: peer,
                 context: stream.context))

@@ -68,7 +68,8 @@ final class ServerStream: UnaryResponder, ResponseForwarder, @unchecked Sendable
 
     // The call.
     /// When the call's headers were accepted, while a `ServerCallObserver` waits for its end.
-    /// (`MonotonicClock.nanoseconds()`; 0: not observed, or already reported.)
+    /// (`NIODeadline.now().uptimeNanoseconds`, one vDSO `clock_gettime`; 0: not observed, or
+    /// already reported.)
     var startedAt: UInt64 = 0
     var requestMessages = 0
     var requestBytes = 0
