@@ -5,8 +5,10 @@
 ///
 /// A transport hook rather than an interceptor: it sees the calls no interceptor runs for
 /// (refused before routing, cancelled before the handler started), and costs no closure, task or
-/// allocation on the task-free unary path.
-public protocol ServerCallObserver: Sendable {
+/// allocation on the task-free unary path. Class-bound: the transport holds one per connection and
+/// copying the reference is a retain (an opaque existential's copy went through its value witness
+/// on every call).
+public protocol ServerCallObserver: AnyObject, Sendable {
     /// The server is about to serve these methods (once, before it accepts): build per-method
     /// state here so that `callEnded` finds it without hashing a path.
     func prepare(_ methods: [MethodDescriptor])
@@ -66,7 +68,7 @@ public struct ServerCallRecord: Sendable {
 }
 
 /// Several observers as one (metrics and the access log), told in order.
-public struct ServerCallObservers: ServerCallObserver {
+public final class ServerCallObservers: ServerCallObserver {
     public let observers: [any ServerCallObserver]
     public init(_ observers: [any ServerCallObserver]) { self.observers = observers }
 

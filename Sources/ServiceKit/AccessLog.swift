@@ -94,7 +94,7 @@ public struct AccessLog: Sendable {
 /// The access log as the transport's call observer: one line per call the server ends, whatever
 /// ended it (docs/observability.md). None when the logger's level hides info lines (the level is
 /// set once, at start): then the transport is not even told.
-public struct AccessLogObserver: ServerCallObserver {
+public final class AccessLogObserver: ServerCallObserver {
     public let log: AccessLog
     /// Whether calls have server spans whose ids the lines carry (the process traces); read once.
     let traced: Bool

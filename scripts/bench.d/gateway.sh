@@ -118,42 +118,14 @@ PYEOF
       "$KEYS_JSON" -H "content-type: application/json" -H "connect-protocol-version: 1"
   done
   # Issue 19's figure again, measured the way one-off rows cannot on a shared 2-core machine (one
-  # run varies by ±10%): the pair with metrics and tracing off and the pair with both on, in
-  # alternating rounds; per round the ratio of calls per second and the CPU per call of the
-  # gateway plus its accounts-service (from /proc); medians over the rounds.
-  ROUNDS_19=$([ $QUICK = 1 ] && echo 2 || echo 7)
-  BENCH_D=$(dirname "${BASH_SOURCE[0]}") "$PY" - "$ROUNDS_19" "${THROUGHPUT_ARGS[*]}" "$KEYS_BODY" "$GATEWAY_PORT_NM" "$GATEWAY_PID_NM" "$ACC_PID_NM" \
-    "$GATEWAY_PORT_TR" "$GATEWAY_PID_TR" "$ACC_PID_TR" <<'PYEOF' >&2
-import re, statistics, subprocess, sys, os
-rounds, args, body = int(sys.argv[1]), sys.argv[2].split(), sys.argv[3]
-pairs = {"off": sys.argv[4:7], "on": sys.argv[7:10]}
-sys.path.insert(0, os.environ["BENCH_D"])
-from proc_cpu import ticks, micros_per_call
-n = int(args[args.index("-n") + 1])
-def run(port, pids):
-    t0 = ticks(pids)
-    out = subprocess.run(["h2load", "-t", "1", *args, f"http://127.0.0.1:{port}/accounts.v1.Accounts/GetSigningKeys", "-d", body,
-                          "-H", "content-type: application/grpc", "-H", "te: trailers"], capture_output=True, text=True).stdout
-    cpu = micros_per_call(t0, ticks(pids), n)
-    ok = re.search(r"status codes: (\d+) 2xx", out)
-    data = re.search(r"traffic: .*?\((\d+)\) data", out)
-    rps = re.search(r"finished in [^,]+, ([\d.]+) req/s", out)
-    # gRPC errors are HTTP 200 too: a real answer carries the signing keys (> 32 bytes each).
-    if not (ok and data and rps and int(ok.group(1)) == n and int(data.group(1)) >= 32 * n):
-        sys.exit(f"bench: issue 19 rounds: port {port}: not {n} answers: {out[-500:]}")
-    return float(rps.group(1)), cpu
-ratios, cpus = [], {"off": [], "on": []}
-for r in range(rounds):
-    order = ["off", "on"] if r % 2 == 0 else ["on", "off"]
-    got = {k: run(pairs[k][0], pairs[k][1:]) for k in order}
-    ratios.append(got["on"][0] / got["off"][0])
-    for k in got: cpus[k].append(got[k][1])
-cost = 100 * (1 - statistics.median(ratios))
-off, on = statistics.median(cpus["off"]), statistics.median(cpus["on"])
-print(f"bench: issue 19, {rounds} alternating rounds: metrics on and tracing at 1% against both off, gateway and accounts: "
-      f"{cost:.1f}% fewer calls per second (median; rounds {min(ratios):.3f}-{max(ratios):.3f}x), CPU per call "
-      f"{off:.2f} -> {on:.2f} µs (+{100 * (on / off - 1):.1f}%) (goal <= 5% fewer: {'met' if cost <= 5 else 'NOT met'})")
-PYEOF
+  # run varies by ±10%, and two processes configured alike differ by as much for their whole life):
+  # epochs of fresh pairs (metrics and tracing off, the same again as a control, both on), rounds
+  # rotated within each; the median ratio of calls per second and CPU per call, and the control's
+  # figure as the run's noise floor (fresh_pairs.py).
+  EPOCHS_19=$([ $QUICK = 1 ] && echo "2 1 20000" || echo "12 3 60000")
+  SERVICE_TOKEN=$BENCH_SERVICE_TOKEN GATEWAY_TOKEN=$BENCH_GATEWAY_TOKEN \
+    "$PY" "$(dirname "${BASH_SOURCE[0]}")/fresh_pairs.py" $EPOCHS_19 "$KEYS_BODY" "$GW_BIN" \
+    "${ACC_BIN:-$ROOT/.build/release/accounts-service}" "$WORK" >&2
   # Issue 18's figure the same way: the gateway and nghttpx in front of the same accounts-service
   # in alternating rounds, per round the ratio of calls per second and each proxy's CPU per call;
   # that CPU divided by the accounts-service's in the same round is what repeats on this machine

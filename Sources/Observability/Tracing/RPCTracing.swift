@@ -47,10 +47,12 @@ public enum RPCTracing {
     /// Whether a call is one the gateway relayed without a `traceparent`, which a service does
     /// not trace (`startServiceCall`); one pass over the headers, no string made.
     public static func isUnsampledRelay(_ metadata: Metadata) -> Bool {
+        // By index, keys only: a `for e in entries` copies each entry, retaining its value.
+        let entries = metadata.entries
         var relayed = false
-        for e in metadata.entries {
-            if e.key == "traceparent" { return false }
-            if e.key == gatewayTokenKey { relayed = true }
+        for i in entries.indices {
+            if entries[i].key == "traceparent" { return false }
+            if entries[i].key == gatewayTokenKey { relayed = true }
         }
         return relayed
     }
