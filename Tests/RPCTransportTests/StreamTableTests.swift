@@ -22,7 +22,11 @@ import Testing
     func check(_ table: StreamTable<Box>, _ model: [Int32: Box], probes: [Int32]) {
         #expect(table.count == model.count)
         #expect(table.isEmpty == model.isEmpty)
-        for id in probes { #expect(table[id] === model[id], "id \(id)") }
+        for id in probes {
+            #expect(table[id] === model[id], "id \(id)")
+            // The unretained lookup finds the same stream (or none), in the table or its overflow.
+            #expect(table.unretained(id)?.takeUnretainedValue() === model[id], "unretained id \(id)")
+        }
         #expect(Set(table.all.map(\.id)) == Set(model.keys))
     }
 

@@ -503,7 +503,14 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         _ frame: UnsafePointer<nghttp2_frame>, _ name: UnsafePointer<UInt8>, _ nameLen: Int,
         _ value: UnsafePointer<UInt8>, _ valueLen: Int
     ) -> Int32 {
-        guard let s = streams[frame.pointee.hd.stream_id] else { return 0 }
+        // Not retained (several headers per call): a header removes no stream, and keeps none.
+        guard let s = streams.unretained(frame.pointee.hd.stream_id) else { return 0 }
+        return s._withUnsafeGuaranteedRef { onHeader($0, name, nameLen, value, valueLen) }
+    }
+
+    private func onHeader(
+        _ s: ClientStreamState, _ name: UnsafePointer<UInt8>, _ nameLen: Int, _ value: UnsafePointer<UInt8>, _ valueLen: Int
+    ) -> Int32 {
         let nameBytes = UnsafeRawBufferPointer(start: name, count: nameLen)
         let valueBytes = UnsafeRawBufferPointer(start: value, count: valueLen)
         switch HeaderName.classify(nameBytes) {

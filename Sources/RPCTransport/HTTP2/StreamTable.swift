@@ -55,6 +55,20 @@ struct StreamTable<Stream: AnyObject> {
         }
     }
 
+    /// The stream of `id`, not retained: for a callback that runs often, neither removes a
+    /// stream nor keeps the reference past its return (a header: a dozen per relayed call), used
+    /// through `Unmanaged._withUnsafeGuaranteedRef`. The table holds the stream meanwhile.
+    @inline(__always)
+    func unretained(_ id: Int32) -> Unmanaged<Stream>? {
+        let i = slot(id)
+        if keys[i] == id, id != 0 {
+            guard let s = values[i] else { return nil }
+            return Unmanaged.passUnretained(s)
+        }
+        guard !overflow.isEmpty, let s = overflow[id] else { return nil }
+        return Unmanaged.passUnretained(s)
+    }
+
     @discardableResult
     mutating func removeValue(forKey id: Int32) -> Stream? {
         let i = slot(id)

@@ -362,7 +362,15 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         _ frame: UnsafePointer<nghttp2_frame>, _ name: UnsafePointer<UInt8>, _ nameLen: Int,
         _ value: UnsafePointer<UInt8>, _ valueLen: Int
     ) -> Int32 {
-        guard let stream = streams[frame.pointee.hd.stream_id], stream.phase == .receivingHeaders else { return 0 }
+        // Not retained (a dozen headers per call): a header removes no stream, and keeps none.
+        guard let stream = streams.unretained(frame.pointee.hd.stream_id) else { return 0 }
+        return stream._withUnsafeGuaranteedRef { onHeader($0, name, nameLen, value, valueLen) }
+    }
+
+    private func onHeader(
+        _ stream: ServerStream, _ name: UnsafePointer<UInt8>, _ nameLen: Int, _ value: UnsafePointer<UInt8>, _ valueLen: Int
+    ) -> Int32 {
+        guard stream.phase == .receivingHeaders else { return 0 }
         stream.headerListSize += nameLen + valueLen + 32
         if stream.headerListSize > shared.configuration.maxHeaderListSize {
             stream.headersTooLarge = true
