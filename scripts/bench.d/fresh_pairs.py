@@ -15,15 +15,11 @@ connection, memory layout), so pairs started once measure their luck. `control` 
 run's own noise floor: what the figure would say if metrics and tracing cost nothing.
 """
 import os
-import re
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
-import time
 
-from proc_cpu import nanoseconds
+from bench_procs import h2load, nanoseconds, start, stop, free_port
 
 epochs, rounds, calls = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 body, gateway_bin, accounts_bin, work = sys.argv[4:8]
@@ -40,57 +36,25 @@ PARTS = {
 env = dict(os.environ)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port, proc, log):
-    for _ in range(600):
-        if proc.poll() is not None:
-            sys.exit(f"bench: issue 19 epochs: a process exited: {open(log).read()[-500:]}")
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    sys.exit(f"bench: issue 19 epochs: port {port} never opened")
-
-
 def start_pair(name, epoch):
     d = f"{work}/pairs/{epoch}-{name}"
     os.makedirs(f"{d}/accounts")
     os.makedirs(f"{d}/gateway")
     extra = {k: v.format(dir=d) for k, v in CONFIGS[name].items()}
     acc_port, gw_port = free_port(), free_port()
-    acc = subprocess.Popen(
-        [accounts_bin, "--host", "127.0.0.1", "--port", str(acc_port), "--data-dir", f"{d}/accounts"],
-        env=dict(env, LOG_LEVEL="info", ACCESS_LOG="off", **extra), stdout=open(f"{d}/accounts.log", "w"), stderr=subprocess.STDOUT)
-    wait_port(acc_port, acc, f"{d}/accounts.log")
-    gw = subprocess.Popen(
-        [gateway_bin, "--host", "127.0.0.1", "--port", str(gw_port)],
-        env=dict(env, LOG_LEVEL="warning", DATA_DIR=f"{d}/gateway", ACCOUNTS_ADDR=f"127.0.0.1:{acc_port}", GATEWAY_UPSTREAMS="accounts",
-                 GATEWAY_ADDRESS_RATE="0", GATEWAY_USER_RATE="0", **extra),
-        stdout=open(f"{d}/gateway.log", "w"), stderr=subprocess.STDOUT)
-    wait_port(gw_port, gw, f"{d}/gateway.log")
+    acc = start([accounts_bin, "--host", "127.0.0.1", "--port", str(acc_port), "--data-dir", f"{d}/accounts"],
+                dict(env, LOG_LEVEL="info", ACCESS_LOG="off", **extra), f"{d}/accounts.log", acc_port, "issue 19 epochs")
+    gw = start([gateway_bin, "--host", "127.0.0.1", "--port", str(gw_port)],
+               dict(env, LOG_LEVEL="warning", DATA_DIR=f"{d}/gateway", ACCOUNTS_ADDR=f"127.0.0.1:{acc_port}", GATEWAY_UPSTREAMS="accounts",
+                    GATEWAY_ADDRESS_RATE="0", GATEWAY_USER_RATE="0", **extra), f"{d}/gateway.log", gw_port, "issue 19 epochs")
     return gw_port, [gw, acc]
 
 
 def run(port, procs, n):
     pids = [p.pid for p in procs]
     before = nanoseconds(pids)
-    out = subprocess.run(
-        ["h2load", "-t", "1", "-c", "4", "-m", "32", "-n", str(n), f"http://127.0.0.1:{port}/accounts.v1.Accounts/GetSigningKeys", "-d", body,
-         "-H", "content-type: application/grpc", "-H", "te: trailers"], capture_output=True, text=True).stdout
-    cpu = (nanoseconds(pids) - before) / n / 1000
-    ok = re.search(r"status codes: (\d+) 2xx", out)
-    data = re.search(r"traffic: .*?\((\d+)\) data", out)
-    rps = re.search(r"finished in [^,]+, ([\d.]+) req/s", out)
-    # gRPC errors are HTTP 200 too: a real answer carries the signing keys (> 32 bytes each).
-    if not (ok and data and rps and int(ok.group(1)) == n and int(data.group(1)) >= 32 * n):
-        sys.exit(f"bench: issue 19 epochs: port {port}: not {n} answers: {out[-500:]}")
-    return float(rps.group(1)), cpu
+    rps = h2load(port, "/accounts.v1.Accounts/GetSigningKeys", body, n, [], 32, "issue 19 epochs")
+    return rps, (nanoseconds(pids) - before) / n / 1000
 
 
 CONFIGS.update(PARTS)
@@ -117,12 +81,7 @@ for epoch in range(epochs):
             for k in names:
                 cpu[k].append(got[k][1])
     finally:
-        for _, procs in pairs.values():
-            for p in procs:
-                p.terminate()
-        for _, procs in pairs.values():
-            for p in procs:
-                p.wait()
+        stop([p for _, procs in pairs.values() for p in procs])
 m = statistics.median
 if names != ["off", "control", "on"]:
     for k in names[1:]:

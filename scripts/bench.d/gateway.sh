@@ -126,51 +126,15 @@ PYEOF
   SERVICE_TOKEN=$BENCH_SERVICE_TOKEN GATEWAY_TOKEN=$BENCH_GATEWAY_TOKEN \
     "$PY" "$(dirname "${BASH_SOURCE[0]}")/fresh_pairs.py" $EPOCHS_19 "$KEYS_BODY" "$GW_BIN" \
     "${ACC_BIN:-$ROOT/.build/release/accounts-service}" "$WORK" >&2
-  # Issue 18's figure the same way: the gateway and nghttpx in front of the same accounts-service
-  # in alternating rounds, per round the ratio of calls per second and each proxy's CPU per call;
-  # that CPU divided by the accounts-service's in the same round is what repeats on this machine
-  # (the host moves every process's CPU per call by up to 40% between rounds; it moves both alike).
+  # Issue 18's figure the same way: the gateway and nghttpx, started afresh each epoch, in front of
+  # the same accounts-service, in alternating rounds; per round the ratio of calls per second and
+  # each proxy's CPU per call; that CPU divided by the accounts-service's in the same round is what
+  # repeats on this machine (the host moves every process's CPU per call by up to 40% between
+  # rounds; it moves both alike) (fresh_proxies.py).
   if [ -n "$NGHTTPX_BIN" ]; then
-    ROUNDS_18=$([ $QUICK = 1 ] && echo 2 || echo 5)
-    NGHTTPX_PIDS="$NGHTTPX_PID $(pgrep -P "$NGHTTPX_PID" | tr '\n' ' ')"
-    BENCH_D=$(dirname "${BASH_SOURCE[0]}") "$PY" - "$ROUNDS_18" "${THROUGHPUT_ARGS[*]}" "$KEYS_BODY" "${PROFILE_BODY:-}" "${ACC_TOKEN:-}" "$ACC_PID" \
-      "$GATEWAY_PORT_B" "$GATEWAY_PID" "$NGHTTPX_PORT_B" "$NGHTTPX_PIDS" <<'PYEOF' >&2
-import re, statistics, subprocess, sys, os
-rounds, args, keys_body, profile_body, token, backend = int(sys.argv[1]), sys.argv[2].split(), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6]
-proxies = {"gateway": (sys.argv[7], sys.argv[8].split()), "nghttpx": (sys.argv[9], sys.argv[10].split())}
-sys.path.insert(0, os.environ["BENCH_D"])
-from proc_cpu import ticks, micros_per_call
-n = int(args[args.index("-n") + 1])
-reads = [("public read", "/accounts.v1.Accounts/GetSigningKeys", keys_body, [], 32)]
-if profile_body and token:
-    reads.append(("authenticated read", "/accounts.v1.Accounts/GetProfile", profile_body, ["-H", f"authorization: Bearer {token}"], 40))
-def run(port, pids, path, body, extra, min_bytes):
-    p0, b0 = ticks(pids), ticks([backend])
-    out = subprocess.run(["h2load", "-t", "1", *args, f"http://127.0.0.1:{port}{path}", "-d", body,
-                          "-H", "content-type: application/grpc", "-H", "te: trailers", *extra], capture_output=True, text=True).stdout
-    proxy, back = micros_per_call(p0, ticks(pids), n), micros_per_call(b0, ticks([backend]), n)
-    ok = re.search(r"status codes: (\d+) 2xx", out)
-    data = re.search(r"traffic: .*?\((\d+)\) data", out)
-    rps = re.search(r"finished in [^,]+, ([\d.]+) req/s", out)
-    if not (ok and data and rps and int(ok.group(1)) == n and int(data.group(1)) >= min_bytes * n):
-        sys.exit(f"bench: issue 18 rounds: port {port}: not {n} answers: {out[-500:]}")
-    return float(rps.group(1)), proxy, back
-for label, path, body, extra, min_bytes in reads:
-    ratios, cpu, rel = [], {"gateway": [], "nghttpx": []}, {"gateway": [], "nghttpx": []}
-    for r in range(rounds):
-        order = ["gateway", "nghttpx"] if r % 2 == 0 else ["nghttpx", "gateway"]
-        got = {k: run(*proxies[k], path, body, extra, min_bytes) for k in order}
-        ratios.append(got["gateway"][0] / got["nghttpx"][0])
-        for k in got:
-            cpu[k].append(got[k][1])
-            rel[k].append(got[k][1] / got[k][2])
-    m = statistics.median
-    print(f"bench: issue 18, {rounds} alternating rounds, {label}: gateway {m(ratios):.2f}x nghttpx's calls per second "
-          f"(median; rounds {min(ratios):.2f}-{max(ratios):.2f}x); CPU per relayed call gateway {m(cpu['gateway']):.2f} µs, "
-          f"nghttpx {m(cpu['nghttpx']):.2f} µs; per accounts-service call in the same round gateway {m(rel['gateway']):.3f}, "
-          f"nghttpx {m(rel['nghttpx']):.3f} (gateway {m(rel['gateway']) / m(rel['nghttpx']):.2f}x nghttpx's CPU) "
-          f"(goal >= 1.0x calls per second: {'met' if m(ratios) >= 1.0 else 'NOT met'})")
-PYEOF
+    EPOCHS_18=$([ $QUICK = 1 ] && echo "2 1 20000" || echo "8 2 60000")
+    GATEWAY_TOKEN=$BENCH_GATEWAY_TOKEN "$PY" "$(dirname "${BASH_SOURCE[0]}")/fresh_proxies.py" $EPOCHS_18 "$GW_BIN" "$NGHTTPX_BIN" \
+      "$ACC_PORT" "$ACC_PID" "$KEYS_BODY" ${PROFILE_BODY:+"$PROFILE_BODY" "$ACC_TOKEN"} "$WORK" >&2
   fi
   rss_row "gateway after load" "$GATEWAY_PID"
   # The gateway's cost, from the rows just measured.
