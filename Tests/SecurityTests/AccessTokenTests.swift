@@ -105,6 +105,28 @@ import Testing
         #expect(throws: AccessTokenError.self) { try verifier.verify(String(decoding: bytes, as: UTF8.self), now: Self.now) }
     }
 
+    /// The cache hashes a token on its length and last 32 bytes (its signature's tail): tokens that
+    /// share them are still told apart by the whole string. A forged token carrying a cached
+    /// token's signature, with other claims of the same length, is verified in full and refused;
+    /// the cached one still answers from the cache.
+    @Test func tokensSharingTheCachedOnesSignatureAreVerifiedInFull() throws {
+        let verifier = AccessTokenVerifier(keys: Self.keys, leeway: 0)
+        let token = AccessToken.sign(Self.claims(), with: Self.pair)
+        _ = try verifier.verify(token, now: Self.now)
+        let parts = token.split(separator: ".").map(String.init)
+        // Same length, same signature: another user id of the same length in the claims.
+        let forgedClaims = AccessTokenClaims(
+            userID: "u-43", sessionID: "s-7", expiresAt: Self.now + 900, issuedAt: Self.now, keyID: Self.kid, kind: .user)
+        let forgedPayload = AccessToken.sign(forgedClaims, with: Self.pair).split(separator: ".")[1]
+        let forged = "\(parts[0]).\(forgedPayload).\(parts[2])"
+        #expect(forged.utf8.count == token.utf8.count && forged != token)
+        #expect(forged.utf8.suffix(32).elementsEqual(token.utf8.suffix(32)))
+        #expect(throws: AccessTokenError.self) { try verifier.verify(forged, now: Self.now) }
+        #expect(try verifier.verify(token, now: Self.now) == Self.claims())
+        #expect(AccessTokenVerifier.TokenKey(token: forged).hashValue == AccessTokenVerifier.TokenKey(token: token).hashValue)
+        #expect(AccessTokenVerifier.TokenKey(token: forged) != AccessTokenVerifier.TokenKey(token: token))
+    }
+
     /// Prints the figures; asserts nothing about them (timing belongs in benchmarks).
     @Test func verificationCost() throws {
         let token = AccessToken.sign(Self.claims(), with: Self.pair)
