@@ -200,7 +200,7 @@ public final class OTLPExporter: SpanExporter {
             return
         }
         let request = makeRequest(spans).serializedBytes()
-        var last = (code: StatusCode.ok, message: "")
+        var last: (code: StatusCode, message: String)? = nil
         var backoff = configuration.initialBackoff
         for attempt in 1...max(1, configuration.attempts) {
             var timeout = configuration.timeout
@@ -238,11 +238,13 @@ public final class OTLPExporter: SpanExporter {
         if !failing {
             failing = true
             Self.logger.warning(
-                "OTLP export to \(configuration.host):\(configuration.port) failed: \(last.code.name): \(last.message); spans are dropped (counted in tracing_spans_dropped_total) until it works again"
+                "OTLP export to \(configuration.host):\(configuration.port) failed: \(last.map { "\($0.code.name): \($0.message)" } ?? "the shutdown deadline passed before a try"); spans are dropped (counted in tracing_spans_dropped_total) until it works again"
             )
         }
     }
 
+    /// Made when used (rarely: a failure or a recovery), so never before logging is bootstrapped
+    /// (the exporter is made before it).
     private static var logger: Logger { Logger(label: "otlp-exporter") }
 
     /// One unary Export without a task: the sender thread waits for it (never a traced call's).

@@ -164,7 +164,7 @@ public enum CredentialCheck {
         case .publicAnonymous:
             return nil
         case .publicAuthenticated:
-            if open.contains(method.service) || hasBearer(metadata) { return nil }
+            if hasBearer(metadata) || open.contains(method.service) { return nil }  // the common case first: no hashing
             if serviceCredential && metadata.first(lowercased: serviceTokenHeader) != nil { return nil }
             return RPCError(.unauthenticated, "\(method.path) needs 'authorization: Bearer <access token>'")
         case .internal:

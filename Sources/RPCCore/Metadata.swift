@@ -63,6 +63,11 @@ public struct Metadata: Sendable, Hashable, Sequence, CustomStringConvertible {
         entries.append((key, .string(value)))
     }
 
+    /// Whether `value` can be sent as a text header as it is: printable ASCII (gRPC's ASCII-Value).
+    public static func isTextValue(_ value: String) -> Bool {
+        value.utf8.allSatisfy { $0 >= 0x20 && $0 <= 0x7E }
+    }
+
     /// Whether the entry at `index` was added with `add(trusted:_:)`.
     @inline(__always)
     public func isTrusted(_ index: Int) -> Bool { index < 64 && trusted & (1 << UInt64(index)) != 0 }

@@ -297,7 +297,7 @@ struct ServerService: Service, CustomStringConvertible {
             } catch {
                 await server.shutdownGracefully()
                 await healthServer.shutdownGracefully()
-                throw HealthPortError(message: "health port \(settings.host):\(healthServer.configuration.port): \(error)")
+                throw error  // `ListenError`: the health port's address
             }
         }
         bound.ports.withLock { $0 = (port, healthPort) }
@@ -312,12 +312,6 @@ struct ServerService: Service, CustomStringConvertible {
         await server.shutdownGracefully()
         await healthServer?.shutdownGracefully()
     }
-}
-
-/// The health-only listener could not start: which port, and why.
-struct HealthPortError: Error, CustomStringConvertible {
-    let message: String
-    var description: String { message }
 }
 
 /// A loop that runs until cancelled (outbox delivery, upkeep), cancelled on graceful shutdown.

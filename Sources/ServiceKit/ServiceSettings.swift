@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Observability
+import RPCCore
 import RPCTLS
 import RPCTransport
 import Security
@@ -66,7 +67,7 @@ public struct ServiceSettings: Sendable {
     public var name: String
     public var host: String
     public var port: Int
-    /// `--health-port`, `<SERVICE>_HEALTH_PORT`, else `HEALTH_PORT` (nil, the default: off): a
+    /// `--health-port`, `<SERVICE>_HEALTH_PORT`, else (services only) `HEALTH_PORT` (nil, the default: off): a
     /// second listener on `host` that serves only `grpc.health.v1.Health` (Check and Watch, the
     /// same statuses as the main port), plaintext h2c and without credentials, for kubelet's
     /// native gRPC probe, which cannot present a client certificate to a mutual-TLS port. 0 picks
@@ -135,7 +136,10 @@ public struct ServiceSettings: Sendable {
             throw ValidationError("no port for \(name): pass --port or set \(Settings.variable("\(name).port"))")
         }
         self.port = port
-        healthPort = try settings.int("\(name).health.port", range: 0...65535) ?? settings.int("health.port", range: 0...65535)
+        // The shared `HEALTH_PORT` is the services' (a common environment may set it for all): the
+        // gateway, which has no health-only listener, reads only its own name (and refuses it).
+        let sharedHealthPort = credentials == .gateway ? nil : try settings.int("health.port", range: 0...65535)
+        healthPort = try settings.int("\(name).health.port", range: 0...65535) ?? sharedHealthPort
         if let healthPort, healthPort != 0, healthPort == port {
             throw ValidationError("the health port (\(healthPort)) must differ from the service's port")
         }
@@ -368,7 +372,7 @@ public struct Credentials: Sendable {
         if let value {
             // Sent as a header on every peer call: a byte a header cannot carry would be replaced
             // on the way, and every call would then be refused with a credential that looks right.
-            guard value.utf8.allSatisfy({ $0 >= 0x21 && $0 <= 0x7E }) else {
+            guard Metadata.isTextValue(value), !value.utf8.contains(UInt8(ascii: " ")) else {
                 throw ValidationError("\(variable) must be printable ASCII without spaces (it travels as a header value)")
             }
             if let problem = Self.weakness(value), !development {

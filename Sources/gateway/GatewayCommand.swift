@@ -22,7 +22,7 @@ struct GatewayCommand: AsyncParsableCommand {
         // its probes use its own port, which kubelet can reach (no client certificate needed).
         if let port = settings.healthPort {
             throw ValidationError(
-                "the gateway has no health-only port (--health-port, GATEWAY_HEALTH_PORT or HEALTH_PORT is \(port)): probe its own port with the health service name 'gateway'"
+                "the gateway has no health-only port (--health-port or GATEWAY_HEALTH_PORT is \(port)): probe its own port with the health service name 'gateway'"
             )
         }
         ServiceHost.bootstrapLogging(settings)

@@ -27,6 +27,15 @@ import Testing
         #expect(try PeerTLSTests.settings("accounts", ["HEALTH_PORT": "9113"]).healthPort == 9113)
         #expect(try PeerTLSTests.settings("accounts", ["HEALTH_PORT": "9113"], ["--health-port", "9114"]).healthPort == 9114)
         #expect(throws: (any Error).self) { try PeerTLSTests.settings("accounts", ["HEALTH_PORT": "x"]) }
+        // The shared HEALTH_PORT is the services': the gateway (no health-only listener) ignores it,
+        // and only its own name reaches it (which GatewayCommand refuses).
+        func gateway(_ env: [String: String]) throws -> ServiceSettings {
+            try ServiceSettings(
+                name: "gateway", options: try ServiceOptions.parse([]), environment: env.merging(["ALLOW_DEV_CREDENTIALS": "1"]) { a, _ in a },
+                credentials: .gateway)
+        }
+        #expect(try gateway(["HEALTH_PORT": "9113"]).healthPort == nil)
+        #expect(try gateway(["GATEWAY_HEALTH_PORT": "9115"]).healthPort == 9115)
         #expect(throws: (any Error).self) { try PeerTLSTests.settings("accounts", [:], ["--port", "9101", "--health-port", "9101"]) }
     }
 
@@ -119,13 +128,12 @@ import Testing
         await after.close()
     }
 
-    /// A health port already taken: the service does not start, the error names that port (not
-    /// the bare bind error a clash on the main port gives too), and the main port is let go.
+    /// A health port already taken: the service does not start, and the error names that port
+    /// (`ListenError`, as for any listener: the bind error alone names no address).
     @Test func aHealthPortInUseFailsTheStartNamingIt() async throws {
         let taken = try await RPCServer(
             configuration: ServerConfiguration(host: "127.0.0.1", port: 0, tls: nil), services: [], logger: Logger(label: "taken")
         ).startedForTest()
-        defer { Task { await taken.server.shutdownGracefully() } }
         let settings = try PeerTLSTests.settings(
             "accounts", ["SERVICE_TOKEN": TestCredentials.serviceToken, "GATEWAY_TOKEN": TestCredentials.gatewayToken],
             ["--host", "127.0.0.1", "--port", "0", "--health-port", String(taken.port)])
@@ -134,7 +142,8 @@ import Testing
         let service = try ServiceHost.serverService(
             settings: settings, services: [AuthTests.Probe()], descriptors: ContractsDescriptors.descriptorSet, keys: TestTokens().source,
             logger: logger)
-        await #expect { try await service.run() } throws: { "\($0)".contains("health port 127.0.0.1:\(taken.port):") }
+        await #expect { try await service.run() } throws: { "\($0)".contains("cannot listen on 127.0.0.1:\(taken.port):") }
+        await taken.server.shutdownGracefully()
     }
 }
 

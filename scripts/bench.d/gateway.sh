@@ -62,7 +62,6 @@ else
     start_bg nghttpx "$NGHTTPX_BIN" --conf=/dev/null "--frontend=127.0.0.1,$NGHTTPX_PORT_B;no-tls" \
       "--backend=127.0.0.1,$ACC_PORT;;proto=h2" "--workers=$(nproc)" --no-ocsp \
       --errorlog-file="$WORK/nghttpx-error.log"
-    NGHTTPX_PID=$BG_PID
     if wait_port "$NGHTTPX_PORT_B"; then
       PORTS_B+=("$NGHTTPX_PORT_B")
     else

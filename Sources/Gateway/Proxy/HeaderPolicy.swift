@@ -41,7 +41,7 @@ public enum HeaderPolicy {
         }
         // The gateway's own values go as trusted entries (the transport does not check them again
         // on every call): an address from the socket, a token its caller checked once
-        // (`tokenChecked`, from `isHeaderValue`; unchecked, it is checked as any entry), a
+        // (`tokenChecked`, from `Metadata.isTextValue`; unchecked, it is checked as any entry), a
         // traceparent the gateway formatted.
         out.add(trusted: "x-forwarded-for", clientAddress)
         if !gatewayToken.isEmpty {
@@ -56,10 +56,5 @@ public enum HeaderPolicy {
             if let state = trace.traceState { out.add(lowercased: "tracestate", .string(state)) }
         }
         return out
-    }
-
-    /// A header value sent as it is: printable ASCII only.
-    public static func isHeaderValue(_ value: String) -> Bool {
-        value.utf8.allSatisfy { $0 >= 0x20 && $0 <= 0x7E }
     }
 }

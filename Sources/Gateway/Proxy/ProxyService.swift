@@ -40,7 +40,7 @@ struct Proxy: Sendable {
         self.maxDeadline = maxDeadline
         self.maxStreamDeadline = maxStreamDeadline
         self.tracer = tracer
-        self.tokenIsHeaderValue = HeaderPolicy.isHeaderValue(gatewayToken)
+        self.tokenIsHeaderValue = Metadata.isTextValue(gatewayToken)
     }
 
     func handler(for method: MethodDescriptor) -> RawHandler {

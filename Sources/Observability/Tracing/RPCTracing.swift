@@ -28,14 +28,20 @@ public enum RPCTracing {
         var state: String? = nil
         var states: [String] = []
         var relayed = false
-        for e in metadata.entries {
-            guard case .string(let value) = e.value else { continue }
-            if e.key == "traceparent" {
-                if parent == nil { parent = value }
-            } else if e.key == "tracestate" {
-                if state == nil { state = value } else { states.append(value) }
-            } else if e.key == gatewayTokenKey {
+        // By index, keys first: a `for e in entries` copies (retains) every entry's value, and
+        // this runs on every call the gateway relays while it traces.
+        let entries = metadata.entries
+        for i in entries.indices {
+            let key = entries[i].key
+            if key == gatewayTokenKey {
                 relayed = true
+                continue
+            }
+            guard key == "traceparent" || key == "tracestate", case .string(let value) = entries[i].value else { continue }
+            if key == "traceparent" {
+                if parent == nil { parent = value }
+            } else {
+                if state == nil { state = value } else { states.append(value) }
             }
         }
         guard let parent else { return (nil, relayed) }

@@ -30,11 +30,7 @@ struct StreamTable<Stream: AnyObject> {
     private func slot(_ id: Int32) -> Int { Int(truncatingIfNeeded: id >> 1) & mask }
 
     subscript(id: Int32) -> Stream? {
-        get {
-            let i = slot(id)
-            if keys[i] == id, id != 0 { return values[i] }
-            return overflow.isEmpty ? nil : overflow[id]
-        }
+        get { unretained(id)?.takeUnretainedValue() }
         set {
             guard id != 0 else { return }
             guard let newValue else {

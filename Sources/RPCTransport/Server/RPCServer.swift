@@ -157,7 +157,13 @@ public final class RPCServer: Sendable {
                 .childChannelOption(tcp(TCP_KEEPINTVL), value: 10)
                 .childChannelOption(tcp(TCP_KEEPCNT), value: 3)
         }
-        let channel = try await bootstrap.bind(host: configuration.host, port: configuration.port).get()
+        let channel: any Channel
+        do {
+            channel = try await bootstrap.bind(host: configuration.host, port: configuration.port).get()
+        } catch {
+            // A port in use (or a host that is not this machine's) names the listener that failed.
+            throw ListenError(host: configuration.host, port: configuration.port, underlying: error)
+        }
         listener.withLock { $0 = channel }
         return channel.localAddress?.port ?? configuration.port
     }
@@ -190,4 +196,12 @@ public final class RPCServer: Sendable {
     public var openSocketCount: Int { shared.connections.count }
     /// Bytes of large requests the process holds now (`maxBufferedRequestBytesPerProcess`).
     public var bufferedRequestBytes: Int { configuration.requestBudget.inUse }
+}
+
+/// A server could not listen: on which address, and why (the bind error alone names neither).
+public struct ListenError: Error, CustomStringConvertible {
+    public let host: String
+    public let port: Int
+    public let underlying: any Error
+    public var description: String { "cannot listen on \(host):\(port): \(underlying)" }
 }
