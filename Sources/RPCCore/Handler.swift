@@ -154,21 +154,21 @@ public enum CredentialCheck {
     ///   the process accepts none, as the gateway, → UNIMPLEMENTED, as if it did not exist);
     /// - authenticated methods: neither `authorization: Bearer …` nor a service credential →
     ///   UNAUTHENTICATED;
-    /// - public methods, and services in `open` (health, reflection): nil.
+    /// - public methods, and the infrastructure services (`MethodDescriptor.isInfrastructure`:
+    ///   health, reflection): nil.
     /// The messages are the ones the full check would give.
     public static func missingCredential(
-        _ method: MethodDescriptor, _ metadata: Metadata, open: Set<String> = [],
-        serviceCredential: Bool = true
+        _ method: MethodDescriptor, _ metadata: Metadata, serviceCredential: Bool = true
     ) -> RPCError? {
+        if method.isInfrastructure { return nil }
         switch method.visibility {
         case .publicAnonymous:
             return nil
         case .publicAuthenticated:
-            if hasBearer(metadata) || open.contains(method.service) { return nil }  // the common case first: no hashing
+            if hasBearer(metadata) { return nil }
             if serviceCredential && metadata.first(lowercased: serviceTokenHeader) != nil { return nil }
             return RPCError(.unauthenticated, "\(method.path) needs 'authorization: Bearer <access token>'")
         case .internal:
-            if open.contains(method.service) { return nil }
             guard serviceCredential else { return RPCError(.unimplemented, "Method not found: \(method.path)") }
             if metadata.first(lowercased: serviceTokenHeader) != nil { return nil }
             return RPCError(.permissionDenied, "\(method.path) is internal: only other services may call it")

@@ -40,6 +40,17 @@ public final class MethodDescriptor: Sendable, Hashable, CustomStringConvertible
     /// the interop test service): only the server's own limit applies. A server refuses a larger
     /// message from its length prefix: the limit is `min(server limit, this)`.
     public let maxRequestBytes: Int?
+    /// A method of the standard infrastructure services (health, reflection: `infrastructureServices`),
+    /// which need no credential anywhere. Decided once here, so the per-call checks (the gateway's
+    /// policy, every service's credential check) read a flag instead of comparing or hashing the
+    /// service name, or retaining a shared set, on every call.
+    public let isInfrastructure: Bool
+
+    /// The services whose calls need no credential: load balancers poll health, tools read
+    /// reflection (`RPCServices.StandardServices.standardNames` names the same three).
+    public static let infrastructureServices = [
+        "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection",
+    ]
 
     /// What `(common.v1.max_request_bytes)` means when a method of our contracts does not set it.
     public static let defaultMaxRequestBytes = 64 * 1024
@@ -56,6 +67,7 @@ public final class MethodDescriptor: Sendable, Hashable, CustomStringConvertible
         self.outputType = outputType
         self.maxRequestBytes = maxRequestBytes
         self.path = "/\(service)/\(method)"
+        self.isInfrastructure = Self.infrastructureServices.contains(service)
     }
 
     public var description: String { path }

@@ -23,8 +23,9 @@ import Synchronization
 public final class AuthInterceptor: CallCheck {
     public static let serviceTokenHeader = "x-service-token"
     public static let gatewayTokenHeader = CredentialCheck.gatewayTokenHeader
-    /// Infrastructure services: no credential needed (load balancers poll health). The gateway's
-    /// policy uses the same list.
+    /// Infrastructure services: no credential needed (load balancers poll health). The per-call
+    /// checks read `MethodDescriptor.isInfrastructure` (the same three); this set is for what is
+    /// decided once per method (the tracing interceptor's `untraced`).
     public static let open = Set(StandardServices.standardNames)
     /// The longest a removed token key keeps verifying here (plus one fetch).
     public static let defaultKeyRefreshInterval: Duration = .seconds(300)
@@ -52,7 +53,7 @@ public final class AuthInterceptor: CallCheck {
     }
 
     public func check(_ context: ServerContext) async throws {
-        if Self.open.contains(context.method.service) { return }
+        if context.method.isInfrastructure { return }
         if let presented = context.requestMetadata[Self.serviceTokenHeader] {
             guard !serviceToken.isEmpty, ConstantTime.equals(presented, serviceToken) else {
                 throw RPCError(.permissionDenied, "invalid service credential")
@@ -85,7 +86,7 @@ public final class AuthInterceptor: CallCheck {
     /// where its method needs one is refused now (an anonymous client cannot make the process
     /// buffer a large request that `intercept` would refuse afterwards). Verifies nothing.
     public func rejectAtHeaders(_ method: MethodDescriptor, _ metadata: Metadata) -> RPCError? {
-        CredentialCheck.missingCredential(method, metadata, open: Self.open, serviceCredential: !serviceToken.isEmpty)
+        CredentialCheck.missingCredential(method, metadata, serviceCredential: !serviceToken.isEmpty)
     }
 
     static func bearer(_ context: ServerContext) -> String? { bearer(context.requestMetadata) }

@@ -4,6 +4,7 @@ import Foundation
 import GRPCContracts
 import Observability
 import RPCCore
+import RPCServices
 import RPCTLS
 import RPCTransport
 import ServiceKit
@@ -12,6 +13,13 @@ import Testing
 @testable import Gateway
 
 @Suite(.serialized) struct HealthTests {
+    /// The per-call checks read `MethodDescriptor.isInfrastructure`; the reflection lists and the
+    /// tracing interceptor's `untraced` use `StandardServices.standardNames`: the same services.
+    @Test func theInfrastructureServicesAreTheStandardOnes() {
+        #expect(Set(MethodDescriptor.infrastructureServices) == Set(StandardServices.standardNames))
+        #expect(Set(MethodDescriptor.infrastructureServices) == AuthInterceptor.open)
+    }
+
     static func status(_ h: Harness, _ service: String) async throws -> Grpc_Health_V1_HealthCheckResponse.ServingStatus {
         var req = Grpc_Health_V1_HealthCheckRequest()
         req.service = service

@@ -201,6 +201,10 @@ import Testing
         #expect(CredentialCheck.missingCredential(Self.internal, metadata(("authorization", "Bearer t")))?.code == .permissionDenied)
         #expect(CredentialCheck.missingCredential(Self.internal, metadata(("x-service-token", "s"))) == nil)
         #expect(CredentialCheck.missingCredential(Self.internal, metadata(), serviceCredential: false)?.code == .unimplemented)
-        #expect(CredentialCheck.missingCredential(Self.internal, metadata(), open: ["x.S"]) == nil)
+        // Health and reflection need nothing, whatever their marking, wherever they are served.
+        let health = MethodDescriptor(service: "grpc.health.v1.Health", method: "Check", kind: .unary)
+        #expect(health.isInfrastructure && !Self.internal.isInfrastructure)
+        #expect(CredentialCheck.missingCredential(health, metadata()) == nil)
+        #expect(CredentialCheck.missingCredential(health, metadata(), serviceCredential: false) == nil)
     }
 }

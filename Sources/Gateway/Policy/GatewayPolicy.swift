@@ -39,22 +39,13 @@ public final class GatewayPolicy: CallCheck {
 
     /// The standard services (health, reflection) are the services' own business: the policy
     /// stays out of their calls. The gRPC chain leaves it out for their methods altogether; the
-    /// browser chain, built once for every method, asks `isOpen` (a few length comparisons: a
-    /// `Set` lookup hashes the whole service name on every call).
+    /// browser chain, built once for every method, reads the method's `isInfrastructure`.
     public func specialized(for method: MethodDescriptor) -> (any ServerInterceptor)? {
-        Self.isOpen(method.service) ? nil : self
-    }
-
-    static let openNames = Array(AuthInterceptor.open)
-
-    @inline(__always)
-    static func isOpen(_ service: String) -> Bool {
-        for name in openNames where name == service { return true }
-        return false
+        method.isInfrastructure ? nil : self
     }
 
     public func check(_ context: ServerContext) async throws {
-        if Self.isOpen(context.method.service) { return }
+        if context.method.isInfrastructure { return }
         let charged = (context.value(forKey: Self.addressChargedKey) as? Bool) == true
         if let token = try admit(context, chargeAddress: !charged) { try limitUser(try await verifier.verify(token), context) }
     }
@@ -63,7 +54,7 @@ public final class GatewayPolicy: CallCheck {
     /// `check` decides, fetching accounts' keys (the address, charged already, is not
     /// charged again).
     public func checkImmediately(_ context: ServerContext) throws -> Bool {
-        if Self.isOpen(context.method.service) { return true }
+        if context.method.isInfrastructure { return true }
         guard let token = try admit(context) else { return true }
         guard let identity = try verifier.verifyImmediately(token) else {
             context[key: Self.addressChargedKey] = true
@@ -77,7 +68,7 @@ public final class GatewayPolicy: CallCheck {
     /// token is refused at once (so an anonymous client cannot make the gateway buffer large
     /// requests it would refuse anyway). The gateway accepts no service credential from outside.
     public func rejectAtHeaders(_ method: MethodDescriptor, _ metadata: Metadata) -> RPCError? {
-        CredentialCheck.missingCredential(method, metadata, open: AuthInterceptor.open, serviceCredential: false)
+        CredentialCheck.missingCredential(method, metadata, serviceCredential: false)
     }
 
     /// Set when `checkImmediately` deferred a call it had charged to the address.

@@ -966,7 +966,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             status.trailers.count == 0
         {
             // The usual end of a call, the same bytes every time.
-            stream.trailers = Self.okTrailers
+            stream.trailers = okTrailers
             resumeData(stream)
             return ended(stream, status)
         }
@@ -1138,13 +1138,16 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
 
     private func responseHeaderBlock(_ stream: ServerStream) -> HeaderBlock {
         var block = takeBlock()
-        block.append(stream.clientAcceptsGzip ? Self.gzipResponseHead : Self.responseHead)
+        block.append(stream.clientAcceptsGzip ? Self.gzipResponseHead : responseHead)
         if let ctx = stream.context { block.add(metadata: ctx.initialMetadata) }
         return block
     }
 
-    /// The response headers every gRPC call starts with, built once (its metadata follows).
-    static let responseHead = head(gzip: false)
+    /// The response headers every gRPC call starts with, built once per connection (its metadata
+    /// follows), and the usual trailers below: each connection has its own, so that the calls of
+    /// both event loops do not all retain one shared array (its reference count's cache line would
+    /// move between the cores on every call). The gzip head is rare: one for the process.
+    private lazy var responseHead = Self.head(gzip: false)
     static let gzipResponseHead = head(gzip: true)
     private static func head(gzip: Bool) -> HeaderBlock {
         var block = HeaderBlock()
@@ -1154,8 +1157,9 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         block.add("grpc-accept-encoding", "gzip,identity")
         return block
     }
-    /// The trailers of a call that ended OK with no trailing metadata (shared: never recycled).
-    static let okTrailers: HeaderBlock = {
+    /// The trailers of a call that ended OK with no trailing metadata (shared by the connection's
+    /// calls: never recycled).
+    private lazy var okTrailers: HeaderBlock = {
         var block = HeaderBlock()
         block.add("grpc-status", "0")
         block.isShared = true
