@@ -73,6 +73,11 @@ public final class Gateway: Sendable {
             channel.maxReceiveMessageSize = configuration.maxResponseBytes
             channel.keepaliveTime = configuration.upstreamKeepaliveTime
             channel.keepaliveTimeout = configuration.upstreamKeepaliveTimeout
+            // The gateway's credential goes with every call to the services, its own (the signing
+            // keys' fetch, health) included: encoded once per upstream connection.
+            if !configuration.gatewayToken.isEmpty {
+                channel.metadata.add(CredentialCheck.gatewayTokenHeader, configuration.gatewayToken)
+            }
             pools[u.name] = UpstreamPool(
                 name: u.name, configuration: channel, loops: serverLoops, fallbackLoop: ownGroup.next(),
                 streamsPerConnection: configuration.streamsPerUpstreamConnection, maxConnectionsPerLoop: configuration.upstreamMaxConnections)
@@ -89,7 +94,7 @@ public final class Gateway: Sendable {
             let upstream = route.upstream.isEmpty ? Self.upstreamName(ofService: service) : route.upstream
             guard let pool = pools[upstream] else { continue }
             let proxy = Proxy(
-                pool: pool, gatewayToken: configuration.gatewayToken, maxDeadline: configuration.maxDeadline,
+                pool: pool, maxDeadline: configuration.maxDeadline,
                 maxStreamDeadline: configuration.maxStreamDeadline, tracer: configuration.tracer)
             services.append(ProxyService(serviceName: service, methods: methods.map { ServerMethod($0, proxy.handler(for: $0)) }))
             healthUpstreams[upstream, default: []].append(service)

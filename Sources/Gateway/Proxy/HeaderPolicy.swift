@@ -27,30 +27,17 @@ public enum HeaderPolicy {
     }
 
     /// The metadata an upstream call carries: the client's, minus reserved names, plus the
-    /// client's address and the gateway's credential; with `trace` (the gateway's span), the
-    /// client's `traceparent` and `tracestate` give way to the span's, in the same single pass
-    /// and allocation.
-    public static func upstreamMetadata(
-        _ client: Metadata, clientAddress: String, gatewayToken: String, trace: TraceContext? = nil, tokenChecked: Bool = false
-    )
-        -> Metadata
-    {
+    /// client's address; with `trace` (the gateway's span), the client's `traceparent` and
+    /// `tracestate` give way to the span's, in the same single pass and allocation. (The gateway's
+    /// credential is the upstream channel's own metadata: `ChannelConfiguration.metadata`.)
+    public static func upstreamMetadata(_ client: Metadata, clientAddress: String, trace: TraceContext? = nil) -> Metadata {
         let replacesTrace = trace != nil
-        var out = client.filter(reservingExtra: replacesTrace ? 4 : 2) {
+        var out = client.filter(reservingExtra: replacesTrace ? 3 : 1) {
             !isStripped($0) && !(replacesTrace && ($0 == "traceparent" || $0 == "tracestate"))
         }
         // The gateway's own values go as trusted entries (the transport does not check them again
-        // on every call): an address from the socket, a token its caller checked once
-        // (`tokenChecked`, from `Metadata.isTextValue`; unchecked, it is checked as any entry), a
-        // traceparent the gateway formatted.
+        // on every call): an address from the socket, a traceparent the gateway formatted.
         out.add(trusted: "x-forwarded-for", clientAddress)
-        if !gatewayToken.isEmpty {
-            if tokenChecked {
-                out.add(trusted: CredentialCheck.gatewayTokenHeader, gatewayToken)
-            } else {
-                out.add(lowercased: CredentialCheck.gatewayTokenHeader, .string(gatewayToken))
-            }
-        }
         if let trace {
             out.add(trusted: "traceparent", trace.traceparent)
             if let state = trace.traceState { out.add(lowercased: "tracestate", .string(state)) }

@@ -15,8 +15,9 @@ struct ProxyService: RPCService {
 /// up, headers, trailers and the status (with `grpc-status-details-bin`) come back, and a
 /// cancellation on either side cancels the other.
 struct Proxy: Sendable {
+    /// The upstream's channels; they add the gateway's credential to every call
+    /// (`ChannelConfiguration.metadata`).
     let pool: UpstreamPool
-    let gatewayToken: String
     /// Cap on the deadline of unary and client-streaming calls (also their deadline when the
     /// client sets none).
     let maxDeadline: Duration
@@ -31,16 +32,12 @@ struct Proxy: Sendable {
     /// and did not sample is not sent up at all (`RPCTracing.startRelayCall`). Nil (tracing off):
     /// the client's headers go up as they are.
     var tracer: SpanTracer? = nil
-    /// The token is printable ASCII (checked once here): it goes up as a trusted entry.
-    let tokenIsHeaderValue: Bool
 
-    init(pool: UpstreamPool, gatewayToken: String, maxDeadline: Duration, maxStreamDeadline: Duration, tracer: SpanTracer? = nil) {
+    init(pool: UpstreamPool, maxDeadline: Duration, maxStreamDeadline: Duration, tracer: SpanTracer? = nil) {
         self.pool = pool
-        self.gatewayToken = gatewayToken
         self.maxDeadline = maxDeadline
         self.maxStreamDeadline = maxStreamDeadline
         self.tracer = tracer
-        self.tokenIsHeaderValue = Metadata.isTextValue(gatewayToken)
     }
 
     func handler(for method: MethodDescriptor) -> RawHandler {
@@ -76,8 +73,7 @@ struct Proxy: Sendable {
             timeout = min(remaining, cap(for: kind))
         }
         let metadata = HeaderPolicy.upstreamMetadata(
-            context.requestMetadata, clientAddress: context.peerHost, gatewayToken: gatewayToken,
-            trace: tracer == nil ? nil : RPCTracing.upstreamTrace(context), tokenChecked: tokenIsHeaderValue)
+            context.requestMetadata, clientAddress: context.peerHost, trace: tracer == nil ? nil : RPCTracing.upstreamTrace(context))
         return CallOptions(timeout: timeout, metadata: metadata, limit: timeout == nil ? limit(for: kind) : nil)
     }
 
@@ -137,7 +133,7 @@ struct Proxy: Sendable {
             responder.respond(.failure(error))
             return nil
         }
-        let call = RelayedUnaryCall(request, method, context, responder, pool, lease)
+        let call = RelayedUnaryCall(request, method, context, responder, lease)
         lease.channel.start(call, method, options: options)
         return call
     }
@@ -171,7 +167,7 @@ struct Proxy: Sendable {
             responses.end(.failure(error))
             return nil
         }
-        let call = RelayedServerStream(request, context, responses, pool, lease)
+        let call = RelayedServerStream(request, context, responses, lease)
         lease.channel.start(call, method, options: options)
         return call
     }
@@ -233,25 +229,23 @@ struct Proxy: Sendable {
 final class RelayedUnaryCall: PendingUnaryCall, @unchecked Sendable {
     let method: MethodDescriptor
     let context: ServerContext
-    let pool: UpstreamPool
     let lease: PooledChannel
     /// Dropped once answered (it may hold this call, to cancel it).
     private var responder: (any UnaryResponder)?
 
     init(
         _ request: [UInt8], _ method: MethodDescriptor, _ context: ServerContext, _ responder: any UnaryResponder,
-        _ pool: UpstreamPool, _ lease: PooledChannel
+        _ lease: PooledChannel
     ) {
         self.method = method
         self.context = context
-        self.pool = pool
         self.lease = lease
         self.responder = responder
         super.init(request: request)
     }
 
     override func completed(_ result: UnaryCallResult) {
-        pool.release(lease)
+        lease.released()
         let responder = self.responder
         self.responder = nil
         responder?.respond(Proxy.outcome(result, method, context))
@@ -263,7 +257,6 @@ final class RelayedUnaryCall: PendingUnaryCall, @unchecked Sendable {
 /// connection is the client connection's loop's).
 final class RelayedServerStream: TasklessCall, @unchecked Sendable {
     let context: ServerContext
-    let pool: UpstreamPool
     let lease: PooledChannel
     /// Dropped once the call ended (it may hold this call, to cancel it).
     private var responses: (any ResponseForwarder)?
@@ -273,11 +266,10 @@ final class RelayedServerStream: TasklessCall, @unchecked Sendable {
     private var waiting = false
 
     init(
-        _ request: [UInt8], _ context: ServerContext, _ responses: any ResponseForwarder, _ pool: UpstreamPool, _ lease: PooledChannel
+        _ request: [UInt8], _ context: ServerContext, _ responses: any ResponseForwarder, _ lease: PooledChannel
     ) {
         self.context = context
         self.responses = responses
-        self.pool = pool
         self.lease = lease
         super.init(request: request)
     }
@@ -305,7 +297,7 @@ final class RelayedServerStream: TasklessCall, @unchecked Sendable {
     }
 
     override func ended(status: RPCStatus, trailers: Metadata, headers: Metadata?) {
-        pool.release(lease)
+        lease.released()
         guard let responses else { return }
         self.responses = nil
         if let headers { context.initialMetadata = headers }  // Trailers-Only

@@ -14,6 +14,11 @@ final class PooledChannel: Sendable {
         self.channel = channel
         self.ownLoop = ownLoop
     }
+
+    /// Gives back a stream `UpstreamPool.acquire` counted (a relayed call holds only its lease,
+    /// not the pool: both event loops' calls retaining the one pool object would move its
+    /// reference count's cache line between the cores on every call).
+    func released() { active.subtract(1, ordering: .relaxed) }
 }
 
 /// Connections to one upstream service. Calls started on one of the gateway's event loops use a
@@ -98,7 +103,7 @@ public final class UpstreamPool: ClientTransport, Sendable {
         return chosen
     }
 
-    func release(_ c: PooledChannel) { c.active.subtract(1, ordering: .relaxed) }
+    func release(_ c: PooledChannel) { c.released() }
 
     /// ClientTransport for calls the gateway makes itself (health checks, token keys).
     public func startCall(_ method: MethodDescriptor, options: CallOptions) async throws -> any RawClientCall {

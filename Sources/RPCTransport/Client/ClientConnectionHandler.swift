@@ -96,7 +96,8 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     /// Storage for each call's request header block, reused (see `start`).
     private var requestBlock = HeaderBlock()
     /// The request headers every call on this connection sends, built once (`:path` and the
-    /// call's own go around them).
+    /// call's own go around them), the channel's own metadata (`ChannelConfiguration.metadata`)
+    /// among them.
     private lazy var requestHeaders: HeaderBlock = {
         var block = HeaderBlock()
         block.add(":method", "POST")
@@ -106,6 +107,7 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         block.add("te", "trailers")
         block.add("user-agent", "backend-swift-grpc/1.0")
         block.add("grpc-accept-encoding", "gzip,identity")
+        block.add(metadata: configuration.metadata)
         return block
     }()
 

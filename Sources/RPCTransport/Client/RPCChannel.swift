@@ -41,6 +41,11 @@ public struct ChannelConfiguration: Sendable {
     /// calls are in flight.
     public var keepaliveWithoutCalls = false
 
+    /// Metadata every call on the channel carries, after the call's own (a relay's credential:
+    /// the gateway's `x-gateway-token`). Encoded once per connection, with the fixed request
+    /// headers, rather than added to each call's metadata.
+    public var metadata = Metadata()
+
     public init(host: String, port: Int, authority: String? = nil, tls: TLSConfiguration? = nil) {
         self.host = host
         self.port = port
