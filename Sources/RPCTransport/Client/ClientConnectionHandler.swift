@@ -292,6 +292,7 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         firstBytesTimeout = nil
         ready.fail(error)
         for s in streams.all { finishStream(s, status: RPCStatus(error.code, error.message), trailers: Metadata()) }
+        checkNoStreamLent()
         streams.removeAll()
         if let session { nghttp2_session_del(session) }
         session = nil
@@ -480,8 +481,41 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
 
     // MARK: nghttp2 callbacks
 
+    /// `body` with the stream of `id`, not retained (nil when there is none): for the nghttp2
+    /// callbacks of a call's life (its headers, frames, data, the bytes it sends), several per
+    /// call. Safe because only `onStreamClose` and the connection's teardown remove a stream, and
+    /// neither runs inside another callback (nghttp2 never nests them, and no callback closes the
+    /// connection synchronously); debug builds check it (`checkNoStreamLent`). A method of the
+    /// connection, not of the table: a method of the table would hold a copy of it (two retains)
+    /// while `body` runs.
+    @inline(__always)
+    private func withStream<R>(_ id: Int32, _ body: (ClientStreamState) -> R) -> R? {
+        guard let u = streams.unretained(id) else { return nil }
+        #if DEBUG
+        lentStreams += 1
+        defer { lentStreams -= 1 }
+        #endif
+        return u._withUnsafeGuaranteedRef(body)
+    }
+
+    #if DEBUG
+    private var lentStreams = 0
+    #endif
+
+    /// Before a stream leaves the table: no callback is using one unretained (debug builds).
+    @inline(__always)
+    private func checkNoStreamLent() {
+        #if DEBUG
+        precondition(lentStreams == 0, "a stream was removed while a callback used it unretained")
+        #endif
+    }
+
     func readData(_ id: Int32, _ buf: UnsafeMutablePointer<UInt8>, _ length: Int, _ flags: UnsafeMutablePointer<UInt32>) -> Int {
-        guard let s = streams[id] else { return Int(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue) }
+        // Not retained: see `withStream`.
+        withStream(id) { readData($0, buf, length, flags) } ?? Int(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue)
+    }
+
+    private func readData(_ s: ClientStreamState, _ buf: UnsafeMutablePointer<UInt8>, _ length: Int, _ flags: UnsafeMutablePointer<UInt32>) -> Int {
         let n = s.outbound.read(into: buf, max: length)
         if n > 0 {
             if !s.sendWaiters.isEmpty && s.outbound.readableBytes <= configuration.maxBufferedRequestBytes {
@@ -505,9 +539,8 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         _ frame: UnsafePointer<nghttp2_frame>, _ name: UnsafePointer<UInt8>, _ nameLen: Int,
         _ value: UnsafePointer<UInt8>, _ valueLen: Int
     ) -> Int32 {
-        // Not retained (several headers per call): a header removes no stream, and keeps none.
-        guard let s = streams.unretained(frame.pointee.hd.stream_id) else { return 0 }
-        return s._withUnsafeGuaranteedRef { onHeader($0, name, nameLen, value, valueLen) }
+        // Not retained (several headers per call): see `withStream`.
+        withStream(frame.pointee.hd.stream_id) { onHeader($0, name, nameLen, value, valueLen) } ?? 0
     }
 
     private func onHeader(
@@ -546,7 +579,15 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             onClose()
             return 0
         }
-        guard let s = streams[hd.stream_id] else { return 0 }
+        // Not retained (see `withStream`); a stream refused at its headers is removed
+        // after.
+        if withStream(hd.stream_id, { onFrameRecv(frame, $0) }) == true { streams[hd.stream_id] = nil }
+        return 0
+    }
+
+    /// True when the stream is to be removed now (its headers ended the call).
+    private func onFrameRecv(_ frame: UnsafePointer<nghttp2_frame>, _ s: ClientStreamState) -> Bool {
+        let hd = frame.pointee.hd
         let endStream = hd.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0
         if hd.type == UInt8(NGHTTP2_HEADERS.rawValue) {
             if !s.headersReceived {
@@ -559,15 +600,14 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
                         : "unexpected HTTP status \(s.responseStatus) (content-type '\(s.contentType)')"
                     finishStream(s, status: RPCStatus(code, message), trailers: s.headers)
                     releaseHeld(s)
-                    streams[hd.stream_id] = nil
-                    return 0
+                    return true
                 }
                 if endStream {
                     // Trailers-Only: headers and status in one block.
                     let metadata = s.headers
                     s.call.headersArrived(metadata)
                     finishWithTrailers(s, metadata)
-                    return 0
+                    return false
                 }
                 s.call.headersArrived(s.headers)
                 s.headers = Metadata()
@@ -577,7 +617,7 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         } else if hd.type == UInt8(NGHTTP2_DATA.rawValue) && endStream && s.grpcStatus == nil {
             finishStream(s, status: RPCStatus(.internal, "server closed the stream without sending a status"), trailers: Metadata())
         }
-        return 0
+        return false
     }
 
     private func finishWithTrailers(_ s: ClientStreamState, _ trailers: Metadata) {
@@ -595,10 +635,14 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
 
     func onDataChunk(_ id: Int32, _ data: UnsafePointer<UInt8>, _ len: Int) -> Int32 {
         guard let session else { return 0 }
-        guard let s = streams[id] else {
-            nghttp2_session_consume(session, id, len)
-            return 0
-        }
+        // Not retained: see `withStream`.
+        if let r = withStream(id, { onDataChunk(session, $0, data, len) }) { return r }
+        nghttp2_session_consume(session, id, len)
+        return 0
+    }
+
+    private func onDataChunk(_ session: OpaquePointer, _ s: ClientStreamState, _ data: UnsafePointer<UInt8>, _ len: Int) -> Int32 {
+        let id = s.id
         // Bytes of the message in progress held back by earlier chunks: they belong to the first
         // message this chunk completes.
         var carried = s.heldPartial
@@ -654,6 +698,7 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     }
 
     func onStreamClose(_ id: Int32, _ code: UInt32) -> Int32 {
+        checkNoStreamLent()
         guard let s = streams.removeValue(forKey: id) else { return 0 }
         releaseHeld(s)
         if !s.call.isFinished {

@@ -69,9 +69,9 @@ struct StreamTable<Stream: AnyObject> {
     mutating func removeValue(forKey id: Int32) -> Stream? {
         let i = slot(id)
         if keys[i] == id, id != 0 {
-            let removed = values[i]
+            // Taken out, not copied: no retain and release of the stream.
+            let removed = values[i].take()
             keys[i] = 0
-            values[i] = nil
             count -= 1
             return removed
         }

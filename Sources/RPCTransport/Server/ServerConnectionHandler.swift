@@ -282,6 +282,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             releaseCharges(stream)
             abandon(stream)
         }
+        checkNoStreamLent()
         streams.removeAll()
         if let session { nghttp2_session_del(session) }
         session = nil
@@ -345,6 +346,35 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
 
     // MARK: nghttp2 callbacks (called only from inside mem_recv / mem_send)
 
+    /// `body` with the stream of `id`, not retained (nil when there is none): for the nghttp2
+    /// callbacks of a call's life (its headers, frames, data, the bytes it sends), several per
+    /// call. Safe because only `onStreamClose` and the connection's teardown remove a stream, and
+    /// neither runs inside another callback (nghttp2 never nests them, and no callback closes the
+    /// connection synchronously); debug builds check it (`checkNoStreamLent`). A method of the
+    /// connection, not of the table: a method of the table would hold a copy of it (two retains)
+    /// while `body` runs.
+    @inline(__always)
+    private func withStream<R>(_ id: Int32, _ body: (ServerStream) -> R) -> R? {
+        guard let u = streams.unretained(id) else { return nil }
+        #if DEBUG
+        lentStreams += 1
+        defer { lentStreams -= 1 }
+        #endif
+        return u._withUnsafeGuaranteedRef(body)
+    }
+
+    #if DEBUG
+    private var lentStreams = 0
+    #endif
+
+    /// Before a stream leaves the table: no callback is using one unretained (debug builds).
+    @inline(__always)
+    private func checkNoStreamLent() {
+        #if DEBUG
+        precondition(lentStreams == 0, "a stream was removed while a callback used it unretained")
+        #endif
+    }
+
     func onBeginHeaders(_ frame: UnsafePointer<nghttp2_frame>) -> Int32 {
         let hd = frame.pointee.hd
         guard hd.type == UInt8(NGHTTP2_HEADERS.rawValue),
@@ -362,9 +392,8 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         _ frame: UnsafePointer<nghttp2_frame>, _ name: UnsafePointer<UInt8>, _ nameLen: Int,
         _ value: UnsafePointer<UInt8>, _ valueLen: Int
     ) -> Int32 {
-        // Not retained (a dozen headers per call): a header removes no stream, and keeps none.
-        guard let stream = streams.unretained(frame.pointee.hd.stream_id) else { return 0 }
-        return stream._withUnsafeGuaranteedRef { onHeader($0, name, nameLen, value, valueLen) }
+        // Not retained (a dozen headers per call): see `withStream`.
+        withStream(frame.pointee.hd.stream_id) { onHeader($0, name, nameLen, value, valueLen) } ?? 0
     }
 
     private func onHeader(
@@ -455,9 +484,12 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     }
 
     func onFrameRecv(_ frame: UnsafePointer<nghttp2_frame>) -> Int32 {
+        withStream(frame.pointee.hd.stream_id) { onFrameRecv(frame, $0) } ?? 0
+    }
+
+    private func onFrameRecv(_ frame: UnsafePointer<nghttp2_frame>, _ stream: ServerStream) -> Int32 {
         let hd = frame.pointee.hd
         let endStream = hd.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0
-        guard let stream = streams[hd.stream_id] else { return 0 }
         if hd.type == UInt8(NGHTTP2_HEADERS.rawValue) {
             if stream.phase == .receivingHeaders && frame.pointee.headers.cat == NGHTTP2_HCAT_REQUEST {
                 stream.phase = .receiving
@@ -472,13 +504,19 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
 
     func onDataChunk(_ streamID: Int32, _ data: UnsafePointer<UInt8>, _ len: Int) -> Int32 {
         guard let session else { return 0 }
-        if let stream = streams[streamID], stream.isHTTP, stream.phase == .receiving {
+        if let r = withStream(streamID, { onDataChunk(session, $0, data, len) }) { return r }
+        // Data for a stream already closed: give the window back and drop it.
+        nghttp2_session_consume(session, streamID, len)
+        return 0
+    }
+
+    private func onDataChunk(_ session: OpaquePointer, _ stream: ServerStream, _ data: UnsafePointer<UInt8>, _ len: Int) -> Int32 {
+        let streamID = stream.id
+        if stream.isHTTP, stream.phase == .receiving {
             receivedHTTPBody(stream, data, len)
             return 0
         }
-        guard let stream = streams[streamID], stream.phase == .receiving || stream.phase == .running,
-            stream.target != nil, !stream.inputClosed
-        else {
+        guard stream.phase == .receiving || stream.phase == .running, stream.target != nil, !stream.inputClosed else {
             // Data for a stream we already answered: give the window back and drop it.
             nghttp2_session_consume(session, streamID, len)
             return 0
@@ -636,6 +674,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     }
 
     func onStreamClose(_ streamID: Int32, _ errorCode: UInt32) -> Int32 {
+        checkNoStreamLent()
         guard let stream = streams.removeValue(forKey: streamID) else { return 0 }
         // Unread request bytes go back to the connection window (the stream is gone), charges
         // to the budgets.
@@ -1224,7 +1263,15 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         _ streamID: Int32, _ buf: UnsafeMutablePointer<UInt8>, _ length: Int,
         _ flags: UnsafeMutablePointer<UInt32>
     ) -> Int {
-        guard let stream = streams[streamID], let session else { return Int(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue) }
+        guard let session else { return Int(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue) }
+        return withStream(streamID) { readData(session, $0, buf, length, flags) } ?? Int(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue)
+    }
+
+    private func readData(
+        _ session: OpaquePointer, _ stream: ServerStream, _ buf: UnsafeMutablePointer<UInt8>, _ length: Int,
+        _ flags: UnsafeMutablePointer<UInt32>
+    ) -> Int {
+        let streamID = stream.id
         let n = stream.outbound.read(into: buf, max: length)
         if n > 0 {
             if stream.outbound.readableBytes <= shared.configuration.maxBufferedResponseBytes {
