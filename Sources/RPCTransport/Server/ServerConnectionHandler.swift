@@ -284,6 +284,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         }
         checkNoStreamLent()
         streams.removeAll()
+        owner = nil  // it refers to this connection: no cycle left behind
         if let session { nghttp2_session_del(session) }
         session = nil
     }
@@ -854,6 +855,17 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         }
     }
 
+    /// The connection as its calls reach it from their handlers (`StreamOwner`), made on the
+    /// first call and dropped at teardown (it refers to the connection).
+    private var owner: StreamOwner?
+
+    private func streamOwner(_ context: ChannelHandlerContext) -> StreamOwner {
+        if let owner { return owner }
+        let made = StreamOwner(handler: NIOLoopBound(self, eventLoop: context.eventLoop), loop: context.eventLoop)
+        owner = made
+        return made
+    }
+
     private func startHandler(_ stream: ServerStream) {
         guard let target = stream.target, let context, let executor else { return }
         stream.phase = .running
@@ -863,8 +875,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             authority: stream.authority, requestCompressed: requestCompressed,
             compressResponses: stream.encoding == "gzip", executor: executor)
         stream.context = callContext
-        let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
-        let loop = context.eventLoop
+        let owner = streamOwner(context)
         let id = stream.id
 
         /// Runs `work` (the interceptors' chain and the handler: `Router` wrapped it) in the
@@ -878,7 +889,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
                 } catch {
                     result = .failure(error)
                 }
-                loop.runOnLoop { bound.value.complete(id, response: result, streaming: streaming) }
+                owner.loop.runOnLoop { owner.handler.value.complete(id, response: result, streaming: streaming) }
             }
         }
         /// The single request of a unary or server-streaming call, handed over once: its bytes
@@ -900,8 +911,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         /// `ResponseForwarder`) from the connection's loop; its interceptors run there too, and
         /// start a task only when one cannot decide at once (`ServerInterceptor.interceptForwarded`).
         func forwardWithoutTask(_ start: () -> (any Cancellable)?) {
-            stream.owner = bound
-            stream.ownerLoop = loop
+            stream.owner = owner
             stream.cancellation = start()
         }
 
@@ -917,16 +927,16 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             forwardWithoutTask { body(request, callContext, stream) }
         case .serverStreaming(let body):
             let request = takeSingle()
-            let sink = StreamSink(handler: bound, loop: loop, streamID: id)
+            let sink = StreamSink(handler: owner.handler, loop: owner.loop, streamID: id)
             runTask(streaming: true) {
                 try await body(request, sink, callContext); return []
             }
         case .clientStreaming(let body):
-            let requests = makeRequestStream(stream, bound: bound, loop: loop)
+            let requests = makeRequestStream(stream, bound: owner.handler, loop: owner.loop)
             runTask(streaming: false) { try await body(requests, callContext) }
         case .bidirectionalStreaming(let body):
-            let requests = makeRequestStream(stream, bound: bound, loop: loop)
-            let sink = StreamSink(handler: bound, loop: loop, streamID: id)
+            let requests = makeRequestStream(stream, bound: owner.handler, loop: owner.loop)
+            let sink = StreamSink(handler: owner.handler, loop: owner.loop, streamID: id)
             runTask(streaming: true) {
                 try await body(requests, sink, callContext); return []
             }

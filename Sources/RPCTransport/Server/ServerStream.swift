@@ -82,8 +82,7 @@ final class ServerStream: UnaryResponder, ResponseForwarder, @unchecked Sendable
     var cancellation: (any Cancellable)?
     /// A forwarding handler's answer goes back to this connection, on its loop (set before the
     /// handler runs, read-only afterwards).
-    var owner: NIOLoopBound<ServerConnectionHandler>?
-    var ownerLoop: (any EventLoop)?
+    var owner: StreamOwner?
     var deadlineTimer: Scheduled<Void>?
     /// `grpc-accept-encoding` lists gzip.
     var clientAcceptsGzip = false
@@ -110,12 +109,12 @@ final class ServerStream: UnaryResponder, ResponseForwarder, @unchecked Sendable
 
     /// A `unaryForwarding` handler's answer: completes the call on its connection's loop.
     func respond(_ result: Result<[UInt8], any Error>) {
-        guard let owner, let loop = ownerLoop else { return }
-        if loop.inEventLoop {
-            owner.value.complete(id, response: result)
+        guard let owner else { return }
+        if owner.loop.inEventLoop {
+            owner.handler.value.complete(id, response: result)
         } else {
             let id = self.id
-            loop.execute { owner.value.complete(id, response: result) }
+            owner.loop.execute { owner.handler.value.complete(id, response: result) }
         }
     }
 
@@ -123,8 +122,8 @@ final class ServerStream: UnaryResponder, ResponseForwarder, @unchecked Sendable
 
     /// Runs `body` with the connection on its loop: now when called there, else hopping.
     private func onLoop(_ body: @escaping @Sendable (ServerConnectionHandler) -> Void) {
-        guard let owner, let loop = ownerLoop else { return }
-        if loop.inEventLoop { body(owner.value) } else { loop.execute { body(owner.value) } }
+        guard let owner else { return }
+        if owner.loop.inEventLoop { body(owner.handler.value) } else { owner.loop.execute { body(owner.handler.value) } }
     }
 
     func sendHeaders() {
@@ -132,9 +131,9 @@ final class ServerStream: UnaryResponder, ResponseForwarder, @unchecked Sendable
     }
 
     func forward(_ message: [UInt8]) -> Bool {
-        guard let owner, let loop = ownerLoop else { return true }
-        if loop.inEventLoop { return owner.value.forward(self, message) }
-        loop.execute { _ = owner.value.forward(self, message) }
+        guard let owner else { return true }
+        if owner.loop.inEventLoop { return owner.handler.value.forward(self, message) }
+        owner.loop.execute { _ = owner.handler.value.forward(self, message) }
         return true
     }
 
@@ -145,5 +144,18 @@ final class ServerStream: UnaryResponder, ResponseForwarder, @unchecked Sendable
     func end(_ result: Result<Void, any Error>) {
         let id = self.id
         onLoop { h in h.complete(id, response: result.map { [] }, streaming: true) }
+    }
+}
+
+/// A connection as the calls it runs reach it from their handlers: the connection (only touched
+/// on its loop) and that loop. One per connection, so a stream holds one reference where it held
+/// three (the connection, and its loop twice).
+final class StreamOwner: Sendable {
+    let handler: NIOLoopBound<ServerConnectionHandler>
+    let loop: any EventLoop
+
+    init(handler: NIOLoopBound<ServerConnectionHandler>, loop: any EventLoop) {
+        self.handler = handler
+        self.loop = loop
     }
 }
