@@ -96,6 +96,10 @@ public enum AccessToken {
 
     /// Everything but the time checks: what `AccessTokenVerifier` caches.
     static func verifySignature(_ token: String, keys: [String: Ed25519PublicKey]) throws(AccessTokenError) -> AccessTokenClaims {
+        try verifySignature(token[...], keys: keys)
+    }
+
+    static func verifySignature(_ token: Substring, keys: [String: Ed25519PublicKey]) throws(AccessTokenError) -> AccessTokenClaims {
         guard token.utf8.count <= maximumLength else { throw .malformed("longer than \(maximumLength) bytes") }
         var token = token
         let result: Result<AccessTokenClaims, AccessTokenError> = token.withUTF8 { utf8 in
@@ -183,8 +187,11 @@ public final class AccessTokenVerifier: Sendable {
     /// SipHash over a whole token (about 350 bytes) was 0.7% of an authenticated relay's CPU. A
     /// client can make lookups whose suffixes collide, but each then probes only what verified
     /// tokens put there, as any lookup does.
+    ///
+    /// A `Substring`: the caller's token is usually a slice of its `authorization` header, and
+    /// looking it up costs no copy of it (a cached one keeps its header's string, 7 bytes more).
     struct TokenKey: Hashable {
-        let token: String
+        let token: Substring
 
         static func == (a: TokenKey, b: TokenKey) -> Bool { a.token == b.token }
 
@@ -218,6 +225,11 @@ public final class AccessTokenVerifier: Sendable {
     }
 
     public func verify(_ token: String, now: Int64 = AccessToken.currentTime()) throws(AccessTokenError) -> AccessTokenClaims {
+        try verify(token[...], now: now)
+    }
+
+    /// `verify` for a token that is part of a longer string (`authorization: Bearer <token>`).
+    public func verify(_ token: Substring, now: Int64 = AccessToken.currentTime()) throws(AccessTokenError) -> AccessTokenClaims {
         let key = TokenKey(token: token)
         // The keys are read only on a miss (copying the dictionary out costs a retain per call).
         if let cached = state.withLock({ s in s.cache[key] }) {

@@ -60,7 +60,7 @@ public final class AuthInterceptor: CallCheck {
             }
             context[key: ServerContext.serviceCallerKey] = true
             // A service may act for a user by forwarding the user's token too.
-            if let token = Self.bearer(context) { try await attachIdentity(token, context) }
+            if let token = CredentialCheck.bearerToken(context.requestMetadata) { try await attachIdentity(token, context) }
             return
         }
         if let presented = context.requestMetadata[Self.gatewayTokenHeader] {
@@ -73,9 +73,9 @@ public final class AuthInterceptor: CallCheck {
         case .internal:
             throw RPCError(.permissionDenied, "\(context.method.path) is internal: only other services may call it")
         case .publicAnonymous:
-            if let token = Self.bearer(context) { try await attachIdentity(token, context) }
+            if let token = CredentialCheck.bearerToken(context.requestMetadata) { try await attachIdentity(token, context) }
         case .publicAuthenticated:
-            guard let token = Self.bearer(context) else {
+            guard let token = CredentialCheck.bearerToken(context.requestMetadata) else {
                 throw RPCError(.unauthenticated, "\(context.method.path) needs 'authorization: Bearer <access token>'")
             }
             try await attachIdentity(token, context)
@@ -89,14 +89,15 @@ public final class AuthInterceptor: CallCheck {
         CredentialCheck.missingCredential(method, metadata, serviceCredential: !serviceToken.isEmpty)
     }
 
-    static func bearer(_ context: ServerContext) -> String? { bearer(context.requestMetadata) }
-
     /// The token of `authorization: Bearer <token>`; nil when absent, empty or another scheme.
     public static func bearer(_ metadata: Metadata) -> String? { CredentialCheck.bearerToken(metadata).map(String.init) }
 
     /// Verifies a token and stores the identity; a bad token is UNAUTHENTICATED even on public
     /// methods (a client that sends a token expects it to count).
-    public func verify(_ token: String) async throws -> CallerIdentity {
+    public func verify(_ token: String) async throws -> CallerIdentity { try await verify(token[...]) }
+
+    /// `verify` for a token read from its header (`CredentialCheck.bearerToken`: no copy).
+    public func verify(_ token: Substring) async throws -> CallerIdentity {
         if let identity = try verifyImmediately(token) { return identity }
         // First use, or accounts rotated its key: (re)load the keys once, then retry.
         await keys.refresh()
@@ -106,7 +107,10 @@ public final class AuthInterceptor: CallCheck {
 
     /// `verify` without suspending: nil when the token names a key not loaded yet (only `verify`
     /// can fetch it). Starts a background refresh of the keys when the refresh interval passed.
-    public func verifyImmediately(_ token: String) throws -> CallerIdentity? {
+    public func verifyImmediately(_ token: String) throws -> CallerIdentity? { try verifyImmediately(token[...]) }
+
+    /// `verifyImmediately` for a token read from its header (`CredentialCheck.bearerToken`: no copy).
+    public func verifyImmediately(_ token: Substring) throws -> CallerIdentity? {
         let now = AccessToken.currentTime()
         if now >= refreshAt.load(ordering: .relaxed) { refreshInBackground(now: now) }
         do {
@@ -144,7 +148,7 @@ public final class AuthInterceptor: CallCheck {
         }
     }
 
-    private func attachIdentity(_ token: String, _ context: ServerContext) async throws {
+    private func attachIdentity(_ token: Substring, _ context: ServerContext) async throws {
         context[key: ServerContext.identityKey] = try await verify(token)
     }
 

@@ -123,8 +123,15 @@ import Testing
         #expect(forged.utf8.suffix(32).elementsEqual(token.utf8.suffix(32)))
         #expect(throws: AccessTokenError.self) { try verifier.verify(forged, now: Self.now) }
         #expect(try verifier.verify(token, now: Self.now) == Self.claims())
-        #expect(AccessTokenVerifier.TokenKey(token: forged).hashValue == AccessTokenVerifier.TokenKey(token: token).hashValue)
-        #expect(AccessTokenVerifier.TokenKey(token: forged) != AccessTokenVerifier.TokenKey(token: token))
+        #expect(AccessTokenVerifier.TokenKey(token: forged[...]).hashValue == AccessTokenVerifier.TokenKey(token: token[...]).hashValue)
+        #expect(AccessTokenVerifier.TokenKey(token: forged[...]) != AccessTokenVerifier.TokenKey(token: token[...]))
+        // A token read from its header (a slice of "Bearer <token>") is the same key, and is
+        // answered from the cache.
+        let slice = ("Bearer " + token).dropFirst(7)
+        #expect(AccessTokenVerifier.TokenKey(token: slice) == AccessTokenVerifier.TokenKey(token: token[...]))
+        #expect(AccessTokenVerifier.TokenKey(token: slice).hashValue == AccessTokenVerifier.TokenKey(token: token[...]).hashValue)
+        #expect(try verifier.verify(slice, now: Self.now) == Self.claims())
+        #expect(throws: AccessTokenError.self) { try verifier.verify(("Bearer " + forged).dropFirst(7), now: Self.now) }
     }
 
     /// Prints the figures; asserts nothing about them (timing belongs in benchmarks).

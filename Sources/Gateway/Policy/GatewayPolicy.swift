@@ -76,9 +76,9 @@ public final class GatewayPolicy: CallCheck {
 
     /// What comes before any signature check, so a flood of forged tokens is limited like any
     /// other call: the address's limit, then the method's marking. Returns the token to verify.
-    private func admit(_ context: ServerContext, chargeAddress: Bool = true) throws -> String? {
+    private func admit(_ context: ServerContext, chargeAddress: Bool = true) throws -> Substring? {
         if chargeAddress { try limitAddress(context) }
-        let token = AuthInterceptor.bearer(context.requestMetadata)
+        let token = CredentialCheck.bearerToken(context.requestMetadata)
         switch context.method.visibility {
         case .internal:
             throw RPCError(.unimplemented, "Method not found: \(context.method.path)")
