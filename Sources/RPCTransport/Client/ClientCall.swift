@@ -4,10 +4,11 @@ import Synchronization
 
 /// Where a call lives once started: its connection handler, loop and stream id.
 final class CallLink: Sendable {
-    struct Target: @unchecked Sendable {
-        let handler: NIOLoopBound<ClientConnectionHandler>
-        let loop: any EventLoop
+    struct Target: Sendable {
+        let connection: ClientConnectionLink
         let streamID: Int32
+        var handler: NIOLoopBound<ClientConnectionHandler> { connection.handler }
+        var loop: any EventLoop { connection.loop }
     }
     let target = Mutex<Target?>(nil)
 
@@ -19,13 +20,26 @@ final class CallLink: Sendable {
     }
 }
 
+/// A client connection as its calls reach it from other threads: the connection (only touched on
+/// its loop) and that loop. One per connection, so an attached call holds one reference where it
+/// held three (the connection, and its loop twice).
+final class ClientConnectionLink: Sendable {
+    let handler: NIOLoopBound<ClientConnectionHandler>
+    let loop: any EventLoop
+
+    init(handler: NIOLoopBound<ClientConnectionHandler>, loop: any EventLoop) {
+        self.handler = handler
+        self.loop = loop
+    }
+}
+
 /// What a client stream reports to, on the connection's loop: a streaming `ClientCall`, or a
 /// `PendingUnaryCall` that collects its one response and completes a callback.
 protocol ClientCallObserver: AnyObject {
     var isFinished: Bool { get }
     /// The stream exists; false when the call was cancelled before it started (the connection
     /// then resets the stream).
-    func attach(handler: NIOLoopBound<ClientConnectionHandler>, loop: any EventLoop, streamID: Int32) -> Bool
+    func attach(to connection: ClientConnectionLink, streamID: Int32) -> Bool
     func headersArrived(_ metadata: Metadata)
     /// A response message. True when it was used up at once, so the connection can give its
     /// bytes back to the flow-control window now; false when a reader will (`consumed`).
@@ -56,8 +70,8 @@ final class ClientCall: RawClientCall, ClientCallObserver, Sendable {
         })
     }
 
-    func attach(handler: NIOLoopBound<ClientConnectionHandler>, loop: any EventLoop, streamID: Int32) -> Bool {
-        link.target.withLock { $0 = .init(handler: handler, loop: loop, streamID: streamID) }
+    func attach(to connection: ClientConnectionLink, streamID: Int32) -> Bool {
+        link.target.withLock { $0 = .init(connection: connection, streamID: streamID) }
         return true
     }
 

@@ -294,6 +294,7 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         for s in streams.all { finishStream(s, status: RPCStatus(error.code, error.message), trailers: Metadata()) }
         checkNoStreamLent()
         streams.removeAll()
+        connectionLink = nil  // it refers to this connection: no cycle left behind
         if let session { nghttp2_session_del(session) }
         session = nil
         onClose()
@@ -324,6 +325,17 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     }
 
     // MARK: Starting calls
+
+    /// This connection as its calls reach it (`ClientConnectionLink`), made on the first call and
+    /// dropped at teardown (it refers to the connection).
+    private var connectionLink: ClientConnectionLink?
+
+    private func link(_ context: ChannelHandlerContext) -> ClientConnectionLink {
+        if let connectionLink { return connectionLink }
+        let made = ClientConnectionLink(handler: NIOLoopBound(self, eventLoop: context.eventLoop), loop: context.eventLoop)
+        connectionLink = made
+        return made
+    }
 
     func start(_ call: any ClientCallObserver, method: MethodDescriptor, options: CallOptions, request: [UInt8]? = nil) {
         guard let session, let context, isUsable else {
@@ -357,8 +369,7 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         }
         state.id = id
         streams[id] = state
-        let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
-        guard call.attach(handler: bound, loop: context.eventLoop, streamID: id) else {
+        guard call.attach(to: link(context), streamID: id) else {
             // Cancelled while it was being started.
             cancel(id, status: RPCStatus(.cancelled, "cancelled by the client"))
             return

@@ -63,10 +63,10 @@ open class TasklessCall: ClientCallObserver, Cancellable, @unchecked Sendable {
 
     var isFinished: Bool { shared.withLock { $0.finished } }
 
-    func attach(handler: NIOLoopBound<ClientConnectionHandler>, loop: any EventLoop, streamID: Int32) -> Bool {
+    func attach(to connection: ClientConnectionLink, streamID: Int32) -> Bool {
         shared.withLock { s in
             if s.cancelled { return false }
-            s.target = .init(handler: handler, loop: loop, streamID: streamID)
+            s.target = .init(connection: connection, streamID: streamID)
             return true
         }
     }
