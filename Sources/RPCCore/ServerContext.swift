@@ -29,6 +29,10 @@ public final class ServerContext: Sendable {
         var values: [(key: String, value: any Sendable)] = []
     }
     private let state: Mutex<State>
+    /// Set once the handler changed the response's headers, trailers or compression: until then
+    /// the transport takes them as they started (empty; compressed when the request was) without
+    /// the lock, which it would otherwise take three times on every call.
+    private let responseChanged = Atomic<Bool>(false)
 
     public init(
         method: MethodDescriptor, requestMetadata: Metadata, deadline: ContinuousClock.Instant?,
@@ -50,18 +54,31 @@ public final class ServerContext: Sendable {
     /// there is none). Changes after the headers went out are ignored.
     public var initialMetadata: Metadata {
         get { state.withLock { $0.initialMetadata } }
-        set { state.withLock { $0.initialMetadata = newValue } }
+        set {
+            state.withLock { $0.initialMetadata = newValue }
+            responseChanged.store(true, ordering: .releasing)
+        }
     }
     /// Metadata sent in the trailers with the status.
     public var trailers: Metadata {
         get { state.withLock { $0.trailers } }
-        set { state.withLock { $0.trailers = newValue } }
+        set {
+            state.withLock { $0.trailers = newValue }
+            responseChanged.store(true, ordering: .releasing)
+        }
     }
     /// Whether responses are gzip-compressed (only honoured when the client accepts gzip).
     public var compressResponses: Bool {
         get { state.withLock { $0.compressResponses } }
-        set { state.withLock { $0.compressResponses = newValue } }
+        set {
+            state.withLock { $0.compressResponses = newValue }
+            responseChanged.store(true, ordering: .releasing)
+        }
     }
+
+    /// Whether the handler set the response's headers, trailers or compression (one atomic
+    /// load): when not, they are as the context started (the transport asks on every call).
+    public var responseWasChanged: Bool { responseChanged.load(ordering: .acquiring) }
     /// Values interceptors attach for handlers (the verified caller identity, ...).
     public subscript<T: Sendable>(key key: String, as type: T.Type = T.self) -> T? {
         get { value(forKey: key) as? T }
