@@ -43,8 +43,10 @@ public final class UpstreamPool: ClientTransport, Sendable {
         let channels = Mutex<[PooledChannel]>([])
         init(loop: any EventLoop) { self.loop = loop }
     }
-    /// The serving loops' slots, fixed at init.
-    private let slots: [ObjectIdentifier: Slot]
+    /// The serving loops' slots, fixed at init: one per core, found by a scan of their loops'
+    /// identities (a dictionary hashed the loop's identity with SipHash on every call).
+    private let slots: [Slot]
+    private let slotLoops: [ObjectIdentifier]
     /// Calls from anywhere else (tasks, other groups' loops).
     private let fallbackSlot: Slot
     private let closed = Atomic<Bool>(false)
@@ -61,15 +63,18 @@ public final class UpstreamPool: ClientTransport, Sendable {
         self.streamsPerConnection = max(1, streamsPerConnection)
         self.maxConnectionsPerLoop = max(1, maxConnectionsPerLoop)
         fallbackSlot = Slot(loop: fallbackLoop)
-        var slots: [ObjectIdentifier: Slot] = [:]
-        for loop in loops where loop !== fallbackLoop { slots[ObjectIdentifier(loop)] = Slot(loop: loop) }
-        self.slots = slots
+        var seen = Set<ObjectIdentifier>()
+        let serving = loops.filter { $0 !== fallbackLoop && seen.insert(ObjectIdentifier($0)).inserted }
+        self.slots = serving.map { Slot(loop: $0) }
+        self.slotLoops = serving.map { ObjectIdentifier($0) }
     }
 
     /// The calling loop's slot (the pool's own loop's when the caller is not on a serving loop).
     private func slot() -> Slot {
         guard let loop = MultiThreadedEventLoopGroup.currentEventLoop else { return fallbackSlot }
-        return slots[ObjectIdentifier(loop)] ?? fallbackSlot
+        let id = ObjectIdentifier(loop)
+        for i in slotLoops.indices where slotLoops[i] == id { return slots[i] }
+        return fallbackSlot
     }
 
     /// A connection for a new call, its active count already raised (lower it with `release`).
@@ -112,7 +117,7 @@ public final class UpstreamPool: ClientTransport, Sendable {
         return try await c.channel.startCall(method, options: options)
     }
 
-    private var allSlots: [Slot] { [fallbackSlot] + slots.values }
+    private var allSlots: [Slot] { [fallbackSlot] + slots }
 
     var allChannels: [PooledChannel] { allSlots.flatMap { s in s.channels.withLock { $0 } } }
 

@@ -18,6 +18,9 @@ open class TasklessCall: ClientCallObserver, Cancellable, @unchecked Sendable {
         var target: CallLink.Target?
     }
     private let shared = Mutex(Shared())
+    /// `Shared.finished`, readable without the lock (the connection asks when it starts the call
+    /// and when its stream closes).
+    private let finishedFlag = Atomic<Bool>(false)
 
     public init(request: [UInt8]) {
         self.request = request
@@ -61,7 +64,7 @@ open class TasklessCall: ClientCallObserver, Cancellable, @unchecked Sendable {
 
     // MARK: ClientCallObserver
 
-    var isFinished: Bool { shared.withLock { $0.finished } }
+    var isFinished: Bool { finishedFlag.load(ordering: .acquiring) }
 
     func attach(to connection: ClientConnectionLink, streamID: Int32) -> Bool {
         shared.withLock { s in
@@ -77,6 +80,7 @@ open class TasklessCall: ClientCallObserver, Cancellable, @unchecked Sendable {
         let first = shared.withLock { s -> Bool in
             if s.finished { return false }
             s.finished = true
+            finishedFlag.store(true, ordering: .releasing)
             s.target = nil
             return true
         }
