@@ -292,7 +292,7 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         firstBytesTimeout = nil
         ready.fail(error)
         for s in streams.all { finishStream(s, status: RPCStatus(error.code, error.message), trailers: Metadata()) }
-        checkNoStreamLent()
+        lending.checkNoneLent()
         streams.removeAll()
         connectionLink = nil  // it refers to this connection: no cycle left behind
         if let session { nghttp2_session_del(session) }
@@ -492,34 +492,11 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
 
     // MARK: nghttp2 callbacks
 
-    /// `body` with the stream of `id`, not retained (nil when there is none): for the nghttp2
-    /// callbacks of a call's life (its headers, frames, data, the bytes it sends), several per
-    /// call. Safe because only `onStreamClose` and the connection's teardown remove a stream, and
-    /// neither runs inside another callback (nghttp2 never nests them, and no callback closes the
-    /// connection synchronously); debug builds check it (`checkNoStreamLent`). A method of the
-    /// connection, not of the table: a method of the table would hold a copy of it (two retains)
-    /// while `body` runs.
-    @inline(__always)
-    private func withStream<R>(_ id: Int32, _ body: (ClientStreamState) -> R) -> R? {
-        guard let u = streams.unretained(id) else { return nil }
-        #if DEBUG
-        lentStreams += 1
-        defer { lentStreams -= 1 }
-        #endif
-        return u._withUnsafeGuaranteedRef(body)
-    }
+    /// `body` with the stream of `id`, unretained (`StreamLending`).
+    private let lending = StreamLending()
 
-    #if DEBUG
-    private var lentStreams = 0
-    #endif
-
-    /// Before a stream leaves the table: no callback is using one unretained (debug builds).
     @inline(__always)
-    private func checkNoStreamLent() {
-        #if DEBUG
-        precondition(lentStreams == 0, "a stream was removed while a callback used it unretained")
-        #endif
-    }
+    private func withStream<R>(_ id: Int32, _ body: (ClientStreamState) -> R) -> R? { lending.with(streams.unretained(id), body) }
 
     func readData(_ id: Int32, _ buf: UnsafeMutablePointer<UInt8>, _ length: Int, _ flags: UnsafeMutablePointer<UInt32>) -> Int {
         // Not retained: see `withStream`.
@@ -709,7 +686,7 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     }
 
     func onStreamClose(_ id: Int32, _ code: UInt32) -> Int32 {
-        checkNoStreamLent()
+        lending.checkNoneLent()
         guard let s = streams.removeValue(forKey: id) else { return 0 }
         releaseHeld(s)
         if !s.call.isFinished {

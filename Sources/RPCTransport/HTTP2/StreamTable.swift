@@ -115,3 +115,35 @@ struct StreamTable<Stream: AnyObject> {
     /// The direct-mapped table's length (tests).
     var slotCount: Int { keys.count }
 }
+
+/// A connection's streams lent unretained to its nghttp2 callbacks: several callbacks per call
+/// (its headers, frames, data, the bytes it sends) use their stream without a retain and release.
+/// Safe because only `onStreamClose` and the connection's teardown remove a stream, and neither runs
+/// inside another callback (nghttp2 never nests them, and no callback closes the connection
+/// synchronously); debug builds count what is lent and stop when a stream leaves its table
+/// meanwhile (`checkNoneLent`). Lent through this object, not a method of the table: calling one
+/// on a table stored in the connection would hold a copy of it (two retains) while `body` runs.
+final class StreamLending {
+    #if DEBUG
+    private var depth = 0
+    #endif
+
+    /// `body` with the stream `u` refers to (nil when there is none).
+    @inline(__always)
+    func with<Stream: AnyObject, R>(_ u: Unmanaged<Stream>?, _ body: (Stream) -> R) -> R? {
+        guard let u else { return nil }
+        #if DEBUG
+        depth += 1
+        defer { depth -= 1 }
+        #endif
+        return u._withUnsafeGuaranteedRef(body)
+    }
+
+    /// Before a stream leaves its table.
+    @inline(__always)
+    func checkNoneLent() {
+        #if DEBUG
+        precondition(depth == 0, "a stream was removed while a callback used it unretained")
+        #endif
+    }
+}

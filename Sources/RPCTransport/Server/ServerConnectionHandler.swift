@@ -282,7 +282,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             releaseCharges(stream)
             abandon(stream)
         }
-        checkNoStreamLent()
+        lending.checkNoneLent()
         streams.removeAll()
         owner = nil  // it refers to this connection: no cycle left behind
         if let session { nghttp2_session_del(session) }
@@ -347,34 +347,11 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
 
     // MARK: nghttp2 callbacks (called only from inside mem_recv / mem_send)
 
-    /// `body` with the stream of `id`, not retained (nil when there is none): for the nghttp2
-    /// callbacks of a call's life (its headers, frames, data, the bytes it sends), several per
-    /// call. Safe because only `onStreamClose` and the connection's teardown remove a stream, and
-    /// neither runs inside another callback (nghttp2 never nests them, and no callback closes the
-    /// connection synchronously); debug builds check it (`checkNoStreamLent`). A method of the
-    /// connection, not of the table: a method of the table would hold a copy of it (two retains)
-    /// while `body` runs.
-    @inline(__always)
-    private func withStream<R>(_ id: Int32, _ body: (ServerStream) -> R) -> R? {
-        guard let u = streams.unretained(id) else { return nil }
-        #if DEBUG
-        lentStreams += 1
-        defer { lentStreams -= 1 }
-        #endif
-        return u._withUnsafeGuaranteedRef(body)
-    }
+    /// `body` with the stream of `id`, unretained (`StreamLending`).
+    private let lending = StreamLending()
 
-    #if DEBUG
-    private var lentStreams = 0
-    #endif
-
-    /// Before a stream leaves the table: no callback is using one unretained (debug builds).
     @inline(__always)
-    private func checkNoStreamLent() {
-        #if DEBUG
-        precondition(lentStreams == 0, "a stream was removed while a callback used it unretained")
-        #endif
-    }
+    private func withStream<R>(_ id: Int32, _ body: (ServerStream) -> R) -> R? { lending.with(streams.unretained(id), body) }
 
     func onBeginHeaders(_ frame: UnsafePointer<nghttp2_frame>) -> Int32 {
         let hd = frame.pointee.hd
@@ -675,7 +652,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     }
 
     func onStreamClose(_ streamID: Int32, _ errorCode: UInt32) -> Int32 {
-        checkNoStreamLent()
+        lending.checkNoneLent()
         guard let stream = streams.removeValue(forKey: streamID) else { return 0 }
         // Unread request bytes go back to the connection window (the stream is gone), charges
         // to the budgets.
