@@ -26,7 +26,7 @@ public final class AuthInterceptor: CallCheck {
     /// Infrastructure services: no credential needed (load balancers poll health). The per-call
     /// checks read `MethodDescriptor.isInfrastructure` (the same three); this set is for what is
     /// decided once per method (the tracing interceptor's `untraced`).
-    public static let open = Set(StandardServices.standardNames)
+    public static let open = Set(MethodDescriptor.infrastructureServices)
     /// The longest a removed token key keeps verifying here (plus one fetch).
     public static let defaultKeyRefreshInterval: Duration = .seconds(300)
 

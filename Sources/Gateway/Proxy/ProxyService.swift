@@ -94,7 +94,7 @@ struct Proxy: Sendable {
     ) async throws {
         let options = try options(context, kind: method.kind)
         let lease = try pool.acquire()
-        defer { pool.release(lease) }
+        defer { lease.released() }
         let call = try await lease.channel.startCall(method, options: options)
         try await withTaskCancellationHandler {
             do {

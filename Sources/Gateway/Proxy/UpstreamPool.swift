@@ -77,7 +77,7 @@ public final class UpstreamPool: ClientTransport, Sendable {
         return fallbackSlot
     }
 
-    /// A connection for a new call, its active count already raised (lower it with `release`).
+    /// A connection for a new call, its active count already raised (lower it with `released()`).
     /// Throws UNAVAILABLE when every connection this loop may open carries its full share of
     /// streams: a further stream would wait, silently, inside the connection until another
     /// ended (for a subscription, indefinitely).
@@ -108,12 +108,10 @@ public final class UpstreamPool: ClientTransport, Sendable {
         return chosen
     }
 
-    func release(_ c: PooledChannel) { c.released() }
-
     /// ClientTransport for calls the gateway makes itself (health checks, token keys).
     public func startCall(_ method: MethodDescriptor, options: CallOptions) async throws -> any RawClientCall {
         let c = try acquire()
-        defer { release(c) }
+        defer { c.released() }
         return try await c.channel.startCall(method, options: options)
     }
 

@@ -20,19 +20,6 @@ final class CallLink: Sendable {
     }
 }
 
-/// A client connection as its calls reach it from other threads: the connection (only touched on
-/// its loop) and that loop. One per connection, so an attached call holds one reference where it
-/// held three (the connection, and its loop twice).
-final class ClientConnectionLink: Sendable {
-    let handler: NIOLoopBound<ClientConnectionHandler>
-    let loop: any EventLoop
-
-    init(handler: NIOLoopBound<ClientConnectionHandler>, loop: any EventLoop) {
-        self.handler = handler
-        self.loop = loop
-    }
-}
-
 /// What a client stream reports to, on the connection's loop: a streaming `ClientCall`, or a
 /// `PendingUnaryCall` that collects its one response and completes a callback.
 protocol ClientCallObserver: AnyObject {

@@ -330,12 +330,7 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     /// dropped at teardown (it refers to the connection).
     private var connectionLink: ClientConnectionLink?
 
-    private func link(_ context: ChannelHandlerContext) -> ClientConnectionLink {
-        if let connectionLink { return connectionLink }
-        let made = ClientConnectionLink(handler: NIOLoopBound(self, eventLoop: context.eventLoop), loop: context.eventLoop)
-        connectionLink = made
-        return made
-    }
+    private func link(_ context: ChannelHandlerContext) -> ClientConnectionLink { .reuse(&connectionLink, self, on: context.eventLoop) }
 
     func start(_ call: any ClientCallObserver, method: MethodDescriptor, options: CallOptions, request: [UInt8]? = nil) {
         guard let session, let context, isUsable else {

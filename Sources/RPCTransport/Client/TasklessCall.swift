@@ -13,14 +13,13 @@ open class TasklessCall: ClientCallObserver, Cancellable, @unchecked Sendable {
     let request: [UInt8]
 
     private struct Shared {
-        var finished = false
         var cancelled = false
         var target: CallLink.Target?
     }
     private let shared = Mutex(Shared())
-    /// `Shared.finished`, readable without the lock (the connection asks when it starts the call
-    /// and when its stream closes).
-    private let finishedFlag = Atomic<Bool>(false)
+    /// Whether the call ended: set under `shared`'s lock (with `cancelled` and `target`), read
+    /// without it (the connection asks when it starts the call and when its stream closes).
+    private let finished = Atomic<Bool>(false)
 
     public init(request: [UInt8]) {
         self.request = request
@@ -30,7 +29,7 @@ open class TasklessCall: ClientCallObserver, Cancellable, @unchecked Sendable {
     /// ended. Safe from any thread.
     public func cancel() {
         let (target, runNow): (CallLink.Target?, Bool) = shared.withLock { s in
-            if s.finished || s.cancelled { return (nil, false) }
+            if finished.load(ordering: .relaxed) || s.cancelled { return (nil, false) }
             s.cancelled = true
             return (s.target, s.target == nil)
         }
@@ -64,7 +63,7 @@ open class TasklessCall: ClientCallObserver, Cancellable, @unchecked Sendable {
 
     // MARK: ClientCallObserver
 
-    var isFinished: Bool { finishedFlag.load(ordering: .acquiring) }
+    var isFinished: Bool { finished.load(ordering: .acquiring) }
 
     func attach(to connection: ClientConnectionLink, streamID: Int32) -> Bool {
         shared.withLock { s in
@@ -78,9 +77,8 @@ open class TasklessCall: ClientCallObserver, Cancellable, @unchecked Sendable {
 
     func finish(status: RPCStatus, trailers: Metadata, headers: Metadata?) {
         let first = shared.withLock { s -> Bool in
-            if s.finished { return false }
-            s.finished = true
-            finishedFlag.store(true, ordering: .releasing)
+            if finished.load(ordering: .relaxed) { return false }
+            finished.store(true, ordering: .releasing)
             s.target = nil
             return true
         }

@@ -836,12 +836,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     /// first call and dropped at teardown (it refers to the connection).
     private var owner: StreamOwner?
 
-    private func streamOwner(_ context: ChannelHandlerContext) -> StreamOwner {
-        if let owner { return owner }
-        let made = StreamOwner(handler: NIOLoopBound(self, eventLoop: context.eventLoop), loop: context.eventLoop)
-        owner = made
-        return made
-    }
+    private func streamOwner(_ context: ChannelHandlerContext) -> StreamOwner { .reuse(&owner, self, on: context.eventLoop) }
 
     private func startHandler(_ stream: ServerStream) {
         guard let target = stream.target, let context, let executor else { return }

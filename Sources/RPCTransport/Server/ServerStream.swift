@@ -146,16 +146,3 @@ final class ServerStream: UnaryResponder, ResponseForwarder, @unchecked Sendable
         onLoop { h in h.complete(id, response: result.map { [] }, streaming: true) }
     }
 }
-
-/// A connection as the calls it runs reach it from their handlers: the connection (only touched
-/// on its loop) and that loop. One per connection, so a stream holds one reference where it held
-/// three (the connection, and its loop twice).
-final class StreamOwner: Sendable {
-    let handler: NIOLoopBound<ServerConnectionHandler>
-    let loop: any EventLoop
-
-    init(handler: NIOLoopBound<ServerConnectionHandler>, loop: any EventLoop) {
-        self.handler = handler
-        self.loop = loop
-    }
-}
