@@ -58,7 +58,7 @@ public final class AuthInterceptor: CallCheck {
             guard !serviceToken.isEmpty, ConstantTime.equals(presented, serviceToken) else {
                 throw RPCError(.permissionDenied, "invalid service credential")
             }
-            context[key: ServerContext.serviceCallerKey] = true
+            context.setValue(true, forKey: ServerContext.serviceCallerKey)
             // A service may act for a user by forwarding the user's token too.
             if let token = CredentialCheck.bearerToken(context.requestMetadata) { try await attachIdentity(token, context) }
             return
@@ -67,7 +67,7 @@ public final class AuthInterceptor: CallCheck {
             guard !gatewayToken.isEmpty, ConstantTime.equals(presented, gatewayToken) else {
                 throw RPCError(.permissionDenied, "invalid gateway credential")
             }
-            context[key: ServerContext.gatewayCallerKey] = true
+            context.setValue(true, forKey: ServerContext.gatewayCallerKey)
         }
         switch context.method.visibility {
         case .internal:
@@ -149,7 +149,7 @@ public final class AuthInterceptor: CallCheck {
     }
 
     private func attachIdentity(_ token: Substring, _ context: ServerContext) async throws {
-        context[key: ServerContext.identityKey] = try await verify(token)
+        context.setValue(try await verify(token), forKey: ServerContext.identityKey)
     }
 
     static func describe(_ error: AccessTokenError) -> RPCError {

@@ -32,7 +32,7 @@ extension ServerContext {
 
     /// Notes a caller verified outside the kit's interceptor (the gateway's policy), for the
     /// access log.
-    public func noteIdentity(_ identity: CallerIdentity) { self[key: Self.identityKey] = identity }
+    public func noteIdentity(_ identity: CallerIdentity) { setValue(identity, forKey: Self.identityKey) }
 
     /// The verified caller, or UNAUTHENTICATED.
     public func requireIdentity() throws -> CallerIdentity {

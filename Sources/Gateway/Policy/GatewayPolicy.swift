@@ -57,7 +57,7 @@ public final class GatewayPolicy: CallCheck {
         if context.method.isInfrastructure { return true }
         guard let token = try admit(context) else { return true }
         guard let identity = try verifier.verifyImmediately(token) else {
-            context[key: Self.addressChargedKey] = true
+            context.setValue(true, forKey: Self.addressChargedKey)
             return false
         }
         try limitUser(identity, context)

@@ -77,7 +77,7 @@ public enum RPCTracing {
     ) -> (trace: TraceContext, span: TraceSpan?) {
         let started = tracer.start(name, parent: parent, kind: .server)
         if let span = started.span { span.attributes = serverAttributes(method, context) }
-        if tracer.notesCalls { context[key: spanKey] = started.trace }
+        if tracer.notesCalls { context.setValue(started.trace, forKey: spanKey) }
         return started
     }
 
@@ -171,7 +171,7 @@ public enum RPCTracing {
     ) -> TraceSpan? {
         let parent = remoteParent(context.requestMetadata)
         let (trace, span) = startServerCall(tracer, name, method, context, parent: parent)
-        if span != nil || parent != nil { context[key: upstreamTraceKey] = trace }
+        if span != nil || parent != nil { context.setValue(trace, forKey: upstreamTraceKey) }
         return span
     }
 
