@@ -86,7 +86,7 @@ def server(request):
     else:
         binary = os.environ.get("INTEROP_SERVER") or os.path.join(ROOT, ".build", "release", "interop-server")
         if not os.access(binary, os.X_OK):
-            pytest.fail(f"{binary} not built (swift build -c release --product interop-server), and no --port given")
+            pytest.fail(f"{binary} not built (scripts/swift-release --product interop-server), and no --port given")
         argv = [binary, "--host", "127.0.0.1", "--port", str(port)]
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
     try:

@@ -4,8 +4,8 @@
 #  - sign-ups and log-ins per second at 4 calls in flight (grpcio), bounded by scrypt at the
 #    service's default cost, which the row labels name (N, r, p).
 if [ $BUILD = 1 ]; then
-  echo "bench: swift build -c release --product accounts-service" >&2
-  swift build -c release --product accounts-service >&2
+  echo "bench: scripts/swift-release --product accounts-service" >&2
+  "$ROOT"/scripts/swift-release --product accounts-service >&2
 fi
 ACC_BIN=${ACCOUNTS_BINARY:-$ROOT/.build/release/accounts-service}
 if [ ! -x "$ACC_BIN" ]; then

@@ -8,9 +8,9 @@
 # Needs accounts.sh's accounts-service (ACC_PORT: users and token keys). The membership peer is
 # the real social-service (households created and joined through its API).
 if [ $BUILD = 1 ]; then
-  echo "bench: swift build -c release --product finance-service --product social-service" >&2
-  swift build -c release --product finance-service >&2
-  swift build -c release --product social-service >&2
+  echo "bench: scripts/swift-release --product finance-service --product social-service" >&2
+  "$ROOT"/scripts/swift-release --product finance-service >&2
+  "$ROOT"/scripts/swift-release --product social-service >&2
 fi
 FIN_BIN=${FINANCE_BINARY:-$ROOT/.build/release/finance-service}
 SOC_BIN=${SOCIAL_BINARY:-$ROOT/.build/release/social-service}

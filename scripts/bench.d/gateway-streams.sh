@@ -15,9 +15,9 @@
 # gateway's upstream pool opened at most 16 connections per event loop; it now opens up to 128,
 # docs/gateway.md, "Upstream connections"). Needs accounts.sh's accounts-service (ACC_PORT).
 if [ $BUILD = 1 ]; then
-  echo "bench: swift build -c release --product gateway --product social-service" >&2
-  swift build -c release --product gateway >&2
-  swift build -c release --product social-service >&2
+  echo "bench: scripts/swift-release --product gateway --product social-service" >&2
+  "$ROOT"/scripts/swift-release --product gateway >&2
+  "$ROOT"/scripts/swift-release --product social-service >&2
 fi
 RS_SOC_BIN=${SOCIAL_BINARY:-$ROOT/.build/release/social-service}
 RS_GW_BIN=${GATEWAY_BINARY:-$ROOT/.build/release/gateway}

@@ -5,8 +5,8 @@
 # call costs on this machine), in both shapes, in this run. Rate limits are off for the gateway.
 # Needs accounts.sh's accounts-service (ACC_PORT, the same service token): hooks run in name order.
 if [ $BUILD = 1 ]; then
-  echo "bench: swift build -c release --product gateway" >&2
-  swift build -c release --product gateway >&2
+  echo "bench: scripts/swift-release --product gateway" >&2
+  "$ROOT"/scripts/swift-release --product gateway >&2
 fi
 GW_BIN=${GATEWAY_BINARY:-$ROOT/.build/release/gateway}
 

@@ -12,9 +12,9 @@
 #    req/s by the same client in the same run as the reference (ratio); GetLeaderboard with my
 #    rank at 100,000 rated players (p50/p99 µs, one call at a time).
 if [ $BUILD = 1 ]; then
-  echo "bench: swift build -c release --product matchmaking-service --product matchmaking-bench" >&2
-  swift build -c release --product matchmaking-service >&2
-  swift build -c release --product matchmaking-bench >&2
+  echo "bench: scripts/swift-release --product matchmaking-service --product matchmaking-bench" >&2
+  "$ROOT"/scripts/swift-release --product matchmaking-service >&2
+  "$ROOT"/scripts/swift-release --product matchmaking-bench >&2
 fi
 MM_BIN=${MATCHMAKING_BINARY:-$ROOT/.build/release/matchmaking-service}
 MMB_BIN=$ROOT/.build/release/matchmaking-bench

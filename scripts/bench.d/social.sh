@@ -11,8 +11,8 @@
 #  - CheckRelationship and CheckHouseholdMembership (internal reads on other services' request
 #    paths) through h2load in both shapes, with the service credential.
 if [ $BUILD = 1 ]; then
-  echo "bench: swift build -c release --product social-service" >&2
-  swift build -c release --product social-service >&2
+  echo "bench: scripts/swift-release --product social-service" >&2
+  "$ROOT"/scripts/swift-release --product social-service >&2
 fi
 SOC_BIN=${SOCIAL_BINARY:-$ROOT/.build/release/social-service}
 GW_BIN_S=${GATEWAY_BINARY:-$ROOT/.build/release/gateway}

@@ -15,8 +15,8 @@
 # social is the real social-service (memberships, teams, notifications).
 if [ $BUILD = 1 ]; then
   for p in tasks-service gateway accounts-service social-service; do
-    echo "bench: swift build -c release --product $p" >&2
-    swift build -c release --product $p >&2
+    echo "bench: scripts/swift-release --product $p" >&2
+    "$ROOT"/scripts/swift-release --product $p >&2
   done
 fi
 REL=$ROOT/.build/release
