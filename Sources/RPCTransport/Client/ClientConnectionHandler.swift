@@ -4,9 +4,12 @@ import RPCCore
 import RPCTLS
 
 /// One call's state inside a client connection; touched only on the connection's event loop.
-final class ClientStreamState {
+/// A call reports what happens to it through the methods below (on the loop). A `TasklessCall`
+/// is its own stream state and overrides them (one object per relayed call, not two); a
+/// `ClientCall` (an async call, used from tasks) is reported to through `ObservedStream`. Public
+/// only as `TasklessCall`'s superclass: nothing of it is visible outside the transport.
+open class ClientStreamState {
     var id: Int32 = -1
-    let call: any ClientCallObserver
     var outbound = OutboundBytes()
     var sendClosed = false
     /// The request headers said `grpc-encoding: gzip`; only then may a message be compressed.
@@ -39,10 +42,35 @@ final class ClientStreamState {
         case limit(String)
     }
 
-    init(call: any ClientCallObserver, maxMessageSize: Int) {
-        self.call = call
-        self.deframer = MessageDeframer(maxMessageSize: maxMessageSize)
+    /// The connection sets the deframer's limit when the stream starts (`start`).
+    init() {
+        self.deframer = MessageDeframer(maxMessageSize: 0)
     }
+
+    // What the call is told, on the connection's loop (`ClientCallObserver`'s requirements).
+    var isFinished: Bool { preconditionFailure("a stream state's call overrides isFinished") }
+    func attach(to connection: ClientConnectionLink, streamID: Int32) -> Bool { preconditionFailure("overridden") }
+    func headersArrived(_ metadata: Metadata) { preconditionFailure("overridden") }
+    func received(_ message: RawMessageStream.InboundMessage) -> Bool { preconditionFailure("overridden") }
+    func finish(status: RPCStatus, trailers: Metadata, headers: Metadata?) { preconditionFailure("overridden") }
+    func fail(_ status: RPCStatus) { preconditionFailure("overridden") }
+}
+
+/// The stream state of a call that is not its own (`ClientCall`): passes everything on to it.
+final class ObservedStream: ClientStreamState {
+    let call: any ClientCallObserver
+    init(_ call: any ClientCallObserver) {
+        self.call = call
+        super.init()
+    }
+    override var isFinished: Bool { call.isFinished }
+    override func attach(to connection: ClientConnectionLink, streamID: Int32) -> Bool { call.attach(to: connection, streamID: streamID) }
+    override func headersArrived(_ metadata: Metadata) { call.headersArrived(metadata) }
+    override func received(_ message: RawMessageStream.InboundMessage) -> Bool { call.received(message) }
+    override func finish(status: RPCStatus, trailers: Metadata, headers: Metadata?) {
+        call.finish(status: status, trailers: trailers, headers: headers)
+    }
+    override func fail(_ status: RPCStatus) { call.fail(status) }
 }
 
 /// Client side of one HTTP/2 connection, driven like the server side: nghttp2 client session,
@@ -332,14 +360,18 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
 
     private func link(_ context: ChannelHandlerContext) -> ClientConnectionLink { .reuse(&connectionLink, self, on: context.eventLoop) }
 
-    func start(_ call: any ClientCallObserver, method: MethodDescriptor, options: CallOptions, request: [UInt8]? = nil) {
+    func start(_ state: ClientStreamState, method: MethodDescriptor, options: CallOptions, request: [UInt8]? = nil) {
         guard let session, let context, isUsable else {
-            call.fail(RPCStatus(.unavailable, closeReason?.message ?? "connection to \(configuration.target) is closing"))
+            state.fail(RPCStatus(.unavailable, closeReason?.message ?? "connection to \(configuration.target) is closing"))
             return
         }
         // Cancelled (and reported) before it reached the connection: send nothing upstream.
-        if call.isFinished { return }
-        let state = ClientStreamState(call: call, maxMessageSize: configuration.maxReceiveMessageSize)
+        if state.isFinished { return }
+        guard state.id == -1 else {
+            state.fail(RPCStatus(.failedPrecondition, "\(method.path): this call was started already"))
+            return
+        }
+        state.deframer.maxMessageSize = configuration.maxReceiveMessageSize
         state.mayCompress = options.compressRequests
         if let request {
             // The whole request is known: it leaves with the headers, END_STREAM set.
@@ -359,12 +391,12 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         block.removeAll()
         swap(&block, &requestBlock)
         guard id > 0 else {
-            call.fail(RPCStatus(.unavailable, "could not start a stream: \(String(cString: nghttp2_strerror(id)))"))
+            state.fail(RPCStatus(.unavailable, "could not start a stream: \(String(cString: nghttp2_strerror(id)))"))
             return
         }
         state.id = id
         streams[id] = state
-        guard call.attach(to: link(context), streamID: id) else {
+        guard state.attach(to: link(context), streamID: id) else {
             // Cancelled while it was being started.
             cancel(id, status: RPCStatus(.cancelled, "cancelled by the client"))
             return
@@ -482,7 +514,7 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         let waiters = s.sendWaiters
         s.sendWaiters = []
         for w in waiters { w.resume(throwing: RPCError(status.code == .ok ? .cancelled : status.code, status.message)) }
-        s.call.finish(status: status, trailers: trailers, headers: s.headersReceived ? nil : s.headers)
+        s.finish(status: status, trailers: trailers, headers: s.headersReceived ? nil : s.headers)
     }
 
     // MARK: nghttp2 callbacks
@@ -588,11 +620,11 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
                 if endStream {
                     // Trailers-Only: headers and status in one block.
                     let metadata = s.headers
-                    s.call.headersArrived(metadata)
+                    s.headersArrived(metadata)
                     finishWithTrailers(s, metadata)
                     return false
                 }
-                s.call.headersArrived(s.headers)
+                s.headersArrived(s.headers)
                 s.headers = Metadata()
             } else {
                 finishWithTrailers(s, s.headers)
@@ -649,7 +681,7 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
                 // The window for this message opens when the caller reads it (at once for a
                 // unary call's collector).
                 s.heldBytes += deferred
-                if s.call.received(.init(bytes: payload, compressed: frame.compressed, wireSize: deferred)) {
+                if s.received(.init(bytes: payload, compressed: frame.compressed, wireSize: deferred)) {
                     s.heldBytes -= deferred
                     nghttp2_session_consume(session, id, deferred)
                 }
@@ -684,7 +716,7 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         lending.checkNoneLent()
         guard let s = streams.removeValue(forKey: id) else { return 0 }
         releaseHeld(s)
-        if !s.call.isFinished {
+        if !s.isFinished {
             let status: RPCStatus =
                 switch code {
                 case NGHTTP2_REFUSED_STREAM.rawValue: RPCStatus(.unavailable, "the server refused the stream (too many concurrent streams)")

@@ -117,7 +117,7 @@ public final class RPCChannel: ClientTransport, Sendable {
         let handler = connection.handler
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
             connection.channel.eventLoop.execute {
-                handler.value.start(call, method: method, options: options)
+                handler.value.start(ObservedStream(call), method: method, options: options)
                 c.resume()
             }
         }

@@ -6,10 +6,11 @@ import Synchronization
 /// headers in one flush, and the connection reports the headers, each response message and the
 /// end to the hooks subclasses override, on the connection's event loop (the end may come from
 /// whatever thread cancelled the call or failed to connect, when it never got that far). Made for
-/// relays that already run on an event loop (the gateway): one object per call holds the relay's
-/// state too. `PendingUnaryCall` collects a unary answer; a relay of server streams passes each
-/// message on as it comes. Start one with `RPCChannel.start(_:_:options:)`.
-open class TasklessCall: ClientCallObserver, Cancellable, @unchecked Sendable {
+/// relays that already run on an event loop (the gateway): one object per call is its HTTP/2
+/// stream's state in the connection (it is a `ClientStreamState`) and holds the relay's state
+/// too. `PendingUnaryCall` collects a unary answer; a relay of server streams passes each message
+/// on as it comes. Start one with `RPCChannel.start(_:_:options:)`, once.
+open class TasklessCall: ClientStreamState, Cancellable, @unchecked Sendable {
     let request: [UInt8]
 
     private struct Shared {
@@ -23,6 +24,7 @@ open class TasklessCall: ClientCallObserver, Cancellable, @unchecked Sendable {
 
     public init(request: [UInt8]) {
         self.request = request
+        super.init()
     }
 
     /// Cancels the call (RST_STREAM CANCEL); the end reports CANCELLED unless the call already
@@ -51,21 +53,21 @@ open class TasklessCall: ClientCallObserver, Cancellable, @unchecked Sendable {
     // MARK: Hooks (on the connection's loop)
 
     /// The response headers arrived (not called for a Trailers-Only answer: see `ended`).
-    open func headersArrived(_ metadata: Metadata) {}
+    open override func headersArrived(_ metadata: Metadata) {}
 
     /// A response message. Return true when it is used up (its bytes go back to the window at
     /// once); false to hold them until `consumed`.
-    open func received(_ message: RawMessageStream.InboundMessage) -> Bool { true }
+    open override func received(_ message: RawMessageStream.InboundMessage) -> Bool { true }
 
     /// The call ended, exactly once: its status and trailers, and the headers of a Trailers-Only
     /// answer (`headers` non-nil when `headersArrived` was never called).
     open func ended(status: RPCStatus, trailers: Metadata, headers: Metadata?) {}
 
-    // MARK: ClientCallObserver
+    // MARK: The stream's reports (ClientStreamState)
 
-    var isFinished: Bool { finished.load(ordering: .acquiring) }
+    override var isFinished: Bool { finished.load(ordering: .acquiring) }
 
-    func attach(to connection: ClientConnectionLink, streamID: Int32) -> Bool {
+    override func attach(to connection: ClientConnectionLink, streamID: Int32) -> Bool {
         shared.withLock { s in
             if s.cancelled { return false }
             s.target = .init(connection: connection, streamID: streamID)
@@ -73,9 +75,9 @@ open class TasklessCall: ClientCallObserver, Cancellable, @unchecked Sendable {
         }
     }
 
-    func fail(_ status: RPCStatus) { finish(status: status, trailers: Metadata(), headers: Metadata()) }
+    override func fail(_ status: RPCStatus) { finish(status: status, trailers: Metadata(), headers: Metadata()) }
 
-    func finish(status: RPCStatus, trailers: Metadata, headers: Metadata?) {
+    override func finish(status: RPCStatus, trailers: Metadata, headers: Metadata?) {
         let first = shared.withLock { s -> Bool in
             if finished.load(ordering: .relaxed) { return false }
             finished.store(true, ordering: .releasing)

@@ -22,7 +22,7 @@ public struct UnaryCallResult: Sendable {
 /// the relay's state too; start it with `RPCChannel.start(_:_:options:)`.
 open class PendingUnaryCall: TasklessCall, @unchecked Sendable {
     // On the connection's loop.
-    private var headers: Metadata?
+    private var responseHeaders: Metadata?
     private var response: [UInt8]?
     private var count = 0
 
@@ -40,7 +40,7 @@ open class PendingUnaryCall: TasklessCall, @unchecked Sendable {
     deinit { Self.live.subtract(1, ordering: .relaxed) }
     #endif
 
-    public override func headersArrived(_ metadata: Metadata) { headers = metadata }
+    public override func headersArrived(_ metadata: Metadata) { responseHeaders = metadata }
 
     public override func received(_ message: RawMessageStream.InboundMessage) -> Bool {
         if response == nil { response = message.bytes }
@@ -51,7 +51,7 @@ open class PendingUnaryCall: TasklessCall, @unchecked Sendable {
     public override func ended(status: RPCStatus, trailers: Metadata, headers trailersOnlyHeaders: Metadata?) {
         completed(
             UnaryCallResult(
-                status: status, initialMetadata: headers ?? trailersOnlyHeaders ?? Metadata(),
+                status: status, initialMetadata: responseHeaders ?? trailersOnlyHeaders ?? Metadata(),
                 response: response, responseCount: count, trailers: trailers))
         response = nil
     }
