@@ -367,8 +367,10 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         }
         // Cancelled (and reported) before it reached the connection: send nothing upstream.
         if state.isFinished { return }
+        // A `TasklessCall` is started once (it is its stream's state): a second start would fail
+        // or end the first's call, so it is only refused (and stops debug builds).
         guard state.id == -1 else {
-            state.fail(RPCStatus(.failedPrecondition, "\(method.path): this call was started already"))
+            assertionFailure("\(method.path): a call started twice")
             return
         }
         state.deframer.maxMessageSize = configuration.maxReceiveMessageSize
