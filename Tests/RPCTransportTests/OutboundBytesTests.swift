@@ -55,4 +55,23 @@ import Testing
         #expect(HeaderBlock.sanitize("é") == "??")
         #expect(HeaderBlock.sanitize(String(repeating: "a", count: 100) + "\u{7F}" + "b") == String(repeating: "a", count: 100) + "?b")
     }
+
+    /// The word-at-a-time check against the byte-by-byte rule: every byte value, at every place
+    /// in a word and in the tail, among printable neighbours of every kind at the edges.
+    @Test func theWordAtATimeCheckAgreesWithTheByteRule() {
+        for length in [1, 7, 8, 9, 16, 23] {
+            for at in 0..<length {
+                for neighbour in [UInt8(0x20), 0x7E, 0x41] {
+                    for byte in 0...255 {
+                        var bytes = [UInt8](repeating: neighbour, count: length)
+                        bytes[at] = UInt8(byte)
+                        let expected = bytes.allSatisfy { $0 >= 0x20 && $0 <= 0x7E }
+                        let got = bytes.withUnsafeBufferPointer { HeaderBlock.allPrintable($0) }
+                        #expect(got == expected, "byte \(byte) at \(at) of \(length)")
+                    }
+                }
+            }
+        }
+        #expect([UInt8]().withUnsafeBufferPointer { HeaderBlock.allPrintable($0) })
+    }
 }
