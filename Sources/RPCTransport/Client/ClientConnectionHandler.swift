@@ -361,7 +361,7 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     private func link(_ context: ChannelHandlerContext) -> ClientConnectionLink { .reuse(&connectionLink, self, on: context.eventLoop) }
 
     func start(_ state: ClientStreamState, method: MethodDescriptor, options: CallOptions, request: [UInt8]? = nil) {
-        guard let session, let context, isUsable else {
+        guard let session, context != nil, isUsable else {
             state.fail(RPCStatus(.unavailable, closeReason?.message ?? "connection to \(configuration.target) is closing"))
             return
         }
@@ -398,7 +398,7 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         }
         state.id = id
         streams[id] = state
-        guard state.attach(to: link(context), streamID: id) else {
+        guard state.attach(to: link(context!), streamID: id) else {
             // Cancelled while it was being started.
             cancel(id, status: RPCStatus(.cancelled, "cancelled by the client"))
             return

@@ -734,7 +734,6 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         case .failure(let error):
             return fail(stream, error)
         case .success(let method):
-            stream.target = method
             // What the handler is decides when it starts (the switch in startHandler).
             stream.clientStreams = method.handler.kind.clientStreams
             if let limit = method.descriptor.maxRequestBytes, limit < stream.deframer.maxMessageSize {
@@ -742,7 +741,9 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             }
             // Refusals that need nothing but the headers (no credential at all) come now,
             // before a request byte is buffered.
-            if let error = interceptors.rejectAtHeaders(method.descriptor, stream.metadata) { return fail(stream, error) }
+            let refusal = interceptors.rejectAtHeaders(method.descriptor, stream.metadata)
+            stream.target = consume method  // its last use: moved, not copied
+            if let refusal { return fail(stream, refusal) }
         }
         if let timeout = stream.timeout {
             guard let d = GRPCTimeout.parse(timeout) else {
@@ -839,15 +840,17 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     private func streamOwner(_ context: ChannelHandlerContext) -> StreamOwner { .reuse(&owner, self, on: context.eventLoop) }
 
     private func startHandler(_ stream: ServerStream) {
-        guard let target = stream.target, let context, let executor else { return }
+        // The connection's context and executor are not bound here (each binding is a retain
+        // per call): read where used.
+        guard stream.target != nil, context != nil, executor != nil else { return }
         stream.phase = .running
         let requestCompressed = stream.single?.compressed ?? false
         let callContext = ServerContext(
-            method: target.descriptor, requestMetadata: stream.metadata, deadline: stream.deadline, peer: peer, peerHost: peerHost,
+            method: stream.target!.descriptor, requestMetadata: stream.metadata, deadline: stream.deadline, peer: peer, peerHost: peerHost,
             authority: stream.authority, requestCompressed: requestCompressed,
             compressResponses: stream.encoding == "gzip", executor: executor)
         stream.context = callContext
-        let owner = streamOwner(context)
+        let owner = streamOwner(context!)
         let id = stream.id
 
         /// Runs `work` (the interceptors' chain and the handler: `Router` wrapped it) in the
@@ -887,7 +890,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             stream.cancellation = start()
         }
 
-        switch target.handler {
+        switch stream.target!.handler {
         case .unary(let body):
             let request = takeSingle()
             runTask(streaming: false) { try await body(request, callContext) }
