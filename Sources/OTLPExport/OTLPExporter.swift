@@ -267,7 +267,7 @@ public final class OTLPExporter: SpanExporter {
     private final class ExportCall: PendingUnaryCall, @unchecked Sendable {
         let done = DispatchSemaphore(value: 0)
         let result = Mutex<(code: StatusCode, message: String, response: [UInt8]?)?>(nil)
-        override func completed(_ r: UnaryCallResult) {
+        override func completed(_ r: consuming UnaryCallResult) {
             result.withLock { $0 = (r.status.code, r.status.message, r.response) }
             done.signal()
         }

@@ -140,16 +140,16 @@ struct Proxy: Sendable {
 
     /// The upstream's answer to a unary call as the gateway's: its message, headers and
     /// trailers, or its status (details kept).
-    static func outcome(_ r: UnaryCallResult, _ method: MethodDescriptor, _ context: ServerContext) -> Result<[UInt8], any Error> {
+    static func outcome(_ r: consuming UnaryCallResult, _ method: MethodDescriptor, _ context: ServerContext) -> Result<[UInt8], any Error> {
         // Headers go back on errors too (Trailers-Only carries them). Set only when there are
         // some (usually none): each set takes the context's lock and swaps a value.
         if r.initialMetadata.count > 0 { context.initialMetadata = r.initialMetadata }
         guard r.status.code == .ok else { return .failure(error(r.status, r.trailers)) }
-        guard r.responseCount == 1, let response = r.response else {
+        guard r.responseCount == 1, r.response != nil else {
             return .failure(RPCError(.internal, "\(method.path): upstream sent \(r.responseCount) response messages to a unary call"))
         }
         if r.trailers.count > 0 { context.trailers = r.trailers }
-        return .success(response)
+        return .success(r.response.take()!)  // moved out of the result, not copied
     }
 
     /// Server streams relay without a task too: the upstream stream opens on a connection of
@@ -245,7 +245,7 @@ final class RelayedUnaryCall: PendingUnaryCall, @unchecked Sendable {
         super.init(request: request)
     }
 
-    override func completed(_ result: UnaryCallResult) {
+    override func completed(_ result: consuming UnaryCallResult) {
         lease.released()
         let responder = self.responder
         self.responder = nil

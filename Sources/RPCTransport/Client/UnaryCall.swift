@@ -49,13 +49,13 @@ open class PendingUnaryCall: TasklessCall, @unchecked Sendable {
     }
 
     public override func ended(status: RPCStatus, trailers: Metadata, headers trailersOnlyHeaders: Metadata?) {
+        // The response and headers moved out, not copied: this is their last use.
         completed(
             UnaryCallResult(
-                status: status, initialMetadata: responseHeaders ?? trailersOnlyHeaders ?? Metadata(),
-                response: response, responseCount: count, trailers: trailers))
-        response = nil
+                status: status, initialMetadata: responseHeaders.take() ?? trailersOnlyHeaders ?? Metadata(),
+                response: response.take(), responseCount: count, trailers: trailers))
     }
 
     /// The call ended (exactly once). Subclasses answer from here.
-    open func completed(_ result: UnaryCallResult) {}
+    open func completed(_ result: consuming UnaryCallResult) {}
 }
