@@ -30,9 +30,10 @@ public final class ServerContext: Sendable {
     }
     private let state: Mutex<State>
     /// Set once the handler changed the response's headers, trailers or compression: until then
-    /// the transport takes them as they started (empty; compressed when the request was) without
-    /// the lock, which it would otherwise take three times on every call.
+    /// they are read as they started (empty; `startedCompressed`) without the lock, which the
+    /// transport would otherwise take three times on every call.
     private let responseChanged = Atomic<Bool>(false)
+    private let startedCompressed: Bool
 
     public init(
         method: MethodDescriptor, requestMetadata: Metadata, deadline: ContinuousClock.Instant?,
@@ -48,12 +49,13 @@ public final class ServerContext: Sendable {
         self.authority = authority
         self.requestCompressed = requestCompressed
         self.state = Mutex(State(compressResponses: compressResponses))
+        self.startedCompressed = compressResponses
     }
 
     /// Metadata sent in the response HEADERS, before the first message (or with the status when
     /// there is none). Changes after the headers went out are ignored.
     public var initialMetadata: Metadata {
-        get { state.withLock { $0.initialMetadata } }
+        get { responseChanged.load(ordering: .acquiring) ? state.withLock { $0.initialMetadata } : Metadata() }
         set {
             state.withLock { $0.initialMetadata = newValue }
             responseChanged.store(true, ordering: .releasing)
@@ -61,7 +63,7 @@ public final class ServerContext: Sendable {
     }
     /// Metadata sent in the trailers with the status.
     public var trailers: Metadata {
-        get { state.withLock { $0.trailers } }
+        get { responseChanged.load(ordering: .acquiring) ? state.withLock { $0.trailers } : Metadata() }
         set {
             state.withLock { $0.trailers = newValue }
             responseChanged.store(true, ordering: .releasing)
@@ -69,16 +71,13 @@ public final class ServerContext: Sendable {
     }
     /// Whether responses are gzip-compressed (only honoured when the client accepts gzip).
     public var compressResponses: Bool {
-        get { state.withLock { $0.compressResponses } }
+        get { responseChanged.load(ordering: .acquiring) ? state.withLock { $0.compressResponses } : startedCompressed }
         set {
             state.withLock { $0.compressResponses = newValue }
             responseChanged.store(true, ordering: .releasing)
         }
     }
 
-    /// Whether the handler set the response's headers, trailers or compression (one atomic
-    /// load): when not, they are as the context started (the transport asks on every call).
-    public var responseWasChanged: Bool { responseChanged.load(ordering: .acquiring) }
     /// Values interceptors attach for handlers (the verified caller identity, ...).
     public subscript<T: Sendable>(key key: String, as type: T.Type = T.self) -> T? {
         get { value(forKey: key) as? T }

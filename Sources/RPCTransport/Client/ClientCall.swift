@@ -20,24 +20,9 @@ final class CallLink: Sendable {
     }
 }
 
-/// What a client stream reports to, on the connection's loop: a streaming `ClientCall`, or a
-/// `PendingUnaryCall` that collects its one response and completes a callback.
-protocol ClientCallObserver: AnyObject {
-    var isFinished: Bool { get }
-    /// The stream exists; false when the call was cancelled before it started (the connection
-    /// then resets the stream).
-    func attach(to connection: ClientConnectionLink, streamID: Int32) -> Bool
-    func headersArrived(_ metadata: Metadata)
-    /// A response message. True when it was used up at once, so the connection can give its
-    /// bytes back to the flow-control window now; false when a reader will (`consumed`).
-    func received(_ message: RawMessageStream.InboundMessage) -> Bool
-    func finish(status: RPCStatus, trailers: Metadata, headers: Metadata?)
-    func fail(_ status: RPCStatus)
-}
-
 /// A client call as `RPCClient` sees it (`RawClientCall`): thread-safe, every operation hops to the
 /// connection's event loop where the stream state lives.
-final class ClientCall: RawClientCall, ClientCallObserver, Sendable {
+final class ClientCall: RawClientCall, Sendable {
     let responses: RawMessageStream
     private let link: CallLink
 

@@ -47,19 +47,25 @@ open class ClientStreamState {
         self.deframer = MessageDeframer(maxMessageSize: 0)
     }
 
-    // What the call is told, on the connection's loop (`ClientCallObserver`'s requirements).
+    // What the call is told, on the connection's loop; the two kinds of call override all six.
+    /// The call ended (the connection then sends nothing more for it).
     var isFinished: Bool { preconditionFailure("a stream state's call overrides isFinished") }
+    /// The stream exists; false when the call was cancelled before it started (the connection
+    /// then resets the stream).
     func attach(to connection: ClientConnectionLink, streamID: Int32) -> Bool { preconditionFailure("overridden") }
     func headersArrived(_ metadata: Metadata) { preconditionFailure("overridden") }
+    /// A response message. True when it was used up at once, so the connection can give its
+    /// bytes back to the flow-control window now; false when a reader will (`consumed`).
     func received(_ message: RawMessageStream.InboundMessage) -> Bool { preconditionFailure("overridden") }
     func finish(status: RPCStatus, trailers: Metadata, headers: Metadata?) { preconditionFailure("overridden") }
     func fail(_ status: RPCStatus) { preconditionFailure("overridden") }
 }
 
-/// The stream state of a call that is not its own (`ClientCall`): passes everything on to it.
+/// The stream state of a call that is not its own (an async `ClientCall`): passes everything on
+/// to it.
 final class ObservedStream: ClientStreamState {
-    let call: any ClientCallObserver
-    init(_ call: any ClientCallObserver) {
+    let call: ClientCall
+    init(_ call: ClientCall) {
         self.call = call
         super.init()
     }

@@ -118,10 +118,11 @@ struct StreamTable<Stream: AnyObject> {
 
 /// A connection's streams lent unretained to its nghttp2 callbacks: several callbacks per call
 /// (its headers, frames, data, the bytes it sends) use their stream without a retain and release.
-/// Safe because only `onStreamClose` and the connection's teardown remove a stream, and neither runs
-/// inside another callback (nghttp2 never nests them, and no callback closes the connection
-/// synchronously); debug builds count what is lent and stop when a stream leaves its table
-/// meanwhile (`checkNoneLent`). Lent through this object, not a method of the table: calling one
+/// Safe because a stream leaves its table only outside a lend: in `onStreamClose` and the
+/// connection's teardown, which run inside no other callback (nghttp2 never nests them, and no
+/// callback closes the connection synchronously), and after a lend has ended (the client's
+/// `onFrameRecv` drops a stream refused at its headers once its lend returns); debug builds
+/// count what is lent and stop when a stream leaves its table meanwhile (`checkNoneLent`). Lent through this object, not a method of the table: calling one
 /// on a table stored in the connection would hold a copy of it (two retains) while `body` runs.
 final class StreamLending {
     #if DEBUG

@@ -985,8 +985,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         if stream.charged > 0 || stream.awaitingAdmission { releaseCharges(stream) }
         stream.deadlineTimer?.cancel()
         stream.deadlineTimer = nil
-        // The context's lock only when the handler changed something (`responseWasChanged`).
-        let contextTrailers = stream.context.flatMap { $0.responseWasChanged ? $0.trailers : nil } ?? Metadata()
+        let contextTrailers = stream.context?.trailers ?? Metadata()
         if stream.headersSent, status.code == .ok, status.message.isEmpty, status.details == nil, contextTrailers.count == 0,
             status.trailers.count == 0
         {
@@ -1164,7 +1163,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     private func responseHeaderBlock(_ stream: ServerStream) -> HeaderBlock {
         var block = takeBlock()
         block.append(stream.clientAcceptsGzip ? Self.gzipResponseHead : responseHead)
-        if let ctx = stream.context, ctx.responseWasChanged { block.add(metadata: ctx.initialMetadata) }
+        if let ctx = stream.context { block.add(metadata: ctx.initialMetadata) }
         return block
     }
 
@@ -1230,10 +1229,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         sendHeadersIfNeeded(stream)
         stream.responseMessages += 1
         stream.responseBytes += message.count
-        // As the context started (`ServerContext(compressResponses:)` in `startHandler`) unless
-        // the handler changed it.
-        let wantsCompression =
-            compress ?? stream.context.map { $0.responseWasChanged ? $0.compressResponses : stream.encoding == "gzip" } ?? false
+        let wantsCompression = compress ?? stream.context?.compressResponses ?? false
         let compressed = wantsCompression && stream.clientAcceptsGzip
         stream.outbound.writeMessage(message, compress: compressed)
         resumeData(stream)

@@ -213,13 +213,9 @@ extension ByteBuffer {
     /// Appends one gRPC length-prefixed message (gzip-compressed when `compress`): the framing
     /// `MessageDeframer` undoes.
     mutating func writeGRPCMessage(_ message: [UInt8], compress: Bool) {
-        writeGRPCFrame(compress ? Gzip.compress(message) : message, compressed: compress)
-    }
-
-    /// Appends `payload` with its 5-byte prefix (`compressed`: it is compressed already).
-    mutating func writeGRPCFrame(_ payload: [UInt8], compressed: Bool) {
+        let payload = compress ? Gzip.compress(message) : message
         reserveCapacity(minimumWritableBytes: 5 + payload.count)  // one allocation, not one per part
-        writeInteger(UInt8(compressed ? 1 : 0))
+        writeInteger(UInt8(compress ? 1 : 0))
         writeInteger(UInt32(truncatingIfNeeded: payload.count))
         writeBytes(payload)
     }

@@ -20,8 +20,8 @@ struct OutboundBytes {
             message = bytes
             offset = 0
         } else {
-            let payload = compress ? Gzip.compress(bytes) : bytes
-            withBuffer(5 + payload.count) { $0.writeGRPCFrame(payload, compressed: compress) }
+            // Sized for the message as it is (compressed, it is usually smaller).
+            withBuffer(5 + bytes.count) { $0.writeGRPCMessage(bytes, compress: compress) }
         }
     }
 
