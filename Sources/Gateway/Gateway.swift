@@ -84,22 +84,6 @@ public final class Gateway: Sendable {
         }
         self.pools = pools
 
-        // Routes: one proxy per public service whose upstream is configured.
-        var services: [any RPCService] = []
-        var healthUpstreams: [String: [String]] = [:]
-        var table = Self.publicRoutes(registry).mapValues { (upstream: "", methods: $0) }
-        for (service, route) in extraRoutes { table[service] = route }
-        for (service, route) in table.sorted(by: { $0.key < $1.key }) {
-            let methods = route.methods
-            let upstream = route.upstream.isEmpty ? Self.upstreamName(ofService: service) : route.upstream
-            guard let pool = pools[upstream] else { continue }
-            let proxy = Proxy(
-                pool: pool, maxDeadline: configuration.maxDeadline,
-                maxStreamDeadline: configuration.maxStreamDeadline, tracer: configuration.tracer)
-            services.append(ProxyService(serviceName: service, methods: methods.map { ServerMethod($0, proxy.handler(for: $0)) }))
-            healthUpstreams[upstream, default: []].append(service)
-        }
-
         let keys: any SigningKeySource =
             pools["accounts"].map {
                 RemoteSigningKeys(client: RPCClient(transport: $0), minRefreshInterval: configuration.keyRefreshInterval, logger: logger)
@@ -114,6 +98,25 @@ public final class Gateway: Sendable {
             addressLimiter: configuration.addressRate > 0 ? RateLimiter(rate: configuration.addressRate, burst: configuration.addressBurst) : nil,
             userLimiter: configuration.userRate > 0 ? RateLimiter(rate: configuration.userRate, burst: configuration.userBurst) : nil,
             notesIdentity: accessLog != nil)
+
+        // Routes: one proxy per public service whose upstream is configured.
+        var services: [any RPCService] = []
+        var healthUpstreams: [String: [String]] = [:]
+        var table = Self.publicRoutes(registry).mapValues { (upstream: "", methods: $0) }
+        for (service, route) in extraRoutes { table[service] = route }
+        for (service, route) in table.sorted(by: { $0.key < $1.key }) {
+            let methods = route.methods
+            let upstream = route.upstream.isEmpty ? Self.upstreamName(ofService: service) : route.upstream
+            guard let pool = pools[upstream] else { continue }
+            // Unary calls are relayed without a context when nothing needs one (no tracer, no
+            // access log): the policy is then the whole chain, and the relay applies it itself.
+            let proxy = Proxy(
+                pool: pool, maxDeadline: configuration.maxDeadline,
+                maxStreamDeadline: configuration.maxStreamDeadline, tracer: configuration.tracer,
+                relayPolicy: accessLog == nil ? policy : nil)
+            services.append(ProxyService(serviceName: service, methods: methods.map { ServerMethod($0, proxy.handler(for: $0)) }))
+            healthUpstreams[upstream, default: []].append(service)
+        }
 
         health = GatewayHealth(
             upstreams: healthUpstreams.sorted(by: { $0.key < $1.key }).map { name, services in

@@ -27,9 +27,24 @@ public enum RawHandler: Sendable {
     case serverStreamingForwarding(
         @Sendable (_ request: [UInt8], _ context: ServerContext, _ responses: any ResponseForwarder) -> (any Cancellable)?)
 
+    /// A unary call relayed to another server with no `ServerContext` made for it (the gateway's
+    /// relay of gRPC calls, tracing off): the transport calls `UnaryRelay.relay` on the
+    /// connection's event loop with what a relay needs of the call, and the relay answers with the
+    /// upstream's headers and trailers (`RelayResponder`). The relay applies its own check
+    /// (`UnaryRelay.check`), so `ServerInterceptors.wrap` keeps this form only when that check is
+    /// the whole chain; otherwise, and wherever a context is needed (the browser protocols,
+    /// `asyncUnary`), the method runs as `unaryForwarding(relay.forward)`.
+    case unaryRelay(any UnaryRelay)
+
+    /// The form that takes a context, for a `unaryRelay` (others unchanged).
+    public var withContext: RawHandler {
+        if case .unaryRelay(let relay) = self { return .unaryForwarding { relay.forward($0, $1, $2) } }
+        return self
+    }
+
     public var kind: CallKind {
         switch self {
-        case .unary, .unaryForwarding: .unary
+        case .unary, .unaryForwarding, .unaryRelay: .unary
         case .serverStreaming, .serverStreamingForwarding: .serverStreaming
         case .clientStreaming: .clientStreaming
         case .bidirectionalStreaming: .bidirectionalStreaming
@@ -42,6 +57,8 @@ public enum RawHandler: Sendable {
         switch self {
         case .unary(let body):
             return body
+        case .unaryRelay:
+            return withContext.asyncUnary
         case .unaryForwarding(let body):
             return { request, context in
                 let cancellation = CallCancellation()
@@ -206,6 +223,32 @@ public protocol Cancellable: Sendable {
 /// Where a `unaryForwarding` handler's answer goes: called exactly once, from any thread.
 public protocol UnaryResponder: AnyObject, Sendable {
     func respond(_ result: Result<[UInt8], any Error>)
+}
+
+/// A unary call passed on to another server by the transport itself, without a `ServerContext`,
+/// interceptor closures or a task (`RawHandler.unaryRelay`): the gateway's relay.
+public protocol UnaryRelay: AnyObject, Sendable {
+    /// The check the relay applies to each call itself (nil: none). `ServerInterceptors.wrap`
+    /// keeps the relay only when this check (the same instance) is the server's whole chain, so
+    /// that a relayed call is checked exactly as the chain would check it.
+    var check: (any CallCheck)? { get }
+    /// Relays a call (on the connection's event loop; must not block): checks it, starts the
+    /// upstream call and answers through `responder` exactly once, from any thread. Returns
+    /// what stops its work when the call ends early, if anything does. The call's values are
+    /// passed one by one, not in a struct, so that none is retained to be passed.
+    func relay(
+        _ request: [UInt8], _ method: MethodDescriptor, _ metadata: Metadata, deadline: ContinuousClock.Instant?,
+        peerHost: String, _ responder: any RelayResponder
+    ) -> (any Cancellable)?
+    /// The same relay as a `unaryForwarding` handler (with a context; the chain already ran).
+    func forward(_ request: [UInt8], _ context: ServerContext, _ responder: any UnaryResponder) -> (any Cancellable)?
+}
+
+/// Where a `unaryRelay`'s answer goes: exactly once, from any thread.
+public protocol RelayResponder: AnyObject, Sendable {
+    /// The call's answer with the response headers and trailers to send with it (the upstream's:
+    /// headers go out on errors too, Trailers-Only; an error's own trailers are its `RPCError`'s).
+    func respond(_ result: Result<[UInt8], any Error>, headers: Metadata, trailers: Metadata)
 }
 
 /// A responder that runs a closure (callers that are not the HTTP/2 transport).

@@ -344,11 +344,22 @@ public struct ServerInterceptors: Sendable {
     /// as `specialized(for:)` gives it); `handler` itself when none takes part.
     public func wrap(_ handler: RawHandler, for method: MethodDescriptor) -> RawHandler {
         let chain = ServerInterceptors(list.compactMap { $0.specialized(for: method) })
-        return chain.isEmpty ? handler : chain.wrap(handler)
+        return chain.wrap(handler)
     }
 
-    /// `handler` with every call running through the chain first, as it is.
+    /// `handler` with every call running through the chain first, as it is. A `unaryRelay` is
+    /// kept only when its own check is the whole chain (then nothing else would run); otherwise
+    /// every call takes its context path, through the chain.
     public func wrap(_ handler: RawHandler) -> RawHandler {
+        if case .unaryRelay(let relay) = handler {
+            let same: Bool
+            if let check = relay.check {
+                same = list.count == 1 && (list[0] as AnyObject) === (check as AnyObject)
+            } else {
+                same = list.isEmpty
+            }
+            return same ? handler : wrap(handler.withContext)
+        }
         guard !list.isEmpty else { return handler }
         switch handler {
         case .unary(let body):
@@ -393,6 +404,8 @@ public struct ServerInterceptors: Sendable {
             return .unaryForwarding { request, context, responder in
                 chain(ForwardedCall(context: context, request: request, answer: .message(responder)))
             }
+        case .unaryRelay:
+            preconditionFailure("handled above")
         case .serverStreamingForwarding(let body):
             let terminal: ForwardedCall.Next = { call in
                 guard case .stream(let forwarder) = call.answer else {

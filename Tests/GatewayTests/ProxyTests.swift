@@ -1,9 +1,12 @@
 import Contracts
 import Foundation
 import GRPCContracts
+import NIOPosix
+import Observability
 import RPCCore
 import RPCTransport
 import Security
+import ServiceKit
 import Testing
 
 @testable import Gateway
@@ -149,8 +152,9 @@ import Testing
         #expect(seen.binary("x-custom-bin") == [0, 1, 2, 255])
     }
 
-    @Test func metadataAndStatusDetailsComeBack() async throws {
-        let h = try await Harness()
+    /// Both unary paths: relayed without a context (the default) and with one (access log on).
+    @Test(arguments: [false, true]) func metadataAndStatusDetailsComeBack(accessLog: Bool) async throws {
+        let h = try await Harness { $0.accessLog = accessLog }
         defer { Task { await h.stop() } }
         var req = Accounts_V1_LogInRequest()
         req.username = "ada"
@@ -177,8 +181,12 @@ import Testing
         }
     }
 
-    @Test func deadlinesAreForwardedAndCapped() async throws {
-        let h = try await Harness { $0.maxDeadline = .seconds(5) }
+    /// Both unary paths: relayed without a context (the default) and with one (access log on).
+    @Test(arguments: [false, true]) func deadlinesAreForwardedAndCapped(accessLog: Bool) async throws {
+        let h = try await Harness {
+            $0.maxDeadline = .seconds(5)
+            $0.accessLog = accessLog
+        }
         defer { Task { await h.stop() } }
         let accounts = Accounts_V1_AccountsClient(h.client)
         func remaining(_ timeout: Duration?) async throws -> Int {
@@ -341,10 +349,11 @@ import Testing
         held[1].cancel()
     }
 
-    @Test func finishedUnaryCallsAreFreed() async throws {
+    /// Both unary paths: relayed without a context (the default) and with one (access log on).
+    @Test(arguments: [false, true]) func finishedUnaryCallsAreFreed(accessLog: Bool) async throws {
         // The client's stream holds the relayed call (to cancel it) and the call holds the stream
         // (to answer it) until the answer: a cycle that must break, or every call leaks.
-        let h = try await Harness()
+        let h = try await Harness { $0.accessLog = accessLog }
         defer { Task { await h.stop() } }
         let accounts = Accounts_V1_AccountsClient(h.client)
         for _ in 0..<20 { _ = try await accounts.getSigningKeys(Accounts_V1_GetSigningKeysRequest()) }
@@ -353,8 +362,9 @@ import Testing
             "\(PendingUnaryCall.live.load(ordering: .relaxed)) relayed calls still alive")
     }
 
-    @Test func cancellingAUnaryCallCancelsTheUpstream() async throws {
-        let h = try await Harness()
+    /// Both unary paths: relayed without a context (the default) and with one (access log on).
+    @Test(arguments: [false, true]) func cancellingAUnaryCallCancelsTheUpstream(accessLog: Bool) async throws {
+        let h = try await Harness { $0.accessLog = accessLog }
         defer { Task { await h.stop() } }
         var req = Accounts_V1_LogInRequest()
         req.password = "slow"  // the fake sleeps 5 s unless cancelled
@@ -545,10 +555,12 @@ import Testing
         #expect(await call("b") == .ok, "buckets are per user")
     }
 
-    @Test func tokensNamingUnknownKeysAreChargedToTheAddressOnce() async throws {
+    /// Both unary paths: relayed without a context (the default) and with one (access log on).
+    @Test(arguments: [false, true]) func tokensNamingUnknownKeysAreChargedToTheAddressOnce(accessLog: Bool) async throws {
         // Such a token defers from the immediate check to the one that fetches keys: the address
         // pays once per call, before any signature check, whichever path decides.
         let h = try await Harness { c in
+            c.accessLog = accessLog
             c.addressRate = 0.5
             c.addressBurst = 4
         }
@@ -579,8 +591,12 @@ import Testing
         #expect(h.recorder.count(Accounts_V1_AccountsMethods.logIn.path) == 0)
     }
 
-    @Test func newSigningKeysAreFetchedWhenATokenNamesThem() async throws {
-        let h = try await Harness { $0.keyRefreshInterval = .milliseconds(100) }
+    /// Both unary paths: relayed without a context (the default) and with one (access log on).
+    @Test(arguments: [false, true]) func newSigningKeysAreFetchedWhenATokenNamesThem(accessLog: Bool) async throws {
+        let h = try await Harness {
+            $0.keyRefreshInterval = .milliseconds(100)
+            $0.accessLog = accessLog
+        }
         defer { Task { await h.stop() } }
         let accounts = Accounts_V1_AccountsClient(h.client)
         _ = try await accounts.getMyProfile(Accounts_V1_GetMyProfileRequest(), options: CallOptions(metadata: h.bearer(h.keys.token())))
@@ -595,5 +611,26 @@ import Testing
             options: CallOptions(metadata: h.bearer(rotated.token(user: "u-new"))))
         #expect(r.user.userId == "u-new")
         #expect(h.recorder.count(Accounts_V1_AccountsMethods.getSigningKeys.path) == 2)
+    }
+
+    @Test func unaryCallsAreRelayedWithoutAContextUnlessSomethingNeedsOne() throws {
+        let loops = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        defer { try? loops.syncShutdownGracefully() }
+        let pool = UpstreamPool(
+            name: "accounts", configuration: ChannelConfiguration(host: "127.0.0.1", port: 1), loops: [loops.next()],
+            fallbackLoop: loops.next(), maxConnectionsPerLoop: 1)
+        let policy = GatewayPolicy(
+            verifier: AuthInterceptor(keys: StaticSigningKeys { [:] }, serviceToken: ""), addressLimiter: nil, userLimiter: nil)
+        let method = Accounts_V1_AccountsMethods.logIn
+        let tracer = SpanTracer(serviceName: "gateway", sampler: RatioSampler(ratio: 0), exporter: nil)
+        func relayed(_ proxy: Proxy) -> Bool {
+            if case .unaryRelay = proxy.handler(for: method) { return true }
+            return false
+        }
+        #expect(relayed(Proxy(pool: pool, maxDeadline: .seconds(5), maxStreamDeadline: .seconds(5), relayPolicy: policy)))
+        // No policy given (the gateway gives none when the access log notes callers) or a tracer
+        // (its span lives on the context): the context path.
+        #expect(!relayed(Proxy(pool: pool, maxDeadline: .seconds(5), maxStreamDeadline: .seconds(5))))
+        #expect(!relayed(Proxy(pool: pool, maxDeadline: .seconds(5), maxStreamDeadline: .seconds(5), tracer: tracer, relayPolicy: policy)))
     }
 }

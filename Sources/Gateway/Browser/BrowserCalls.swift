@@ -245,7 +245,7 @@ extension ConnectHandler {
     ) -> Bool {
         // Bodies over 64 KiB are decoded in handle()'s task, not on the event loop.
         guard request.method == "POST", request.body.count <= 64 * 1024, let method = router.methods[String(request.path)],
-            case .unaryForwarding(let forward) = method.handler
+            case .unaryForwarding(let forward) = method.handler.withContext
         else { return false }
         let media = Self.mediaType(request)
         let corsHeaders = cors.isEnabled ? cors.responseHeaders(origin: request.header("origin")) : []

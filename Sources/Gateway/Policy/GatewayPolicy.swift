@@ -47,7 +47,9 @@ public final class GatewayPolicy: CallCheck {
     public func check(_ context: ServerContext) async throws {
         if context.method.isInfrastructure { return }
         let charged = (context.value(forKey: Self.addressChargedKey) as? Bool) == true
-        if let token = try admit(context, chargeAddress: !charged) { try limitUser(try await verifier.verify(token), context) }
+        if let token = try admit(context.method, context.requestMetadata, peerHost: context.peerHost, chargeAddress: !charged) {
+            try limitUser(try await verifier.verify(token), context)
+        }
     }
 
     /// Decides at once unless the token names a key the gateway has not loaded yet; then
@@ -55,13 +57,28 @@ public final class GatewayPolicy: CallCheck {
     /// charged again).
     public func checkImmediately(_ context: ServerContext) throws -> Bool {
         if context.method.isInfrastructure { return true }
-        guard let token = try admit(context) else { return true }
-        guard let identity = try verifier.verifyImmediately(token) else {
-            context.setValue(true, forKey: Self.addressChargedKey)
-            return false
-        }
+        if try decideNow(context.method, context.requestMetadata, peerHost: context.peerHost, noting: context) { return true }
+        context.setValue(true, forKey: Self.addressChargedKey)
+        return false
+    }
+
+    /// `checkImmediately` without a context (the relay's, `ProxyRelay`): true when the call may
+    /// go on, a thrown error to refuse it, false when the token names a key not loaded yet; the
+    /// address is charged then, and `decideLater` finishes the decision.
+    func decideNow(_ method: MethodDescriptor, _ metadata: Metadata, peerHost: String, noting context: ServerContext? = nil) throws -> Bool {
+        if method.isInfrastructure { return true }
+        guard let token = try admit(method, metadata, peerHost: peerHost) else { return true }
+        guard let identity = try verifier.verifyImmediately(token) else { return false }
         try limitUser(identity, context)
         return true
+    }
+
+    /// What `decideNow` left undecided: the token verified (accounts' keys fetched) and the
+    /// user's limit; the address is not charged again.
+    func decideLater(_ method: MethodDescriptor, _ metadata: Metadata, peerHost: String) async throws {
+        if let token = try admit(method, metadata, peerHost: peerHost, chargeAddress: false) {
+            try limitUser(try await verifier.verify(token), nil)
+        }
     }
 
     /// At the request headers, before any body byte is read: an authenticated method without a
@@ -76,35 +93,35 @@ public final class GatewayPolicy: CallCheck {
 
     /// What comes before any signature check, so a flood of forged tokens is limited like any
     /// other call: the address's limit, then the method's marking. Returns the token to verify.
-    private func admit(_ context: ServerContext, chargeAddress: Bool = true) throws -> Substring? {
-        if chargeAddress { try limitAddress(context) }
-        let token = CredentialCheck.bearerToken(context.requestMetadata)
-        switch context.method.visibility {
+    private func admit(_ method: MethodDescriptor, _ metadata: Metadata, peerHost: String, chargeAddress: Bool = true) throws -> Substring? {
+        if chargeAddress { try limitAddress(peerHost) }
+        let token = CredentialCheck.bearerToken(metadata)
+        switch method.visibility {
         case .internal:
-            throw RPCError(.unimplemented, "Method not found: \(context.method.path)")
+            throw RPCError(.unimplemented, "Method not found: \(method.path)")
         case .publicAnonymous:
             break  // a token sent to a public method must still be valid (the service verifies it too)
         case .publicAuthenticated:
             guard token != nil else {
-                throw RPCError(.unauthenticated, "\(context.method.path) needs 'authorization: Bearer <access token>'")
+                throw RPCError(.unauthenticated, "\(method.path) needs 'authorization: Bearer <access token>'")
             }
         }
         return token
     }
 
     /// The user's rate limit. (The identity itself is not passed on: the relay forwards
-    /// `authorization` and each service verifies the token again.)
-    private func limitUser(_ identity: CallerIdentity?, _ context: ServerContext) throws {
-        if notesIdentity, let identity { context.noteIdentity(identity) }
+    /// `authorization` and each service verifies the token again.) Noted on `context` for the
+    /// access log when there is one.
+    private func limitUser(_ identity: CallerIdentity?, _ context: ServerContext?) throws {
+        if notesIdentity, let identity, let context { context.noteIdentity(identity) }
         if let identity, let limiter = userLimiter, let wait = limiter.acquire(identity.userID) {
             userRejections.increment()
             throw RPCError.retryLater("too many requests for this user: retry in \(Self.describe(wait))", after: wait)
         }
     }
 
-    private func limitAddress(_ context: ServerContext) throws {
+    private func limitAddress(_ address: String) throws {
         guard let limiter = addressLimiter else { return }
-        let address = context.peerHost
         if let wait = limiter.acquire(address) {
             addressRejections.increment()
             throw RPCError.retryLater("too many requests from \(address): retry in \(Self.describe(wait))", after: wait)

@@ -32,17 +32,26 @@ struct Proxy: Sendable {
     /// and did not sample is not sent up at all (`RPCTracing.startRelayCall`). Nil (tracing off):
     /// the client's headers go up as they are.
     var tracer: SpanTracer? = nil
+    /// The policy unary calls are relayed under without a context (`ProxyRelay`), when nothing
+    /// else needs one: no tracer (its span is kept on the context), no access log (the verified
+    /// caller is noted there). Nil: unary calls take the context path, through the chain.
+    var relayPolicy: GatewayPolicy? = nil
 
-    init(pool: UpstreamPool, maxDeadline: Duration, maxStreamDeadline: Duration, tracer: SpanTracer? = nil) {
+    init(
+        pool: UpstreamPool, maxDeadline: Duration, maxStreamDeadline: Duration, tracer: SpanTracer? = nil,
+        relayPolicy: GatewayPolicy? = nil
+    ) {
         self.pool = pool
         self.maxDeadline = maxDeadline
         self.maxStreamDeadline = maxStreamDeadline
         self.tracer = tracer
+        self.relayPolicy = tracer == nil ? relayPolicy : nil
     }
 
     func handler(for method: MethodDescriptor) -> RawHandler {
         switch method.kind {
         case .unary:
+            if let relayPolicy { return .unaryRelay(ProxyRelay(self, relayPolicy)) }
             return .unaryForwarding { request, context, responder in
                 unary(method, request, context, responder)
             }
@@ -67,13 +76,21 @@ struct Proxy: Sendable {
     /// (`CallOptions.limit`: no timer per call). When the gateway traces, its span's context goes
     /// up as `traceparent`/`tracestate` in place of the client's.
     func options(_ context: ServerContext, kind: CallKind) throws -> CallOptions {
+        try options(
+            context.requestMetadata, deadline: context.deadline, peerHost: context.peerHost,
+            trace: tracer == nil ? nil : RPCTracing.upstreamTrace(context), kind: kind)
+    }
+
+    func options(
+        _ metadata: Metadata, deadline: ContinuousClock.Instant?, peerHost: String, trace: TraceContext?, kind: CallKind
+    ) throws(RPCError) -> CallOptions {
         var timeout: Duration? = nil
-        if let remaining = context.timeRemaining {
+        if let deadline {
+            let remaining = deadline - .now
             guard remaining > .zero else { throw RPCError.deadlineExceeded() }
             timeout = min(remaining, cap(for: kind))
         }
-        let metadata = HeaderPolicy.upstreamMetadata(
-            context.requestMetadata, clientAddress: context.peerHost, trace: tracer == nil ? nil : RPCTracing.upstreamTrace(context))
+        let metadata = HeaderPolicy.upstreamMetadata(metadata, clientAddress: peerHost, trace: trace)
         return CallOptions(timeout: timeout, metadata: metadata, limit: timeout == nil ? limit(for: kind) : nil)
     }
 
@@ -124,32 +141,54 @@ struct Proxy: Sendable {
         _ method: MethodDescriptor, _ request: [UInt8], _ context: ServerContext, _ responder: any UnaryResponder
     ) -> (any Cancellable)? {
         let options: CallOptions
-        do { options = try self.options(context, kind: .unary) } catch {
-            responder.respond(.failure(error))
-            return nil
-        }
         let lease: PooledChannel
-        do { lease = try pool.acquire() } catch {
+        do {
+            options = try self.options(context, kind: .unary)
+            lease = try pool.acquire()
+        } catch {
             responder.respond(.failure(error))
             return nil
         }
-        let call = RelayedUnaryCall(request, method, context, responder, lease)
+        let call = RelayedUnaryCall(request, method, .context(context, responder), lease)
         lease.channel.start(call, method, options: options)
         return call
     }
 
-    /// The upstream's answer to a unary call as the gateway's: its message, headers and
-    /// trailers, or its status (details kept).
-    static func outcome(_ r: consuming UnaryCallResult, _ method: MethodDescriptor, _ context: ServerContext) -> Result<[UInt8], any Error> {
-        // Headers go back on errors too (Trailers-Only carries them). Set only when there are
-        // some (usually none): each set takes the context's lock and swaps a value.
-        if r.initialMetadata.count > 0 { context.initialMetadata = r.initialMetadata }
-        guard r.status.code == .ok else { return .failure(error(r.status, r.trailers)) }
-        guard r.responseCount == 1, r.response != nil else {
-            return .failure(RPCError(.internal, "\(method.path): upstream sent \(r.responseCount) response messages to a unary call"))
+    /// The same relay without a context (`ProxyRelay`, checked already): the upstream's headers
+    /// and trailers go back with the answer. (Written out, not shared with `unary` through
+    /// closures: each closure would retain what it captures, on every call.)
+    func relay(
+        _ request: [UInt8], _ method: MethodDescriptor, _ metadata: Metadata, deadline: ContinuousClock.Instant?, peerHost: String,
+        _ responder: any RelayResponder
+    ) -> (any Cancellable)? {
+        let options: CallOptions
+        let lease: PooledChannel
+        do {
+            options = try self.options(metadata, deadline: deadline, peerHost: peerHost, trace: nil, kind: .unary)
+            lease = try pool.acquire()
+        } catch {
+            responder.respond(.failure(error), headers: Metadata(), trailers: Metadata())
+            return nil
         }
-        if r.trailers.count > 0 { context.trailers = r.trailers }
-        return .success(r.response.take()!)  // moved out of the result, not copied
+        let call = RelayedUnaryCall(request, method, .relay(responder), lease)
+        lease.channel.start(call, method, options: options)
+        return call
+    }
+
+    /// The upstream's answer to a unary call as the gateway's: its message, or its status as
+    /// the error (details kept); and the headers and trailers to send with it (headers go back
+    /// on errors too, Trailers-Only carries them; an error's trailers are in the error).
+    static func outcome(
+        _ r: consuming UnaryCallResult, _ method: MethodDescriptor
+    ) -> (result: Result<[UInt8], any Error>, headers: Metadata, trailers: Metadata) {
+        guard r.status.code == .ok else { return (.failure(error(r.status, r.trailers)), r.initialMetadata, Metadata()) }
+        guard r.responseCount == 1, r.response != nil else {
+            return (
+                .failure(RPCError(.internal, "\(method.path): upstream sent \(r.responseCount) response messages to a unary call")),
+                r.initialMetadata, Metadata()
+            )
+        }
+        return (.success(r.response.take()!), r.initialMetadata, r.trailers)  // the message moved out, not copied
     }
 
     /// Server streams relay without a task too: the upstream stream opens on a connection of
@@ -226,30 +265,85 @@ struct Proxy: Sendable {
 }
 
 /// One relayed unary call: the upstream call, what cancels it (the client's call ending early
-/// cancels it) and the state its answer needs to complete the client's call.
+/// cancels it) and what its answer completes: the client's call through its context, or
+/// straight through the transport's stream (`ProxyRelay`: no context).
 final class RelayedUnaryCall: PendingUnaryCall, @unchecked Sendable {
+    enum Answer {
+        case context(ServerContext, any UnaryResponder)
+        case relay(any RelayResponder)
+    }
     let method: MethodDescriptor
-    let context: ServerContext
     let lease: PooledChannel
     /// Dropped once answered (it may hold this call, to cancel it).
-    private var responder: (any UnaryResponder)?
+    private var answer: Answer?
 
-    init(
-        _ request: [UInt8], _ method: MethodDescriptor, _ context: ServerContext, _ responder: any UnaryResponder,
-        _ lease: PooledChannel
-    ) {
+    init(_ request: [UInt8], _ method: MethodDescriptor, _ answer: Answer, _ lease: PooledChannel) {
         self.method = method
-        self.context = context
         self.lease = lease
-        self.responder = responder
+        self.answer = answer
         super.init(request: request)
     }
 
     override func completed(_ result: consuming UnaryCallResult) {
         lease.released()
-        let responder = self.responder
-        self.responder = nil
-        responder?.respond(Proxy.outcome(result, method, context))
+        guard let answer = answer.take() else { return }
+        let (outcome, headers, trailers) = Proxy.outcome(result, method)
+        switch answer {
+        case .relay(let responder):
+            responder.respond(outcome, headers: headers, trailers: trailers)
+        case .context(let context, let responder):
+            // Set only when there are some (usually none): each set takes the context's lock.
+            if headers.count > 0 { context.initialMetadata = headers }
+            if trailers.count > 0 { context.trailers = trailers }
+            responder.respond(outcome)
+        }
+    }
+}
+
+/// The gateway's unary relay without a context (`RawHandler.unaryRelay`): the policy decides
+/// from the call's values, and the proxy relays it. A token whose key is not loaded yet is
+/// decided in a task (accounts' keys fetched), then relayed from there.
+final class ProxyRelay: UnaryRelay {
+    let proxy: Proxy
+    let policy: GatewayPolicy
+
+    init(_ proxy: Proxy, _ policy: GatewayPolicy) {
+        self.proxy = proxy
+        self.policy = policy
+    }
+
+    var check: (any CallCheck)? { policy }
+
+    func relay(
+        _ request: [UInt8], _ method: MethodDescriptor, _ metadata: Metadata, deadline: ContinuousClock.Instant?, peerHost: String,
+        _ responder: any RelayResponder
+    ) -> (any Cancellable)? {
+        do {
+            if try policy.decideNow(method, metadata, peerHost: peerHost) {
+                return proxy.relay(request, method, metadata, deadline: deadline, peerHost: peerHost, responder)
+            }
+        } catch {
+            responder.respond(.failure(error), headers: Metadata(), trailers: Metadata())
+            return nil
+        }
+        let cancellation = CallCancellation()
+        let proxy = self.proxy, policy = self.policy
+        Task {
+            do {
+                try await policy.decideLater(method, metadata, peerHost: peerHost)
+            } catch {
+                responder.respond(.failure(error), headers: Metadata(), trailers: Metadata())
+                return
+            }
+            if let call = proxy.relay(request, method, metadata, deadline: deadline, peerHost: peerHost, responder) {
+                cancellation.onCancel(cancelling: call)
+            }
+        }
+        return cancellation
+    }
+
+    func forward(_ request: [UInt8], _ context: ServerContext, _ responder: any UnaryResponder) -> (any Cancellable)? {
+        proxy.unary(context.method, request, context, responder)
     }
 }
 

@@ -839,11 +839,34 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
 
     private func streamOwner(_ context: ChannelHandlerContext) -> StreamOwner { .reuse(&owner, self, on: context.eventLoop) }
 
+    /// The single request of a unary or server-streaming call, handed over once: its bytes leave
+    /// flow control here; a large one's charge stays until the call ends (`finish`), since the
+    /// handler holds the bytes until then (the gateway's relay until the upstream took them).
+    private func takeRequest(_ stream: ServerStream) -> [UInt8] {
+        defer {
+            stream.single = nil
+            if stream.heldBytes > 0, let session {
+                nghttp2_session_consume(session, stream.id, stream.heldBytes)
+                stream.heldBytes = 0
+            }
+        }
+        return stream.single!.bytes
+    }
+
     private func startHandler(_ stream: ServerStream) {
         // The connection's context and executor are not bound here (each binding is a retain
         // per call): read where used.
         guard stream.target != nil, context != nil, executor != nil else { return }
         stream.phase = .running
+        if case .unaryRelay(let relay) = stream.target!.handler {
+            // Relayed without a context: the relay gets the call's values, and answers through
+            // the stream with the upstream's headers and trailers (`RelayResponder`).
+            let request = takeRequest(stream)
+            stream.owner = streamOwner(context!)
+            stream.cancellation = relay.relay(
+                request, stream.target!.descriptor, stream.metadata, deadline: stream.deadline, peerHost: peerHost, stream)
+            return
+        }
         let requestCompressed = stream.single?.compressed ?? false
         let callContext = ServerContext(
             method: stream.target!.descriptor, requestMetadata: stream.metadata, deadline: stream.deadline, peer: peer, peerHost: peerHost,
@@ -867,20 +890,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
                 owner.loop.runOnLoop { owner.handler.value.complete(id, response: result, streaming: streaming) }
             }
         }
-        /// The single request of a unary or server-streaming call, handed over once: its bytes
-        /// leave flow control here; a large one's charge stays until the call ends (`finish`),
-        /// since the handler holds the bytes until then (the gateway's relay until the upstream
-        /// took them).
-        func takeSingle() -> [UInt8] {
-            defer {
-                stream.single = nil
-                if stream.heldBytes > 0, let session {
-                    nghttp2_session_consume(session, stream.id, stream.heldBytes)
-                    stream.heldBytes = 0
-                }
-            }
-            return stream.single!.bytes
-        }
+        func takeSingle() -> [UInt8] { takeRequest(stream) }
 
         /// A forwarding handler answers through the stream itself (`UnaryResponder`,
         /// `ResponseForwarder`) from the connection's loop; its interceptors run there too, and
@@ -897,6 +907,8 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         case .unaryForwarding(let body):
             let request = takeSingle()
             forwardWithoutTask { body(request, callContext, stream) }
+        case .unaryRelay:
+            preconditionFailure("started above")
         case .serverStreamingForwarding(let body):
             let request = takeSingle()
             forwardWithoutTask { body(request, callContext, stream) }
@@ -951,17 +963,39 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             if !streaming { enqueue(stream, message: bytes, compress: nil) }
             finish(stream, RPCError(.ok, ""))
         case .failure(let error):
-            if let rpc = error as? RPCError {
-                if let cause = rpc.cause, rpc.code == .internal || rpc.code == .unknown || rpc.code == .dataLoss {
-                    shared.logger.error("handler \(stream.path) failed: \(rpc.message): \(cause)")
-                }
-                finish(stream, rpc)
-            } else if error is CancellationError {
-                finish(stream, RPCError.cancelled("the call was cancelled"))
-            } else {
-                shared.logger.error("handler \(stream.path) failed: \(error)")
-                finish(stream, RPCError(.internal, "internal error"))
+            finish(stream, failure: error)
+        }
+        scheduleFlush()
+    }
+
+    /// Ends a call with its handler's error: an `RPCError` as it is (logged when it hides a
+    /// cause), a cancellation as CANCELLED, anything else as INTERNAL (logged, never sent).
+    private func finish(_ stream: ServerStream, failure error: any Error) {
+        if let rpc = error as? RPCError {
+            if let cause = rpc.cause, rpc.code == .internal || rpc.code == .unknown || rpc.code == .dataLoss {
+                shared.logger.error("handler \(stream.path) failed: \(rpc.message): \(cause)")
             }
+            finish(stream, rpc)
+        } else if error is CancellationError {
+            finish(stream, RPCError.cancelled("the call was cancelled"))
+        } else {
+            shared.logger.error("handler \(stream.path) failed: \(error)")
+            finish(stream, RPCError(.internal, "internal error"))
+        }
+    }
+
+    /// A relayed call's answer (`RawHandler.unaryRelay`): the upstream's headers and trailers
+    /// are the call's own; the response is compressed as the request was (as a context starts).
+    func completeRelayed(_ id: Int32, _ result: Result<[UInt8], any Error>, headers: Metadata, trailers: Metadata) {
+        guard let stream = streams[id], stream.phase == .running else { return }
+        if headers.count > 0 { stream.relayedHeaders = headers }
+        if trailers.count > 0 { stream.relayedTrailers = trailers }
+        switch result {
+        case .success(let bytes):
+            enqueue(stream, message: bytes, compress: stream.encoding != nil && stream.encoding == "gzip")
+            finish(stream, RPCError(.ok, ""))
+        case .failure(let error):
+            finish(stream, failure: error)
         }
         scheduleFlush()
     }
@@ -985,7 +1019,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         if stream.charged > 0 || stream.awaitingAdmission { releaseCharges(stream) }
         stream.deadlineTimer?.cancel()
         stream.deadlineTimer = nil
-        let contextTrailers = stream.context?.trailers ?? Metadata()
+        let contextTrailers = stream.context?.trailers ?? stream.relayedTrailers
         if stream.headersSent, status.code == .ok, status.message.isEmpty, status.details == nil, contextTrailers.count == 0,
             status.trailers.count == 0
         {
@@ -1163,7 +1197,11 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     private func responseHeaderBlock(_ stream: ServerStream) -> HeaderBlock {
         var block = takeBlock()
         block.append(stream.clientAcceptsGzip ? Self.gzipResponseHead : responseHead)
-        if let ctx = stream.context { block.add(metadata: ctx.initialMetadata) }
+        if let ctx = stream.context {
+            block.add(metadata: ctx.initialMetadata)
+        } else if stream.relayedHeaders.count > 0 {
+            block.add(metadata: stream.relayedHeaders)
+        }
         return block
     }
 

@@ -5,7 +5,7 @@ import RPCCore
 /// connection's event loop; the exceptions are a forwarding handler's answers (`respond`, and
 /// `sendHeaders`, `forward`, `whenWritable`, `end`), which may come from any thread: off the loop
 /// they only read what was set before the handler ran and hop to the loop.
-final class ServerStream: UnaryResponder, ResponseForwarder, @unchecked Sendable {
+final class ServerStream: UnaryResponder, RelayResponder, ResponseForwarder, @unchecked Sendable {
     enum Phase { case receivingHeaders, receiving, running, done }
 
     let id: Int32
@@ -76,6 +76,9 @@ final class ServerStream: UnaryResponder, ResponseForwarder, @unchecked Sendable
     var responseMessages = 0
     var responseBytes = 0
     var context: ServerContext?
+    /// A relayed call's response headers and trailers (`RawHandler.unaryRelay`: no context).
+    var relayedHeaders = Metadata()
+    var relayedTrailers = Metadata()
     var task: Task<Void, Never>?
     /// What stops a forwarding handler (`unaryForwarding`, `serverStreamingForwarding`, the
     /// HTTP path's task-free answers), which runs without a task of its own.
@@ -115,6 +118,17 @@ final class ServerStream: UnaryResponder, ResponseForwarder, @unchecked Sendable
         } else {
             let id = self.id
             owner.loop.execute { owner.handler.value.complete(id, response: result) }
+        }
+    }
+
+    /// A `unaryRelay`'s answer: completes the call on its connection's loop.
+    func respond(_ result: Result<[UInt8], any Error>, headers: Metadata, trailers: Metadata) {
+        guard let owner else { return }
+        if owner.loop.inEventLoop {
+            owner.handler.value.completeRelayed(id, result, headers: headers, trailers: trailers)
+        } else {
+            let id = self.id
+            owner.loop.execute { owner.handler.value.completeRelayed(id, result, headers: headers, trailers: trailers) }
         }
     }
 

@@ -1,0 +1,215 @@
+import Dispatch
+import RPCCore
+import Synchronization
+import Testing
+
+@testable import RPCTransport
+
+/// A check that must be a class to be the relay's own (`UnaryRelay.check` is matched by identity).
+final class Gate: CallCheck {
+    func check(_ context: ServerContext) async throws { try refuse(context.requestMetadata) }
+    func checkImmediately(_ context: ServerContext) throws -> Bool {
+        try refuse(context.requestMetadata)
+        return true
+    }
+    func refuse(_ metadata: Metadata) throws {
+        if metadata["x-refuse"] != nil { throw RPCError(.permissionDenied, "refused by the gate") }
+    }
+}
+
+/// Stands for the gateway's relay: answers with the request reversed, the response headers and
+/// trailers an upstream would send, or an upstream's error; applies its gate itself. Notes which
+/// path each call took.
+final class TestRelay: UnaryRelay {
+    let gate: Gate?
+    let paths = Mutex<[String]>([])
+    let cancelled = Atomic<Int>(0)
+    init(gate: Gate?) { self.gate = gate }
+
+    var check: (any CallCheck)? { gate }
+
+    final class Work: Cancellable {
+        let relay: TestRelay
+        init(_ relay: TestRelay) { self.relay = relay }
+        func cancel() { relay.cancelled.add(1, ordering: .relaxed) }
+    }
+
+    static let method = MethodDescriptor(service: "test.Relay", method: "Unary", kind: .unary)
+
+    func relay(
+        _ request: [UInt8], _ method: MethodDescriptor, _ metadata: Metadata, deadline: ContinuousClock.Instant?, peerHost: String,
+        _ responder: any RelayResponder
+    ) -> (any Cancellable)? {
+        paths.withLock { $0.append("relay \(method.path) deadline:\(deadline != nil) peer:\(peerHost)") }
+        do { try gate?.refuse(metadata) } catch {
+            responder.respond(.failure(error), headers: Metadata(), trailers: Metadata())
+            return nil
+        }
+        if metadata["x-hang"] != nil { return Work(self) }  // never answers: the call ends from the client's side
+        var headers = Metadata()
+        headers.add("x-upstream-header", "h")
+        if metadata["x-fail"] != nil {
+            var trailers = Metadata()
+            trailers.add("x-why", "upstream said so")
+            responder.respond(
+                .failure(RPCError(.notFound, "no such thing", trailers: trailers, details: [1, 2, 3])), headers: headers, trailers: Metadata())
+            return nil
+        }
+        var trailers = Metadata()
+        trailers.add("x-upstream-trailer", "t")
+        let answer = Array(request.reversed())
+        if metadata["x-off-loop"] != nil {
+            // Answered from another thread, as an upstream on another loop would.
+            let (h, t) = (headers, trailers)
+            DispatchQueue.global().async { responder.respond(.success(answer), headers: h, trailers: t) }
+        } else {
+            responder.respond(.success(answer), headers: headers, trailers: trailers)
+        }
+        return Work(self)
+    }
+
+    func forward(_ request: [UInt8], _ context: ServerContext, _ responder: any UnaryResponder) -> (any Cancellable)? {
+        paths.withLock { $0.append("forward \(context.method.path)") }
+        context.initialMetadata = Metadata([("x-upstream-header", "h")])
+        responder.respond(.success(Array(request.reversed())))
+        return nil
+    }
+}
+
+final class RelayService: RPCService {
+    let relay: TestRelay
+    init(_ relay: TestRelay) { self.relay = relay }
+    var serviceName: String { "test.Relay" }
+    var methods: [ServerMethod] { [ServerMethod(TestRelay.method, .unaryRelay(relay))] }
+}
+
+@Suite struct UnaryRelayTests {
+    func options(_ pairs: [(String, String)]) -> CallOptions {
+        var o = CallOptions()
+        for (k, v) in pairs { o.metadata.add(k, v) }
+        return o
+    }
+
+    @Test func aRelayWhoseCheckIsTheWholeChainAnswersWithoutAContext() async throws {
+        let gate = Gate()
+        let relay = TestRelay(gate: gate)
+        let recorder = OutcomeRecorder()
+        var config = ServerConfiguration(host: "127.0.0.1", port: 0)
+        config.threads = 1
+        config.interceptors = [gate]
+        config.observer = recorder
+        let server = RPCServer(configuration: config, services: [RelayService(relay)])
+        let port = try await server.start()
+        let channel = RPCChannel(configuration: ChannelConfiguration(host: "127.0.0.1", port: port))
+        defer {
+            Task {
+                await channel.close(); await server.shutdownGracefully()
+            }
+        }
+        let client = channel.client
+
+        let r = try await client.unary(TestRelay.method, Bytes("abc"), as: Bytes.self)
+        #expect(r.message.text == "cba")
+        #expect(r.initialMetadata["x-upstream-header"] == "h")
+        #expect(r.trailers["x-upstream-trailer"] == "t")
+
+        let off = try await client.unary(TestRelay.method, Bytes("xyz"), as: Bytes.self, options: options([("x-off-loop", "1")]))
+        #expect(off.message.text == "zyx")
+        #expect(off.trailers["x-upstream-trailer"] == "t")
+
+        let refused = await #expect(throws: RPCError.self) {
+            _ = try await client.unary(TestRelay.method, Bytes("no"), as: Bytes.self, options: options([("x-refuse", "1")]))
+        }
+        #expect(refused?.code == .permissionDenied)
+
+        let failed = await #expect(throws: RPCError.self) {
+            _ = try await client.unary(TestRelay.method, Bytes("f"), as: Bytes.self, options: options([("x-fail", "1")]))
+        }
+        #expect(failed?.code == .notFound)
+        #expect(failed?.message == "no such thing")
+        #expect(failed?.trailers["x-why"] == "upstream said so")
+        #expect(failed?.trailers.binary("grpc-status-details-bin") == [1, 2, 3])
+
+        var timed = CallOptions()
+        timed.timeout = .seconds(30)
+        _ = try await client.unary(TestRelay.method, Bytes("t"), as: Bytes.self, options: timed)
+
+        let paths = relay.paths.withLock { $0 }
+        #expect(paths.count == 5)
+        #expect(paths.allSatisfy { $0.hasPrefix("relay /test.Relay/Unary") && $0.hasSuffix("peer:127.0.0.1") })
+        #expect(paths.last?.contains("deadline:true") == true && paths.first?.contains("deadline:false") == true)
+        // Observed like any call.
+        #expect(try await eventually { recorder.seen.withLock { $0.count } == 5 })
+        #expect(recorder.seen.withLock { $0.map(\.code) } == [.ok, .ok, .permissionDenied, .notFound, .ok])
+    }
+
+    @Test func aRelayBehindOtherInterceptorsRunsWithAContextThroughTheChain() async throws {
+        let trail = Trail()
+        let gate = Gate()
+        let relay = TestRelay(gate: gate)
+        try await withServer([RelayService(relay)], interceptors: [Named(name: "outer", trail: trail), gate]) { client in
+            let r = try await client.unary(TestRelay.method, Bytes("abc"), as: Bytes.self)
+            #expect(r.message.text == "cba")
+            #expect(r.initialMetadata["x-upstream-header"] == "h")
+            let refused = await #expect(throws: RPCError.self) {
+                _ = try await client.unary(TestRelay.method, Bytes("no"), as: Bytes.self, options: options([("x-refuse", "1")]))
+            }
+            #expect(refused?.code == .permissionDenied)
+        }
+        #expect(relay.paths.withLock { $0 } == ["forward /test.Relay/Unary"])
+        #expect(trail.steps.withLock { $0 }.first == "outer in")
+    }
+
+    @Test func aRelayWithADifferentCheckThanTheChainsRunsThroughTheChain() async throws {
+        // The chain's check is another instance: the relay cannot stand in for it.
+        let relay = TestRelay(gate: Gate())
+        try await withServer([RelayService(relay)], interceptors: [Gate()]) { client in
+            _ = try await client.unary(TestRelay.method, Bytes("abc"), as: Bytes.self)
+        }
+        #expect(relay.paths.withLock { $0 } == ["forward /test.Relay/Unary"])
+
+        // No chain and no check of its own: relayed.
+        let bare = TestRelay(gate: nil)
+        try await withServer([RelayService(bare)], interceptors: []) { client in
+            _ = try await client.unary(TestRelay.method, Bytes("abc"), as: Bytes.self)
+        }
+        #expect(bare.paths.withLock { $0 }.count == 1 && bare.paths.withLock { $0 }[0].hasPrefix("relay"))
+    }
+
+    @Test func aRelayedCallEndingEarlyCancelsTheRelaysWork() async throws {
+        let relay = TestRelay(gate: nil)
+        try await withServer([RelayService(relay)], interceptors: []) { client in
+            var o = options([("x-hang", "1")])
+            o.timeout = .milliseconds(100)
+            let error = await #expect(throws: RPCError.self) {
+                _ = try await client.unary(TestRelay.method, Bytes("abc"), as: Bytes.self, options: o)
+            }
+            #expect(error?.code == .deadlineExceeded)
+            #expect(try await eventually { relay.cancelled.load(ordering: .relaxed) == 1 })
+            // A call answered in full is not cancelled afterwards.
+            _ = try await client.unary(TestRelay.method, Bytes("abc"), as: Bytes.self)
+        }
+        #expect(relay.cancelled.load(ordering: .relaxed) == 1)
+    }
+
+    @Test func theContextFormOfARelayIsItsForward() {
+        let relay = TestRelay(gate: nil)
+        let handler = RawHandler.unaryRelay(relay)
+        #expect(handler.kind == .unary)
+        guard case .unaryForwarding = handler.withContext else {
+            Issue.record("withContext is not unaryForwarding")
+            return
+        }
+        #expect(handler.asyncUnary != nil)
+    }
+}
+
+/// Polls `condition` until it holds or `timeout` passes.
+private func eventually(timeout: Duration = .seconds(5), _ condition: () throws -> Bool) async throws -> Bool {
+    let end = ContinuousClock.now + timeout
+    while ContinuousClock.now < end {
+        if try condition() { return true }
+        try await Task.sleep(for: .milliseconds(10))
+    }
+    return try condition()
+}
