@@ -41,6 +41,11 @@ public final class UpstreamPool: ClientTransport, Sendable {
     final class Slot: Sendable {
         let loop: any EventLoop
         let channels = Mutex<[PooledChannel]>([])
+        /// The connection this loop's last call got, read and written only on the loop itself
+        /// (a serving slot is chosen only there: `slot()`), so the usual call takes no lock: while
+        /// it has room, the next call goes to it too. Never cleared (a closed channel answers
+        /// UNAVAILABLE, as at shutdown).
+        nonisolated(unsafe) var recent: PooledChannel?
         init(loop: any EventLoop) { self.loop = loop }
     }
     /// The serving loops' slots, fixed at init: one per core, found by a scan of their loops'
@@ -83,6 +88,11 @@ public final class UpstreamPool: ClientTransport, Sendable {
     /// ended (for a subscription, indefinitely).
     func acquire() throws(RPCError) -> PooledChannel {
         let slot = slot()
+        let serving = slot !== fallbackSlot
+        if serving, let c = slot.recent, c.active.load(ordering: .relaxed) < streamsPerConnection {
+            c.active.add(1, ordering: .relaxed)
+            return c
+        }
         let chosen: PooledChannel? = slot.channels.withLock { list in
             var best: PooledChannel? = nil
             for c in list where c.active.load(ordering: .relaxed) < streamsPerConnection {
@@ -105,6 +115,7 @@ public final class UpstreamPool: ClientTransport, Sendable {
                 "the gateway holds as many calls to \(name) as it may (\(maxConnectionsPerLoop) connections × \(streamsPerConnection) streams per event loop): retry shortly"
             )
         }
+        if serving { slot.recent = chosen }
         return chosen
     }
 
