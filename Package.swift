@@ -41,12 +41,16 @@ let package = Package(
         .systemLibrary(name: "CSQLite", providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "CZlib", providers: [.apt(["zlib1g-dev"])]),
 
+        // nghttp2's allocator: per-thread free lists by size class (C: an allocator's fast path
+        // must not retain, check exclusivity or go through value witnesses).
+        .target(name: "CNGHTTP2Memory", dependencies: ["CNGHTTP2"]),
+
         // The runtime: no C in RPCCore; the transport owns nghttp2, OpenSSL and zlib.
         .target(name: "RPCCore", swiftSettings: strict),
         .target(
             name: "RPCTransport",
             dependencies: [
-                "RPCCore", "RPCTLS", "CNGHTTP2", "COpenSSL", "CZlib",
+                "RPCCore", "RPCTLS", "CNGHTTP2", "CNGHTTP2Memory", "COpenSSL", "CZlib",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

@@ -1,4 +1,5 @@
 import CNGHTTP2
+import CNGHTTP2Memory
 import NIOCore
 import RPCCore
 import RPCTLS
@@ -159,7 +160,8 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         defer { nghttp2_option_del(option) }
         nghttp2_option_set_no_auto_window_update(option, 1)
         var s: OpaquePointer?
-        nghttp2_session_client_new2(&s, callbacks, Unmanaged.passUnretained(self).toOpaque(), option)
+        // nghttp2 allocates through per-thread free lists (CNGHTTP2Memory): a dozen blocks a call.
+        nghttp2_session_client_new3(&s, callbacks, Unmanaged.passUnretained(self).toOpaque(), option, rpc_nghttp2_memory())
         session = s
         var settings = [
             nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_ENABLE_PUSH.rawValue), value: 0),

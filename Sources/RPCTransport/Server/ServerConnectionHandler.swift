@@ -1,4 +1,5 @@
 import CNGHTTP2
+import CNGHTTP2Memory
 import Logging
 import NIOCore
 import RPCCore
@@ -253,7 +254,8 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         nghttp2_option_set_max_continuations(option, 8)
 
         var s: OpaquePointer?
-        nghttp2_session_server_new2(&s, callbacks, Unmanaged.passUnretained(self).toOpaque(), option)
+        // nghttp2 allocates through per-thread free lists (CNGHTTP2Memory): a dozen blocks a call.
+        nghttp2_session_server_new3(&s, callbacks, Unmanaged.passUnretained(self).toOpaque(), option, rpc_nghttp2_memory())
         session = s
         let config = shared.configuration
         var settings = [
