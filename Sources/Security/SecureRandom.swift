@@ -20,22 +20,37 @@ public enum SecureRandom {
     }
 }
 
-/// Comparison whose time does not depend on where the inputs differ, for secrets (MACs, hashes).
+/// Comparison whose time does not depend on where the inputs differ, for secrets (MACs, hashes,
+/// credentials). Eight bytes at a time, every byte read, differences OR-ed together and tested
+/// once at the end: no branch depends on the bytes (OpenSSL's `CRYPTO_memcmp` goes byte by byte
+/// through a call into libcrypto; a service checks a credential this way on every call).
 public enum ConstantTime {
     /// True when `a` and `b` are equal. Only the lengths may leak through timing.
     public static func equals(_ a: [UInt8], _ b: [UInt8]) -> Bool {
-        guard a.count == b.count else { return false }
-        if a.isEmpty { return true }
-        return a.withUnsafeBytes { pa in b.withUnsafeBytes { pb in CRYPTO_memcmp(pa.baseAddress, pb.baseAddress, pa.count) == 0 } }
+        a.withUnsafeBytes { pa in b.withUnsafeBytes { pb in equals(pa, pb) } }
     }
 
     /// A presented string (a header value) against secret bytes, without copying the string.
     public static func equals(_ a: String, _ b: [UInt8]) -> Bool {
         var a = a
-        return a.withUTF8 { pa in
-            guard pa.count == b.count else { return false }
-            if pa.isEmpty { return true }
-            return b.withUnsafeBytes { pb in CRYPTO_memcmp(pa.baseAddress, pb.baseAddress, pa.count) == 0 }
+        return a.withUTF8 { pa in b.withUnsafeBytes { pb in equals(UnsafeRawBufferPointer(pa), pb) } }
+    }
+
+    /// True when the two byte ranges are equal. Only the lengths may leak through timing.
+    public static func equals(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Bool {
+        guard a.count == b.count else { return false }
+        guard let pa = a.baseAddress, let pb = b.baseAddress else { return true }
+        let n = a.count
+        var diff: UInt64 = 0
+        var i = 0
+        while i + 8 <= n {
+            diff |= pa.loadUnaligned(fromByteOffset: i, as: UInt64.self) ^ pb.loadUnaligned(fromByteOffset: i, as: UInt64.self)
+            i += 8
         }
+        while i < n {
+            diff |= UInt64(pa.load(fromByteOffset: i, as: UInt8.self) ^ pb.load(fromByteOffset: i, as: UInt8.self))
+            i += 1
+        }
+        return diff == 0
     }
 }

@@ -64,5 +64,16 @@ func hexString(_ b: [UInt8]) -> String { b.map { String(format: "%02x", $0) }.jo
         #expect(ConstantTime.equals([1, 2, 3], [1, 2, 3]))
         #expect(!ConstantTime.equals([1, 2, 3], [1, 2, 4]))
         #expect(!ConstantTime.equals([1, 2, 3], [1, 2]))
+        // A difference at any place, in the words or in the tail, is found.
+        let secret = (0..<43).map { UInt8($0 * 5 + 1) }
+        #expect(ConstantTime.equals(secret, secret))
+        #expect(ConstantTime.equals(String(decoding: Array("per-call-gateway-token".utf8), as: UTF8.self), Array("per-call-gateway-token".utf8)))
+        for at in secret.indices {
+            for flip: UInt8 in [1, 0x80] {
+                var other = secret
+                other[at] ^= flip
+                #expect(!ConstantTime.equals(secret, other), "byte \(at)")
+            }
+        }
     }
 }
