@@ -2,6 +2,9 @@ public struct CallOptions: Sendable {
     /// Relative deadline; sent as `grpc-timeout` and enforced locally.
     public var timeout: Duration?
     public var metadata: Metadata
+    /// Metadata a relay passes on as its client's header block carried it (`MetadataBytes`),
+    /// sent after `metadata`: copied into the request's header block as it is when clean.
+    public var forwardedMetadata = MetadataBytes()
     /// Compress request messages with gzip.
     public var compressRequests: Bool
     /// Without a `timeout`: ends the call with DEADLINE_EXCEEDED and this limit's message once it

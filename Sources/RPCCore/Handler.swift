@@ -177,17 +177,35 @@ public enum CredentialCheck {
     public static func missingCredential(
         _ method: MethodDescriptor, _ metadata: Metadata, serviceCredential: Bool = true
     ) -> RPCError? {
+        missingCredential(
+            method, serviceCredential: serviceCredential, hasBearer: { hasBearer(metadata) },
+            hasServiceToken: { metadata.first(lowercased: serviceTokenHeader) != nil })
+    }
+
+    /// `missingCredential` for metadata as its header block carried it (a relay's).
+    public static func missingCredential(
+        _ method: MethodDescriptor, _ metadata: MetadataBytes, serviceCredential: Bool = true
+    ) -> RPCError? {
+        missingCredential(
+            method, serviceCredential: serviceCredential, hasBearer: { bearerTokenRange(metadata) != nil },
+            hasServiceToken: { metadata.withFirstValue(of: "x-service-token") { $0 != nil } })
+    }
+
+    @inline(__always)
+    private static func missingCredential(
+        _ method: MethodDescriptor, serviceCredential: Bool, hasBearer: () -> Bool, hasServiceToken: () -> Bool
+    ) -> RPCError? {
         if method.isInfrastructure { return nil }
         switch method.visibility {
         case .publicAnonymous:
             return nil
         case .publicAuthenticated:
-            if hasBearer(metadata) { return nil }
-            if serviceCredential && metadata.first(lowercased: serviceTokenHeader) != nil { return nil }
+            if hasBearer() { return nil }
+            if serviceCredential && hasServiceToken() { return nil }
             return RPCError(.unauthenticated, "\(method.path) needs 'authorization: Bearer <access token>'")
         case .internal:
             guard serviceCredential else { return RPCError(.unimplemented, "Method not found: \(method.path)") }
-            if metadata.first(lowercased: serviceTokenHeader) != nil { return nil }
+            if hasServiceToken() { return nil }
             return RPCError(.permissionDenied, "\(method.path) is internal: only other services may call it")
         }
     }
@@ -201,17 +219,34 @@ public enum CredentialCheck {
     public static func bearerToken(_ metadata: Metadata) -> Substring? {
         guard let value = metadata.first(lowercased: "authorization") else { return nil }
         let utf8 = value.utf8
-        guard utf8.count > 7 else { return nil }
-        var i = utf8.startIndex
+        // Over the string's own bytes (a token is a few hundred): no index arithmetic per byte.
+        let found: Range<Int>?? = utf8.withContiguousStorageIfAvailable { bearerTokenRange(UnsafeRawBufferPointer($0)) }
+        guard let range = found ?? Array(utf8).withUnsafeBytes({ bearerTokenRange($0) }) else { return nil }
+        let start = utf8.index(utf8.startIndex, offsetBy: range.lowerBound)
+        return Substring(utf8[start..<utf8.index(start, offsetBy: range.count)])
+    }
+
+    /// Where the token is in the bytes of an `authorization` value (`bearerToken`'s rule): nil
+    /// when absent, empty or another scheme.
+    public static func bearerTokenRange(_ value: UnsafeRawBufferPointer) -> Range<Int>? {
+        guard value.count > 7 else { return nil }
+        var i = 0
         for expected in "bearer".utf8 {
-            guard utf8[i] | 0x20 == expected else { return nil }  // ASCII case-insensitive (letters only here)
-            i = utf8.index(after: i)
+            guard value[i] | 0x20 == expected else { return nil }  // ASCII case-insensitive (letters only here)
+            i += 1
         }
-        guard utf8[i] == UInt8(ascii: " ") else { return nil }
-        var token = utf8[utf8.index(after: i)...]
-        while token.first == UInt8(ascii: " ") { token = token.dropFirst() }
-        while token.last == UInt8(ascii: " ") { token = token.dropLast() }
-        return token.isEmpty ? nil : Substring(token)
+        guard value[i] == UInt8(ascii: " ") else { return nil }
+        var lo = i + 1
+        var hi = value.count
+        while lo < hi && value[lo] == UInt8(ascii: " ") { lo += 1 }
+        while hi > lo && value[hi - 1] == UInt8(ascii: " ") { hi -= 1 }
+        return lo < hi ? lo..<hi : nil
+    }
+
+    /// Where the token of `authorization: Bearer <token>` is in that header's value, for metadata
+    /// as its header block carried it (`bearerToken`'s rule).
+    public static func bearerTokenRange(_ metadata: MetadataBytes) -> Range<Int>? {
+        metadata.withFirstValue(of: "authorization") { $0.flatMap { bearerTokenRange($0) } }
     }
 }
 
@@ -232,16 +267,37 @@ public protocol UnaryRelay: AnyObject, Sendable {
     /// keeps the relay only when this check (the same instance) is the server's whole chain, so
     /// that a relayed call is checked exactly as the chain would check it.
     var check: (any CallCheck)? { get }
+    /// `check`'s `rejectAtHeaders`, from the request's metadata as its header block carried it
+    /// (the same decision: the transport asks this one for the relay's calls).
+    func rejectAtHeaders(_ method: MethodDescriptor, _ metadata: MetadataBytes) -> RPCError?
     /// Relays a call (on the connection's event loop; must not block): checks it, starts the
     /// upstream call and answers through `responder` exactly once, from any thread. Returns
     /// what stops its work when the call ends early, if anything does. The call's values are
-    /// passed one by one, not in a struct, so that none is retained to be passed.
+    /// passed one by one, not in a struct, so that none is retained to be passed; its metadata
+    /// as the header block carried it, the relay's to keep or change (`consuming`: adding to it
+    /// copies nothing).
     func relay(
-        _ request: [UInt8], _ method: MethodDescriptor, _ metadata: Metadata, deadline: ContinuousClock.Instant?,
-        peerHost: String, _ responder: any RelayResponder
+        _ request: [UInt8], _ method: MethodDescriptor, _ metadata: consuming MetadataBytes, deadline: ContinuousClock.Instant?,
+        _ connection: RelayConnection, _ responder: any RelayResponder
     ) -> (any Cancellable)?
     /// The same relay as a `unaryForwarding` handler (with a context; the chain already ran).
     func forward(_ request: [UInt8], _ context: ServerContext, _ responder: any UnaryResponder) -> (any Cancellable)?
+}
+
+/// The client connection a relayed call came on (`UnaryRelay.relay`): its address, and a place
+/// for the relay's own state about that connection (the token it verified last, the entries it
+/// adds to each call), kept for the connection's life. One per connection, made at its first
+/// relayed call. `state` is read and written only on the connection's event loop, where `relay`
+/// is called (not from work the relay hands to a task).
+public final class RelayConnection: @unchecked Sendable {
+    /// The client's IP address (what `ServerContext.peerHost` would say).
+    public let peerHost: String
+    /// The relay's state for this connection (on its event loop only).
+    public var state: AnyObject?
+
+    public init(peerHost: String) {
+        self.peerHost = peerHost
+    }
 }
 
 /// Where a `unaryRelay`'s answer goes: exactly once, from any thread.

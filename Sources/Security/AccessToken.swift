@@ -207,6 +207,19 @@ public final class AccessTokenVerifier: Sendable {
     private let state: Mutex<State>
     private let leeway: Int64
     private let capacity: Int
+    /// Counts the key sets this verifier has had: a verification remembered elsewhere (one per
+    /// client connection, `AuthInterceptor.RememberedToken`) holds while it is unchanged.
+    private let keyGeneration = Atomic<UInt64>(0)
+
+    /// The current key set's number: it changes whenever `setKeys` brings other keys (a key
+    /// removed, added or replaced), so a verification made before no longer holds.
+    public var generation: UInt64 { keyGeneration.load(ordering: .acquiring) }
+
+    /// Whether a token verified earlier, expiring at `expiresAt` (Unix seconds), is still live
+    /// at `now` (with the verifier's leeway, as `verify` checks it).
+    public func checkExpiry(_ expiresAt: Int64, now: Int64) throws(AccessTokenError) {
+        guard now < expiresAt + leeway else { throw .expired(expiresAt: expiresAt, now: now) }
+    }
 
     public init(keys: [String: Ed25519PublicKey], leeway: Int64 = 5, cacheCapacity: Int = 10_000) {
         self.state = Mutex(State(keys: keys))
@@ -221,6 +234,7 @@ public final class AccessTokenVerifier: Sendable {
             guard s.keys != keys else { return }
             s.keys = keys
             s.cache.removeAll()
+            keyGeneration.add(1, ordering: .releasing)
         }
     }
 

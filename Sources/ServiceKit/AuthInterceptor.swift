@@ -122,6 +122,41 @@ public final class AuthInterceptor: CallCheck {
         }
     }
 
+    /// A verification remembered for one client connection (the gateway's relay keeps one per
+    /// connection: a client sends the same token on every call). It holds while the verifier's
+    /// keys are the ones it was made under and, like any verification, until the token expires.
+    /// Its strings are its own, not the shared cache's: the calls of a connection retain them on
+    /// its event loop alone.
+    public struct RememberedToken: Sendable {
+        let owner: ObjectIdentifier
+        let token: [UInt8]
+        let identity: CallerIdentity
+        let generation: UInt64
+    }
+
+    /// `verifyImmediately` for a token as its header's bytes carry it, checked first against
+    /// `remembered` (the same bytes, verified under the current keys: no lock, no hashing, no
+    /// string; expiry still checked), which a verification made here replaces.
+    public func verifyImmediately(_ token: UnsafeRawBufferPointer, remembering remembered: inout RememberedToken?) throws -> CallerIdentity? {
+        let now = AccessToken.currentTime()
+        if now >= refreshAt.load(ordering: .relaxed) { refreshInBackground(now: now) }
+        let generation = verifier.generation
+        if let r = remembered, r.generation == generation, r.owner == ObjectIdentifier(self),
+            r.token.withUnsafeBytes({ ConstantTime.equals($0, token) })
+        {
+            do { try verifier.checkExpiry(r.identity.expiresAt, now: now) } catch { throw Self.describe(error) }
+            return r.identity
+        }
+        guard let identity = try verifyImmediately(Substring(String(decoding: token, as: UTF8.self))) else { return nil }
+        remembered = RememberedToken(
+            owner: ObjectIdentifier(self), token: Array(token),
+            identity: CallerIdentity(
+                userID: String(copying: identity.userID), sessionID: String(copying: identity.sessionID), isGuest: identity.isGuest,
+                expiresAt: identity.expiresAt),
+            generation: generation)
+        return identity
+    }
+
     /// Loads the current keys into the verifier (which forgets cached verifications when they
     /// changed) and schedules the next periodic refresh.
     private func loadKeys() async throws {
@@ -159,6 +194,17 @@ public final class AuthInterceptor: CallCheck {
         case .badSignature: RPCError(.unauthenticated, "access token signature is invalid")
         case .malformed: RPCError(.unauthenticated, "access token is malformed")
         case .notYetValid: RPCError(.unauthenticated, "access token is not valid yet")
+        }
+    }
+}
+
+extension String {
+    /// The same text in storage of its own (a copy of a string both event loops would retain).
+    init(copying other: String) {
+        let utf8 = other.utf8
+        self.init(unsafeUninitializedCapacity: utf8.count) { buffer in
+            _ = buffer.initialize(fromContentsOf: utf8)
+            return utf8.count
         }
     }
 }

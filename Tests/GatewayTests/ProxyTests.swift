@@ -613,6 +613,25 @@ import Testing
         #expect(h.recorder.count(Accounts_V1_AccountsMethods.getSigningKeys.path) == 2)
     }
 
+    /// A remembered verification still checks expiry on every call: a token inside the
+    /// verifier's leeway (5 s) passes, and the same token is refused once it is past it.
+    @Test func aRememberedTokenIsRefusedOnceItExpires() async throws {
+        let h = try await Harness()
+        defer { Task { await h.stop() } }
+        let accounts = Accounts_V1_AccountsClient(h.client)
+        let token = CallOptions(metadata: h.bearer(h.keys.token(user: "u-late", expiresIn: -3)))
+        _ = try await accounts.getMyProfile(Accounts_V1_GetMyProfileRequest(), options: token)
+        _ = try await accounts.getMyProfile(Accounts_V1_GetMyProfileRequest(), options: token)
+        try await Task.sleep(for: .milliseconds(2500))
+        let arrived = h.accounts.arrivals.count.load(ordering: .relaxed)
+        let error = await #expect(throws: RPCError.self) {
+            _ = try await accounts.getMyProfile(Accounts_V1_GetMyProfileRequest(), options: token)
+        }
+        #expect(error?.code == .unauthenticated)
+        #expect(error?.message == "access token expired: refresh the session")
+        #expect(h.accounts.arrivals.count.load(ordering: .relaxed) == arrived, "refused by the gateway, not relayed")
+    }
+
     @Test func unaryCallsAreRelayedWithoutAContextUnlessSomethingNeedsOne() throws {
         let loops = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         defer { try? loops.syncShutdownGracefully() }

@@ -49,6 +49,7 @@ final class KeyStore: Sendable {
     init(_ keys: [(String, Ed25519PublicKey)]) { self.keys = Mutex(keys) }
     var all: [(String, Ed25519PublicKey)] { keys.withLock { $0 } }
     func add(_ id: String, _ key: Ed25519PublicKey) { keys.withLock { $0.append((id, key)) } }
+    func remove(_ id: String) { keys.withLock { $0.removeAll { $0.0 == id } } }
 }
 
 /// What upstreams saw, by method path.
@@ -290,19 +291,31 @@ enum Fake {
     }
 }
 
+/// Counts the calls that reach an upstream, before its own policy (which may refuse them).
+final class Arrivals: ServerInterceptor {
+    let count = Atomic<Int>(0)
+    func intercept(_ call: ServerCall, next: ServerCall.Next) async throws -> [UInt8] {
+        count.add(1, ordering: .relaxed)
+        return try await next(call)
+    }
+}
+
 /// A fake upstream process: an RPCServer on 127.0.0.1:0 with health and the service policy.
 final class FakeUpstream: Sendable {
     let server: RPCServer
     let port: Int
+    /// Every call that reached it (its policy refuses some after this).
+    let arrivals = Arrivals()
 
     init(services: [any RPCService], keys: KeyStore, port: Int = 0, tls: TLSConfiguration? = nil) async throws {
         var config = ServerConfiguration(host: "127.0.0.1", port: port, tls: tls)
         config.threads = 1
         config.initialWindowSize = 8 << 20
         config.interceptors = [
+            arrivals,
             AuthInterceptor(
                 keys: StaticSigningKeys { Dictionary(keys.all, uniquingKeysWith: { a, _ in a }) },
-                serviceToken: Fake.serviceToken, gatewayToken: Fake.gatewayToken)
+                serviceToken: Fake.serviceToken, gatewayToken: Fake.gatewayToken),
         ]
         let (_, all) = StandardServices.make(for: services, descriptors: ContractsDescriptors.descriptorSet)
         let server = RPCServer(configuration: config, services: all)

@@ -1,4 +1,5 @@
 import NIOCore
+import RPCCore
 import Testing
 
 @testable import RPCTransport
@@ -73,5 +74,69 @@ import Testing
             }
         }
         #expect([UInt8]().withUnsafeBufferPointer { HeaderBlock.allPrintable($0) })
+    }
+}
+
+@Suite struct MetadataBytesTests {
+    static func bytes(_ pairs: [(String, String)]) -> MetadataBytes {
+        var m = MetadataBytes()
+        for (n, v) in pairs {
+            Array(n.utf8).withUnsafeBytes { name in Array(v.utf8).withUnsafeBytes { value in m.append(name: name, value: value) } }
+        }
+        return m
+    }
+
+    static func pairs(_ block: HeaderBlock) -> [String] { block.pairs.map { "\($0.name): \($0.value)" } }
+
+    @Test func cleanMetadataGoesIntoABlockAsItIs() {
+        let token = "Bearer " + String(repeating: "abcDEF123-_.", count: 30)
+        var m = Self.bytes([("authorization", token), ("x-a", "1"), ("x-blob-bin", "AAEC+g")])
+        m.append(trusted: "x-forwarded-for", "10.0.0.7")
+        #expect(m.isClean && m.count == 4)
+        var block = HeaderBlock()
+        block.add(":path", "/p")
+        block.append(m)
+        #expect(block.count == 5)
+        #expect(Self.pairs(block) == [":path: /p", "authorization: \(token)", "x-a: 1", "x-blob-bin: AAEC+g", "x-forwarded-for: 10.0.0.7"])
+        #expect(CredentialCheck.bearerTokenRange(m) == 7..<token.utf8.count)
+        #expect(m.withFirstValue(of: "x-a") { $0.map { String(decoding: $0, as: UTF8.self) } } == "1")
+        #expect(m.withFirstValue(of: "x-absent") { $0 == nil })
+    }
+
+    /// What HTTP allows and gRPC does not goes entry by entry, under `add(metadata:)`'s rule.
+    @Test func metadataThatIsNotCleanIsSentByTheMetadataRule() {
+        let m = Self.bytes([("x-ok", "1"), ("x-tab", "a\tb"), ("x-obs", "caf\u{e9}"), ("x-na!me", "2"), ("te", "trailers"), ("x-z", "3")])
+        #expect(!m.isClean && m.count == 6)
+        var block = HeaderBlock()
+        block.append(m)
+        #expect(Self.pairs(block) == ["x-ok: 1", "x-tab: a?b", "x-obs: caf??", "x-z: 3"])
+        // Each way of being unclean on its own.
+        #expect(!Self.bytes([("x-a", "\u{7F}")]).isClean)
+        #expect(!Self.bytes([("X-Up", "1")]).isClean)
+        #expect(!Self.bytes([("content-type", "application/grpc")]).isClean)
+        #expect(Self.bytes([("x-a", " spaced ~")]).isClean)
+    }
+
+    @Test func filteringKeepsOrderAndCleanliness() {
+        let m = Self.bytes([("x-forwarded-for", "6.6.6.6"), ("authorization", "Bearer t"), ("x-user-id", "root"), ("x-b", "2")])
+        #expect(m.contains(name: { $0.first == UInt8(ascii: "x") }))
+        let kept = m.filter(name: { $0.first != UInt8(ascii: "x") || $0.count == 3 })
+        var block = HeaderBlock()
+        block.append(kept)
+        #expect(Self.pairs(block) == ["authorization: Bearer t", "x-b: 2"])
+        #expect(kept.isClean)
+        #expect(MetadataBytes().isEmpty && !MetadataBytes().contains(name: { _ in true }))
+    }
+
+    @Test func bearerTokensAreFoundInTheBytesAsInStrings() {
+        for value in ["Bearer abc", "bearer   abc  ", "BEARER abc", "Bearer ", "Basic abc", "Bearerabc", "Bearer    ", ""] {
+            let m = Self.bytes([("authorization", value)])
+            let fromBytes = m.withFirstValue(of: "authorization") { v in
+                v.flatMap { CredentialCheck.bearerTokenRange($0).map { String(decoding: UnsafeRawBufferPointer(rebasing: v![$0]), as: UTF8.self) } }
+            }
+            var metadata = Metadata()
+            metadata.add("authorization", value)
+            #expect(fromBytes == CredentialCheck.bearerToken(metadata).map(String.init), "\(value)")
+        }
     }
 }

@@ -20,9 +20,15 @@ final class Gate: CallCheck {
 /// Stands for the gateway's relay: answers with the request reversed, the response headers and
 /// trailers an upstream would send, or an upstream's error; applies its gate itself. Notes which
 /// path each call took.
+final class Counter {
+    var n = 0
+}
+
 final class TestRelay: UnaryRelay {
     let gate: Gate?
     let paths = Mutex<[String]>([])
+    /// Each relayed call's metadata: clean, its count, as text.
+    let seen = Mutex<[(clean: Bool, count: Int, metadata: Metadata)]>([])
     let cancelled = Atomic<Int>(0)
     init(gate: Gate?) { self.gate = gate }
 
@@ -36,11 +42,31 @@ final class TestRelay: UnaryRelay {
 
     static let method = MethodDescriptor(service: "test.Relay", method: "Unary", kind: .unary)
 
+    func rejectAtHeaders(_ method: MethodDescriptor, _ metadata: MetadataBytes) -> RPCError? {
+        metadata.withFirstValue(of: "x-refuse-at-headers") { $0 == nil ? nil : RPCError(.permissionDenied, "refused at the headers") }
+    }
+
+    /// The bytes as `Metadata` (text entries), as a check reads them.
+    static func text(_ bytes: MetadataBytes) -> Metadata {
+        var m = Metadata()
+        bytes.forEach { n, v in
+            m.add(String(decoding: n, as: UTF8.self), String(decoding: v, as: UTF8.self))
+            return true
+        }
+        return m
+    }
+
     func relay(
-        _ request: [UInt8], _ method: MethodDescriptor, _ metadata: Metadata, deadline: ContinuousClock.Instant?, peerHost: String,
-        _ responder: any RelayResponder
+        _ request: [UInt8], _ method: MethodDescriptor, _ bytes: consuming MetadataBytes, deadline: ContinuousClock.Instant?,
+        _ connection: RelayConnection, _ responder: any RelayResponder
     ) -> (any Cancellable)? {
-        paths.withLock { $0.append("relay \(method.path) deadline:\(deadline != nil) peer:\(peerHost)") }
+        let metadata = Self.text(bytes)
+        seen.withLock { $0.append((bytes.isClean, bytes.count, metadata)) }
+        // The connection's state lives as long as the connection: count its calls there.
+        let calls = (connection.state as? Counter) ?? Counter()
+        connection.state = calls
+        calls.n += 1
+        paths.withLock { $0.append("relay \(method.path) deadline:\(deadline != nil) peer:\(connection.peerHost) call:\(calls.n)") }
         do { try gate?.refuse(metadata) } catch {
             responder.respond(.failure(error), headers: Metadata(), trailers: Metadata())
             return nil
@@ -136,7 +162,9 @@ final class RelayService: RPCService {
 
         let paths = relay.paths.withLock { $0 }
         #expect(paths.count == 5)
-        #expect(paths.allSatisfy { $0.hasPrefix("relay /test.Relay/Unary") && $0.hasSuffix("peer:127.0.0.1") })
+        #expect(paths.allSatisfy { $0.hasPrefix("relay /test.Relay/Unary") && $0.contains("peer:127.0.0.1 ") })
+        // One connection, one state for the relay, kept from call to call.
+        #expect(paths.map { $0.split(separator: " ").last! } == ["call:1", "call:2", "call:3", "call:4", "call:5"])
         #expect(paths.last?.contains("deadline:true") == true && paths.first?.contains("deadline:false") == true)
         // Observed like any call.
         #expect(try await eventually { recorder.seen.withLock { $0.count } == 5 })
@@ -158,6 +186,43 @@ final class RelayService: RPCService {
         }
         #expect(relay.paths.withLock { $0 } == ["forward /test.Relay/Unary"])
         #expect(trail.steps.withLock { $0 }.first == "outer in")
+    }
+
+    @Test func aRelayGetsTheMetadataAsItsHeaderBlockCarriedIt() async throws {
+        let relay = TestRelay(gate: nil)
+        let token = String(repeating: "t0K3n-", count: 60)
+        try await withServer([RelayService(relay)], interceptors: []) { client in
+            // In order, repeated names kept, a long value whole, a `-bin` value as its base64,
+            // reserved names (grpc-*, te, content-type, user-agent) never among them.
+            var o = options([("authorization", "Bearer \(token)"), ("x-a", "1"), ("x-a", "2")])
+            o.metadata.add("x-blob-bin", binary: [0, 1, 2, 250])
+            _ = try await client.unary(TestRelay.method, Bytes("abc"), as: Bytes.self, options: o)
+            // Refused at the headers by the relay, from the bytes.
+            let refused = await #expect(throws: RPCError.self) {
+                _ = try await client.unary(TestRelay.method, Bytes("abc"), as: Bytes.self, options: options([("x-refuse-at-headers", "1")]))
+            }
+            #expect(refused?.code == .permissionDenied && refused?.message == "refused at the headers")
+        }
+        let seen = relay.seen.withLock { $0 }
+        #expect(seen.count == 1)
+        #expect(seen[0].clean && seen[0].count == 4)
+        #expect(seen[0].metadata.entries.map(\.key) == ["authorization", "x-a", "x-a", "x-blob-bin"])
+        #expect(seen[0].metadata["authorization"] == "Bearer \(token)")
+        #expect(seen[0].metadata.values("x-a") == [.string("1"), .string("2")])
+        #expect(seen[0].metadata["x-blob-bin"] == "AAEC+g")
+    }
+
+    @Test func aRelayedCallWithBadBinaryMetadataIsRefused() async throws {
+        let relay = TestRelay(gate: nil)
+        try await withServer([RelayService(relay)], interceptors: []) { client in
+            // Written as text under a -bin name, so it goes out as it is: not base64.
+            let error = await #expect(throws: RPCError.self) {
+                _ = try await client.unary(TestRelay.method, Bytes("abc"), as: Bytes.self, options: options([("x-bad-bin", "not*base64!")]))
+            }
+            #expect(error?.code == .internal)
+            #expect(error?.message == "metadata 'x-bad-bin' is not valid base64")
+        }
+        #expect(relay.paths.withLock { $0 }.isEmpty)
     }
 
     @Test func aRelayWithADifferentCheckThanTheChainsRunsThroughTheChain() async throws {

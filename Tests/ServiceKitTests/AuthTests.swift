@@ -104,7 +104,9 @@ import Testing
         }
     }
 
-    @Test func aRemovedKeyStopsVerifyingWithinTheRefreshInterval() async throws {
+    /// Both ways of verifying: the shared cache, and the verification remembered for one
+    /// connection (the gateway's relay), which the change of keys must end too.
+    @Test(arguments: [false, true]) func aRemovedKeyStopsVerifyingWithinTheRefreshInterval(remembered: Bool) async throws {
         let tokens = TestTokens(keyID: "old")
         let accounts = KeyServer()
         accounts.published.withLock { $0 = ["old": tokens.pair.publicKey] }
@@ -117,12 +119,23 @@ import Testing
         #expect(try await interceptor.verify(token).userID == "u-9")
         // Verified from the cache over and over: no fetch per call.
         for _ in 0..<100 { #expect(try interceptor.verifyImmediately(token)?.userID == "u-9") }
+        let bytes = Array(token.utf8)
+        let slot = Mutex<AuthInterceptor.RememberedToken?>(nil)
+        @Sendable func rememberedVerify() throws -> CallerIdentity? {
+            try slot.withLock { s in try bytes.withUnsafeBytes { try interceptor.verifyImmediately($0, remembering: &s) } }
+        }
+        for _ in 0..<3 { #expect(try rememberedVerify()?.userID == "u-9") }
+        #expect(slot.withLock { $0 != nil })
         let fetchesBefore = accounts.fetches.load(ordering: .relaxed)
         #expect(fetchesBefore == 1)
 
         // accounts stops publishing the key (it leaked, say).
         accounts.published.withLock { $0 = [:] }
         let refused = await eventually(timeout: .seconds(10)) {
+            if remembered {
+                // Nil: the key is unknown now (the relay then asks `verify`, which refuses).
+                do { return try rememberedVerify() == nil } catch { return false }
+            }
             do { _ = try await interceptor.verify(token); return false } catch let e as RPCError { return e.code == .unauthenticated } catch {
                 return false
             }

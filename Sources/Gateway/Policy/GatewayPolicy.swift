@@ -47,9 +47,9 @@ public final class GatewayPolicy: CallCheck {
     public func check(_ context: ServerContext) async throws {
         if context.method.isInfrastructure { return }
         let charged = (context.value(forKey: Self.addressChargedKey) as? Bool) == true
-        if let token = try admit(context.method, context.requestMetadata, peerHost: context.peerHost, chargeAddress: !charged) {
-            try limitUser(try await verifier.verify(token), context)
-        }
+        let token = CredentialCheck.bearerToken(context.requestMetadata)
+        try admit(context.method, hasToken: token != nil, peerHost: context.peerHost, chargeAddress: !charged)
+        if let token { try limitUser(try await verifier.verify(token), context) }
     }
 
     /// Decides at once unless the token names a key the gateway has not loaded yet; then
@@ -67,18 +67,41 @@ public final class GatewayPolicy: CallCheck {
     /// address is charged then, and `decideLater` finishes the decision.
     func decideNow(_ method: MethodDescriptor, _ metadata: Metadata, peerHost: String, noting context: ServerContext? = nil) throws -> Bool {
         if method.isInfrastructure { return true }
-        guard let token = try admit(method, metadata, peerHost: peerHost) else { return true }
+        let token = CredentialCheck.bearerToken(metadata)
+        try admit(method, hasToken: token != nil, peerHost: peerHost)
+        guard let token else { return true }
         guard let identity = try verifier.verifyImmediately(token) else { return false }
         try limitUser(identity, context)
         return true
     }
 
+    /// `decideNow` for the relay, from the metadata as its header block carried it: the token
+    /// is checked as those bytes, first against the verification `remembered` for the client's
+    /// connection (`AuthInterceptor.verifyImmediately(_:remembering:)`).
+    func decideNow(
+        _ method: MethodDescriptor, _ metadata: MetadataBytes, peerHost: String, remembering remembered: inout AuthInterceptor.RememberedToken?
+    ) throws -> Bool {
+        if method.isInfrastructure { return true }
+        return try metadata.withFirstValue(of: "authorization") { value in
+            let range = value.flatMap { CredentialCheck.bearerTokenRange($0) }
+            try admit(method, hasToken: range != nil, peerHost: peerHost)
+            guard let value, let range else { return true }
+            let token = UnsafeRawBufferPointer(rebasing: value[range])
+            guard let identity = try verifier.verifyImmediately(token, remembering: &remembered) else { return false }
+            try limitUser(identity, nil)
+            return true
+        }
+    }
+
     /// What `decideNow` left undecided: the token verified (accounts' keys fetched) and the
     /// user's limit; the address is not charged again.
-    func decideLater(_ method: MethodDescriptor, _ metadata: Metadata, peerHost: String) async throws {
-        if let token = try admit(method, metadata, peerHost: peerHost, chargeAddress: false) {
-            try limitUser(try await verifier.verify(token), nil)
+    func decideLater(_ method: MethodDescriptor, _ metadata: MetadataBytes, peerHost: String) async throws {
+        let token = metadata.withFirstValue(of: "authorization") { value -> Substring? in
+            guard let value, let range = CredentialCheck.bearerTokenRange(value) else { return nil }
+            return Substring(String(decoding: UnsafeRawBufferPointer(rebasing: value[range]), as: UTF8.self))
         }
+        try admit(method, hasToken: token != nil, peerHost: peerHost, chargeAddress: false)
+        if let token { try limitUser(try await verifier.verify(token), nil) }
     }
 
     /// At the request headers, before any body byte is read: an authenticated method without a
@@ -88,25 +111,29 @@ public final class GatewayPolicy: CallCheck {
         CredentialCheck.missingCredential(method, metadata, serviceCredential: false)
     }
 
+    /// `rejectAtHeaders` for the relay (the metadata as its header block carried it).
+    func rejectAtHeaders(_ method: MethodDescriptor, _ metadata: MetadataBytes) -> RPCError? {
+        CredentialCheck.missingCredential(method, metadata, serviceCredential: false)
+    }
+
     /// Set when `checkImmediately` deferred a call it had charged to the address.
     static let addressChargedKey = "gateway.address-charged"
 
     /// What comes before any signature check, so a flood of forged tokens is limited like any
-    /// other call: the address's limit, then the method's marking. Returns the token to verify.
-    private func admit(_ method: MethodDescriptor, _ metadata: Metadata, peerHost: String, chargeAddress: Bool = true) throws -> Substring? {
+    /// other call: the address's limit, then the method's marking (`hasToken`: the call carries
+    /// a bearer token, which the caller verifies next).
+    private func admit(_ method: MethodDescriptor, hasToken: Bool, peerHost: String, chargeAddress: Bool = true) throws {
         if chargeAddress { try limitAddress(peerHost) }
-        let token = CredentialCheck.bearerToken(metadata)
         switch method.visibility {
         case .internal:
             throw RPCError(.unimplemented, "Method not found: \(method.path)")
         case .publicAnonymous:
             break  // a token sent to a public method must still be valid (the service verifies it too)
         case .publicAuthenticated:
-            guard token != nil else {
+            guard hasToken else {
                 throw RPCError(.unauthenticated, "\(method.path) needs 'authorization: Bearer <access token>'")
             }
         }
-        return token
     }
 
     /// The user's rate limit. (The identity itself is not passed on: the relay forwards

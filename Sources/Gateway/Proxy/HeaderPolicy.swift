@@ -26,6 +26,25 @@ public enum HeaderPolicy {
         return false
     }
 
+    /// `isStripped` for a name as its header block carried it (every reserved name starts with
+    /// `x` or `f`: most names leave at their first byte, without a string).
+    public static func isStripped(_ name: UnsafeRawBufferPointer) -> Bool {
+        guard let first = name.first, first == UInt8(ascii: "x") || first == UInt8(ascii: "f") else { return false }
+        return isStripped(String(decoding: name, as: UTF8.self))
+    }
+
+    /// `upstreamMetadata` for the relay: the client's metadata as its header block carried it,
+    /// minus reserved names (a copy only when it has one), plus the client's address. A call
+    /// with no metadata of its own goes up with `addressOnly`, made once per connection.
+    public static func upstreamMetadata(_ client: consuming MetadataBytes, clientAddress: String, addressOnly: MetadataBytes? = nil) -> MetadataBytes
+    {
+        if client.isEmpty, let addressOnly { return addressOnly }
+        var out = client
+        if out.contains(name: { isStripped($0) }) { out = out.filter(name: { !isStripped($0) }) }
+        out.append(trusted: "x-forwarded-for", clientAddress)
+        return out
+    }
+
     /// The metadata an upstream call carries: the client's, minus reserved names, plus the
     /// client's address; with `trace` (the gateway's span), the client's `traceparent` and
     /// `tracestate` give way to the span's, in the same single pass and allocation. (The gateway's

@@ -1,6 +1,7 @@
 import Observability
 import RPCCore
 import RPCTransport
+import ServiceKit
 
 /// One public service of the cluster as the gateway serves it: every method a raw handler that
 /// relays the call to the service's upstream, bytes unchanged.
@@ -84,14 +85,20 @@ struct Proxy: Sendable {
     func options(
         _ metadata: Metadata, deadline: ContinuousClock.Instant?, peerHost: String, trace: TraceContext?, kind: CallKind
     ) throws(RPCError) -> CallOptions {
+        var options = try self.options(deadline: deadline, kind: kind)
+        options.metadata = HeaderPolicy.upstreamMetadata(metadata, clientAddress: peerHost, trace: trace)
+        return options
+    }
+
+    /// An upstream call's deadline (the client's, capped) or, without one, its limit.
+    func options(deadline: ContinuousClock.Instant?, kind: CallKind) throws(RPCError) -> CallOptions {
         var timeout: Duration? = nil
         if let deadline {
             let remaining = deadline - .now
             guard remaining > .zero else { throw RPCError.deadlineExceeded() }
             timeout = min(remaining, cap(for: kind))
         }
-        let metadata = HeaderPolicy.upstreamMetadata(metadata, clientAddress: peerHost, trace: trace)
-        return CallOptions(timeout: timeout, metadata: metadata, limit: timeout == nil ? limit(for: kind) : nil)
+        return CallOptions(timeout: timeout, limit: timeout == nil ? limit(for: kind) : nil)
     }
 
     /// The upstream's status as the error the gateway answers with (details kept).
@@ -158,13 +165,14 @@ struct Proxy: Sendable {
     /// and trailers go back with the answer. (Written out, not shared with `unary` through
     /// closures: each closure would retain what it captures, on every call.)
     func relay(
-        _ request: [UInt8], _ method: MethodDescriptor, _ metadata: Metadata, deadline: ContinuousClock.Instant?, peerHost: String,
-        _ responder: any RelayResponder
+        _ request: [UInt8], _ method: MethodDescriptor, _ metadata: consuming MetadataBytes, deadline: ContinuousClock.Instant?,
+        peerHost: String, addressOnly: MetadataBytes?, _ responder: any RelayResponder
     ) -> (any Cancellable)? {
-        let options: CallOptions
+        var options: CallOptions
         let lease: PooledChannel
         do {
-            options = try self.options(metadata, deadline: deadline, peerHost: peerHost, trace: nil, kind: .unary)
+            options = try self.options(deadline: deadline, kind: .unary)
+            options.forwardedMetadata = HeaderPolicy.upstreamMetadata(metadata, clientAddress: peerHost, addressOnly: addressOnly)
             lease = try pool.acquire()
         } catch {
             responder.respond(.failure(error), headers: Metadata(), trailers: Metadata())
@@ -312,22 +320,50 @@ final class ProxyRelay: UnaryRelay {
         self.policy = policy
     }
 
+    /// What the relay keeps about one client connection (`RelayConnection.state`, on its event
+    /// loop only): the token it verified last, and the upstream metadata of a call that carries
+    /// none of its own (the client's address).
+    final class ConnectionState {
+        var token: AuthInterceptor.RememberedToken?
+        let addressOnly: MetadataBytes
+
+        init(peerHost: String) {
+            var m = MetadataBytes()
+            m.append(trusted: "x-forwarded-for", peerHost)
+            addressOnly = m
+        }
+    }
+
     var check: (any CallCheck)? { policy }
 
+    func rejectAtHeaders(_ method: MethodDescriptor, _ metadata: MetadataBytes) -> RPCError? {
+        policy.rejectAtHeaders(method, metadata)
+    }
+
     func relay(
-        _ request: [UInt8], _ method: MethodDescriptor, _ metadata: Metadata, deadline: ContinuousClock.Instant?, peerHost: String,
-        _ responder: any RelayResponder
+        _ request: [UInt8], _ method: MethodDescriptor, _ metadata: consuming MetadataBytes, deadline: ContinuousClock.Instant?,
+        _ connection: RelayConnection, _ responder: any RelayResponder
     ) -> (any Cancellable)? {
+        // The state is this type's (every relay of the gateway is one; a type check, not a cast).
+        let state: ConnectionState
+        if let s = connection.state, type(of: s) == ConnectionState.self {
+            state = unsafeDowncast(s, to: ConnectionState.self)
+        } else {
+            state = ConnectionState(peerHost: connection.peerHost)
+            connection.state = state
+        }
         do {
-            if try policy.decideNow(method, metadata, peerHost: peerHost) {
-                return proxy.relay(request, method, metadata, deadline: deadline, peerHost: peerHost, responder)
+            if try policy.decideNow(method, metadata, peerHost: connection.peerHost, remembering: &state.token) {
+                return proxy.relay(
+                    request, method, metadata, deadline: deadline, peerHost: connection.peerHost, addressOnly: state.addressOnly, responder)
             }
         } catch {
             responder.respond(.failure(error), headers: Metadata(), trailers: Metadata())
             return nil
         }
         let cancellation = CallCancellation()
-        let proxy = self.proxy, policy = self.policy
+        let proxy = self.proxy, policy = self.policy, peerHost = connection.peerHost
+        let metadata = consume metadata
         Task {
             do {
                 try await policy.decideLater(method, metadata, peerHost: peerHost)
@@ -335,7 +371,7 @@ final class ProxyRelay: UnaryRelay {
                 responder.respond(.failure(error), headers: Metadata(), trailers: Metadata())
                 return
             }
-            if let call = proxy.relay(request, method, metadata, deadline: deadline, peerHost: peerHost, responder) {
+            if let call = proxy.relay(request, method, metadata, deadline: deadline, peerHost: peerHost, addressOnly: nil, responder) {
                 cancellation.onCancel(cancelling: call)
             }
         }

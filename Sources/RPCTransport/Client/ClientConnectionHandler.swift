@@ -396,6 +396,7 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         if options.compressRequests { block.add("grpc-encoding", "gzip") }
         if let timeout = options.timeout { block.add("grpc-timeout", GRPCTimeout.format(timeout)) }
         block.add(metadata: options.metadata)
+        block.append(options.forwardedMetadata)
         var provider = nghttp2_data_provider(source: nghttp2_data_source(ptr: nil), read_callback: clientReadData)
         let id = block.withNV { nva, n in nghttp2_submit_request(session, nil, nva, n, &provider, nil) }
         block.removeAll()

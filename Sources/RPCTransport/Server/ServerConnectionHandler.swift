@@ -71,6 +71,21 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     /// Paths seen lately: a request for one of them shares its string instead of making one.
     private var recentPaths: [String] = []
     private var recentRoutes: [(path: String, method: ServerMethod)] = []
+    /// Metadata values too long for a small string seen lately (a client's access token, a
+    /// peer's credential: the same bytes on every call of a connection): a request carrying one
+    /// shares its string instead of allocating and validating a copy. At most
+    /// `recentValueSlots` values of at most `recentValueMaxBytes` bytes each.
+    private var recentValues: [String] = []
+    private var recentValueNext = 0
+    static let recentValueSlots = 4
+    static let recentValueMaxBytes = 1024
+    /// The metadata of the request whose header block is arriving (one at a time, as
+    /// `headScratch`), as its bytes: a relayed call takes them as they are (`RawHandler.unaryRelay`),
+    /// any other call gets them as `Metadata` when its headers are complete (the bytes' storage
+    /// then stays here for the next request).
+    private var metadataScratch = MetadataBytes()
+    /// This connection as relayed calls see it (made at the first one).
+    private var relayConnection: RelayConnection?
 
     init(shared: ServerShared) {
         self.shared = shared
@@ -364,6 +379,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         let stream = ServerStream(id: hd.stream_id, maxMessageSize: shared.configuration.maxReceiveMessageSize)
         streams[hd.stream_id] = stream
         headScratch.removeAll()
+        metadataScratch.removeAll()
         streamsBegun &+= 1
         return 0
     }
@@ -404,16 +420,8 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         case .grpcEncoding: stream.encoding = String(nghttp2: value, count: valueLen)
         case .grpcAcceptEncoding: stream.clientAcceptsGzip = HeaderName.listsGzip(valueBytes)
         case .metadata:
-            let n = String(nghttp2: name, count: nameLen)
-            if HeaderName.isBinary(nameBytes) {
-                if let bytes = Base64.decode(String(nghttp2: value, count: valueLen)) {
-                    stream.metadata.add(lowercased: n, .binary(bytes))
-                } else {
-                    stream.badMetadata = "metadata '\(n)' is not valid base64"
-                }
-            } else {
-                stream.metadata.add(lowercased: n, .string(String(nghttp2: value, count: valueLen)))
-            }
+            // As bytes until the headers are complete (`takeMetadata`).
+            metadataScratch.append(name: nameBytes, value: valueBytes, classified: true)
         case .scheme, .status, .otherPseudo, .te, .userAgent, .grpcStatus, .grpcMessage, .grpcStatusDetailsBin,
             .otherGRPC, .otherReserved:
             break
@@ -438,6 +446,62 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         let p = String(nghttp2: value, count: count)
         if recentPaths.count < 8 { recentPaths.append(p) } else { recentPaths[streamsBegun & 7] = p }
         return p
+    }
+
+    /// The request's metadata, its headers complete: as bytes for a relay (the scratch's storage
+    /// goes with them), as `Metadata` for any other handler (the storage stays). A `-bin` value
+    /// that is not valid base64 fails the call (`badMetadata`) either way.
+    private func takeMetadata(_ stream: ServerStream, relayed: Bool) {
+        if relayed {
+            if metadataScratch.contains(name: { MetadataBytes.isBinaryName($0) }) {
+                metadataScratch.forEach { name, value in
+                    if MetadataBytes.isBinaryName(name), Base64.decode(String(decoding: value, as: UTF8.self)) == nil {
+                        stream.badMetadata = "metadata '\(String(decoding: name, as: UTF8.self))' is not valid base64"
+                        return false
+                    }
+                    return true
+                }
+            }
+            swap(&stream.relayMetadata, &metadataScratch)
+            return
+        }
+        guard !metadataScratch.isEmpty else { return }
+        var metadata = Metadata()
+        metadataScratch.forEach { name, value in
+            let n = String(decoding: name, as: UTF8.self)
+            if MetadataBytes.isBinaryName(name) {
+                if let bytes = Base64.decode(String(decoding: value, as: UTF8.self)) {
+                    metadata.add(lowercased: n, .binary(bytes))
+                } else if stream.badMetadata == nil {
+                    stream.badMetadata = "metadata '\(n)' is not valid base64"
+                }
+            } else {
+                metadata.add(lowercased: n, .string(metadataValue(value)))
+            }
+            return true
+        }
+        stream.metadata = metadata
+    }
+
+    /// A text metadata value: one of the connection's recent long values when it has the same
+    /// bytes (small strings, up to 15 bytes, cost no allocation and are made afresh).
+    private func metadataValue(_ value: UnsafeRawBufferPointer) -> String {
+        let count = value.count
+        guard count > 15, count <= Self.recentValueMaxBytes, let base = value.baseAddress else {
+            return String(decoding: value, as: UTF8.self)
+        }
+        for v in recentValues where v.utf8.count == count {
+            let same = v.utf8.withContiguousStorageIfAvailable { memcmp($0.baseAddress!, base, count) == 0 } ?? false
+            if same { return v }
+        }
+        let v = String(decoding: value, as: UTF8.self)
+        if recentValues.count < Self.recentValueSlots {
+            recentValues.append(v)
+        } else {
+            recentValues[recentValueNext] = v
+            recentValueNext = (recentValueNext + 1) % Self.recentValueSlots
+        }
+        return v
     }
 
     /// The method of a `:path`, from the last few found on this connection when it is one of
@@ -728,11 +792,17 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         guard stream.method == "POST" else {
             return respondNonGRPC(stream, status: 405, message: "gRPC requests use POST, not \(stream.method)")
         }
+        // Routed here (it decides what form the metadata takes), refused below in the order
+        // the checks always had.
+        let routed = route(stream.path)
+        var relay: (any UnaryRelay)?
+        if case .success(let method) = routed, case .unaryRelay(let r) = method.handler { relay = r }
+        takeMetadata(stream, relayed: relay != nil)
         if let bad = stream.badMetadata { return fail(stream, RPCError(.internal, bad)) }
         if let enc = stream.encoding, enc != "identity", enc != "gzip" {
             return fail(stream, RPCError(.unimplemented, "message encoding '\(enc)' is not supported; use gzip or identity"))
         }
-        switch route(stream.path) {
+        switch consume routed {
         case .failure(let error):
             return fail(stream, error)
         case .success(let method):
@@ -742,8 +812,12 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
                 stream.deframer.maxMessageSize = limit
             }
             // Refusals that need nothing but the headers (no credential at all) come now,
-            // before a request byte is buffered.
-            let refusal = interceptors.rejectAtHeaders(method.descriptor, stream.metadata)
+            // before a request byte is buffered. A relay's check is the whole chain
+            // (`ServerInterceptors.wrap`): it decides from the bytes.
+            let refusal =
+                if let relay { relay.rejectAtHeaders(method.descriptor, stream.relayMetadata) } else {
+                    interceptors.rejectAtHeaders(method.descriptor, stream.metadata)
+                }
             stream.target = consume method  // its last use: moved, not copied
             if let refusal { return fail(stream, refusal) }
         }
@@ -841,6 +915,13 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
 
     private func streamOwner(_ context: ChannelHandlerContext) -> StreamOwner { .reuse(&owner, self, on: context.eventLoop) }
 
+    private func relayConnectionMade() -> RelayConnection {
+        if let relayConnection { return relayConnection }
+        let made = RelayConnection(peerHost: peerHost)
+        relayConnection = made
+        return made
+    }
+
     /// The single request of a unary or server-streaming call, handed over once: its bytes leave
     /// flow control here; a large one's charge stays until the call ends (`finish`), since the
     /// handler holds the bytes until then (the gateway's relay until the upstream took them).
@@ -865,8 +946,10 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             // the stream with the upstream's headers and trailers (`RelayResponder`).
             let request = takeRequest(stream)
             stream.owner = streamOwner(context!)
+            var metadata = MetadataBytes()
+            swap(&metadata, &stream.relayMetadata)
             stream.cancellation = relay.relay(
-                request, stream.target!.descriptor, stream.metadata, deadline: stream.deadline, peerHost: peerHost, stream)
+                request, stream.target!.descriptor, metadata, deadline: stream.deadline, relayConnectionMade(), stream)
             return
         }
         let requestCompressed = stream.single?.compressed ?? false
@@ -1198,7 +1281,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
 
     private func responseHeaderBlock(_ stream: ServerStream) -> HeaderBlock {
         var block = takeBlock()
-        block.append(stream.clientAcceptsGzip ? Self.gzipResponseHead : responseHead)
+        block.append(stream.clientAcceptsGzip ? gzipResponseHead : responseHead)
         if let ctx = stream.context {
             block.add(metadata: ctx.initialMetadata)
         } else if stream.relayedHeaders.count > 0 {
@@ -1210,9 +1293,10 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     /// The response headers every gRPC call starts with, built once per connection (its metadata
     /// follows), and the usual trailers below: each connection has its own, so that the calls of
     /// both event loops do not all retain one shared array (its reference count's cache line would
-    /// move between the cores on every call). The gzip head is rare: one for the process.
+    /// move between the cores on every call). The gzip head too: every client that accepts gzip
+    /// gets it (grpcio, grpc-go, and the gateway's relays, on every call).
     private lazy var responseHead = Self.head(gzip: false)
-    static let gzipResponseHead = head(gzip: true)
+    private lazy var gzipResponseHead = Self.head(gzip: true)
     private static func head(gzip: Bool) -> HeaderBlock {
         var block = HeaderBlock()
         block.add(":status", "200")

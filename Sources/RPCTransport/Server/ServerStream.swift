@@ -23,6 +23,9 @@ final class ServerStream: UnaryResponder, RelayResponder, ResponseForwarder, @un
     var deadline: ContinuousClock.Instant?
     var encoding: String?
     var metadata = Metadata()
+    /// A relayed call's metadata, as its header block carried it (`RawHandler.unaryRelay`:
+    /// `metadata` stays empty).
+    var relayMetadata = MetadataBytes()
     var headerListSize = 0
     var headersTooLarge = false
     var badMetadata: String?
