@@ -188,7 +188,7 @@ final class LoopCounters: ServerCallObserver, @unchecked Sendable {
             bump(base + CallCells.sent, by: call.responseMessages)
             bump(base + CallCells.sentBytes, by: call.responseBytes)
         }
-        let ns = max(0, call.duration.wholeNanoseconds)
+        let ns = max(0, call.nanoseconds)
         bump(base + CallCells.buckets + CallCells.bucket(ns))
         bump(base + CallCells.sumNanoseconds, by: ns)
     }
@@ -308,7 +308,7 @@ public enum RPCCallTotals {
         c[CallCells.receivedBytes] += call.requestBytes
         c[CallCells.sent] += call.responseMessages
         c[CallCells.sentBytes] += call.responseBytes
-        let ns = max(0, call.duration.wholeNanoseconds)
+        let ns = max(0, call.nanoseconds)
         c[CallCells.buckets + CallCells.bucket(ns)] += 1
         c[CallCells.sumNanoseconds] += ns
     }

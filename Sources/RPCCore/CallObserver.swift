@@ -37,8 +37,15 @@ public struct ServerCallRecord: Sendable {
     /// headers, not gRPC): never a raw path, so label sets stay bounded.
     public var method: MethodDescriptor?
     public var code: StatusCode
-    /// From the accepted request headers to the status sent (or the stream's end).
-    public var duration: Duration
+    /// From the accepted request headers to the status sent (or the stream's end), in
+    /// nanoseconds (what the transport measures and the metrics bucket: no `Duration`'s 128-bit
+    /// arithmetic on every call).
+    public var nanoseconds: Int
+    /// `nanoseconds` as a duration.
+    public var duration: Duration {
+        get { .nanoseconds(nanoseconds) }
+        set { nanoseconds = newValue.wholeNanoseconds }
+    }
     public var requestMessages: Int
     /// Request message bytes as received (compressed size when compressed, without the 5-byte prefix).
     public var requestBytes: Int
@@ -55,9 +62,18 @@ public struct ServerCallRecord: Sendable {
         method: MethodDescriptor?, code: StatusCode, duration: Duration, requestMessages: Int = 0, requestBytes: Int = 0,
         responseMessages: Int = 0, responseBytes: Int = 0, peer: String = "", context: ServerContext? = nil
     ) {
+        self.init(
+            method: method, code: code, nanoseconds: duration.wholeNanoseconds, requestMessages: requestMessages,
+            requestBytes: requestBytes, responseMessages: responseMessages, responseBytes: responseBytes, peer: peer, context: context)
+    }
+
+    public init(
+        method: MethodDescriptor?, code: StatusCode, nanoseconds: Int, requestMessages: Int = 0, requestBytes: Int = 0,
+        responseMessages: Int = 0, responseBytes: Int = 0, peer: String = "", context: ServerContext? = nil
+    ) {
         self.method = method
         self.code = code
-        self.duration = duration
+        self.nanoseconds = nanoseconds
         self.requestMessages = requestMessages
         self.requestBytes = requestBytes
         self.responseMessages = responseMessages

@@ -3,8 +3,10 @@ public struct CallOptions: Sendable {
     public var timeout: Duration?
     public var metadata: Metadata
     /// Metadata a relay passes on as its client's header block carried it (`MetadataBytes`),
-    /// sent after `metadata`: copied into the request's header block as it is when clean.
+    /// sent after `metadata`, lent to nghttp2 as it is when clean.
     public var forwardedMetadata = MetadataBytes()
+    /// Entries a relay adds after those (its own, made once: the client's address), the same way.
+    public var addedMetadata = MetadataBytes()
     /// Compress request messages with gzip.
     public var compressRequests: Bool
     /// Without a `timeout`: ends the call with DEADLINE_EXCEEDED and this limit's message once it

@@ -274,10 +274,10 @@ public protocol UnaryRelay: AnyObject, Sendable {
     /// upstream call and answers through `responder` exactly once, from any thread. Returns
     /// what stops its work when the call ends early, if anything does. The call's values are
     /// passed one by one, not in a struct, so that none is retained to be passed; its metadata
-    /// as the header block carried it, the relay's to keep or change (`consuming`: adding to it
-    /// copies nothing).
+    /// as the header block carried it, lent (the transport reuses its storage once `relay`
+    /// returns: a relay that keeps it, for a task, costs that storage a copy).
     func relay(
-        _ request: [UInt8], _ method: MethodDescriptor, _ metadata: consuming MetadataBytes, deadline: ContinuousClock.Instant?,
+        _ request: [UInt8], _ method: MethodDescriptor, _ metadata: MetadataBytes, deadline: ContinuousClock.Instant?,
         _ connection: RelayConnection, _ responder: any RelayResponder
     ) -> (any Cancellable)?
     /// The same relay as a `unaryForwarding` handler (with a context; the chain already ran).

@@ -23,6 +23,10 @@ public struct MetadataBytes: Sendable {
 
     /// Empties it, keeping its storage for the next request's headers.
     public mutating func removeAll() {
+        guard count > 0 else {
+            isClean = true
+            return
+        }
         storage.removeAll(keepingCapacity: true)
         count = 0
         isClean = true
@@ -55,6 +59,28 @@ public struct MetadataBytes: Sendable {
         appendLengths(name.utf8.count, value.utf8.count)
         append(name)
         append(value)
+    }
+
+    /// Adds an entry as a header block carried it without checking it (a transport collecting a
+    /// request's metadata, whose names it classified as metadata already): `isClean` is false
+    /// until `checkEntries` decides it, which the collector does before lending the bytes to
+    /// anything that relies on it (most requests are never lent: their handlers get `Metadata`).
+    public mutating func appendUnchecked(name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) {
+        if storage.capacity == 0 { storage.reserveCapacity(max(512, 8 + name.count + value.count + 128)) }
+        isClean = false
+        appendLengths(name.count, value.count)
+        storage.append(contentsOf: name)
+        storage.append(contentsOf: value)
+    }
+
+    /// Decides `isClean` from every entry (names metadata, as `appendUnchecked` takes them).
+    public mutating func checkEntries() {
+        var clean = true
+        forEach { name, value in
+            clean = Self.isGRPCName(name) && Self.isPrintable(value)
+            return clean
+        }
+        isClean = clean
     }
 
     @inline(__always)

@@ -66,8 +66,18 @@ public enum AccessToken {
     /// Tokens longer than this are refused before any parsing.
     public static let maximumLength = 4096
 
-    /// The current Unix time in seconds.
-    public static func currentTime() -> Int64 { Int64(Date().timeIntervalSince1970) }
+    /// The current Unix time in seconds. Read on every verification (the cache's expiry check):
+    /// on Linux the kernel's coarse clock (a few ns, as exact as whole seconds need) rather than
+    /// `Date`'s precise one.
+    public static func currentTime() -> Int64 {
+        #if os(Linux)
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME_COARSE, &ts)
+        return Int64(ts.tv_sec)
+        #else
+        return Int64(Date().timeIntervalSince1970)
+        #endif
+    }
 
     /// Signs `claims` with `key`; the header's `kid` is `claims.keyID`.
     public static func sign(_ claims: AccessTokenClaims, with key: Ed25519KeyPair) -> String {

@@ -130,7 +130,8 @@ public final class AuthInterceptor: CallCheck {
     public struct RememberedToken: Sendable {
         let owner: ObjectIdentifier
         let token: [UInt8]
-        let identity: CallerIdentity
+        /// Who the token says the caller is.
+        public let identity: CallerIdentity
         let generation: UInt64
     }
 
@@ -138,6 +139,14 @@ public final class AuthInterceptor: CallCheck {
     /// `remembered` (the same bytes, verified under the current keys: no lock, no hashing, no
     /// string; expiry still checked), which a verification made here replaces.
     public func verifyImmediately(_ token: UnsafeRawBufferPointer, remembering remembered: inout RememberedToken?) throws -> CallerIdentity? {
+        try admits(token, remembering: &remembered) ? remembered?.identity : nil
+    }
+
+    /// `verifyImmediately(_:remembering:)` for a caller that needs only the verdict: true when
+    /// the token is valid (its identity is then `remembered`'s), false when it names a key not
+    /// loaded yet. A remembered verification's identity is not copied out (a relay with no
+    /// per-user limit never reads it).
+    public func admits(_ token: UnsafeRawBufferPointer, remembering remembered: inout RememberedToken?) throws -> Bool {
         let now = AccessToken.currentTime()
         if now >= refreshAt.load(ordering: .relaxed) { refreshInBackground(now: now) }
         let generation = verifier.generation
@@ -145,16 +154,16 @@ public final class AuthInterceptor: CallCheck {
             r.token.withUnsafeBytes({ ConstantTime.equals($0, token) })
         {
             do { try verifier.checkExpiry(r.identity.expiresAt, now: now) } catch { throw Self.describe(error) }
-            return r.identity
+            return true
         }
-        guard let identity = try verifyImmediately(Substring(String(decoding: token, as: UTF8.self))) else { return nil }
+        guard let identity = try verifyImmediately(Substring(String(decoding: token, as: UTF8.self))) else { return false }
         remembered = RememberedToken(
             owner: ObjectIdentifier(self), token: Array(token),
             identity: CallerIdentity(
                 userID: String(copying: identity.userID), sessionID: String(copying: identity.sessionID), isGuest: identity.isGuest,
                 expiresAt: identity.expiresAt),
             generation: generation)
-        return identity
+        return true
     }
 
     /// Loads the current keys into the verifier (which forgets cached verifications when they

@@ -57,7 +57,7 @@ final class TestRelay: UnaryRelay {
     }
 
     func relay(
-        _ request: [UInt8], _ method: MethodDescriptor, _ bytes: consuming MetadataBytes, deadline: ContinuousClock.Instant?,
+        _ request: [UInt8], _ method: MethodDescriptor, _ bytes: MetadataBytes, deadline: ContinuousClock.Instant?,
         _ connection: RelayConnection, _ responder: any RelayResponder
     ) -> (any Cancellable)? {
         let metadata = Self.text(bytes)

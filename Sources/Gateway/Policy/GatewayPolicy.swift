@@ -87,8 +87,9 @@ public final class GatewayPolicy: CallCheck {
             try admit(method, hasToken: range != nil, peerHost: peerHost)
             guard let value, let range else { return true }
             let token = UnsafeRawBufferPointer(rebasing: value[range])
-            guard let identity = try verifier.verifyImmediately(token, remembering: &remembered) else { return false }
-            try limitUser(identity, nil)
+            guard try verifier.admits(token, remembering: &remembered) else { return false }
+            // The identity is read only for a per-user limit (the relay notes no caller).
+            if userLimiter != nil { try limitUser(remembered?.identity, nil) }
             return true
         }
     }

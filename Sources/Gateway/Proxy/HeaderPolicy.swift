@@ -33,16 +33,18 @@ public enum HeaderPolicy {
         return isStripped(String(decoding: name, as: UTF8.self))
     }
 
-    /// `upstreamMetadata` for the relay: the client's metadata as its header block carried it,
-    /// minus reserved names (a copy only when it has one), plus the client's address. A call
-    /// with no metadata of its own goes up with `addressOnly`, made once per connection.
-    public static func upstreamMetadata(_ client: consuming MetadataBytes, clientAddress: String, addressOnly: MetadataBytes? = nil) -> MetadataBytes
-    {
-        if client.isEmpty, let addressOnly { return addressOnly }
-        var out = client
-        if out.contains(name: { isStripped($0) }) { out = out.filter(name: { !isStripped($0) }) }
-        out.append(trusted: "x-forwarded-for", clientAddress)
-        return out
+    /// The client's metadata as the relay passes it on (as its header block carried it): as it
+    /// is, or, when it has a reserved name, a copy without them.
+    public static func forwarded(_ client: MetadataBytes) -> MetadataBytes {
+        client.contains(name: { isStripped($0) }) ? client.filter(name: { !isStripped($0) }) : client
+    }
+
+    /// What the relay adds to the client's metadata: the client's address (made once per client
+    /// connection).
+    public static func added(clientAddress: String) -> MetadataBytes {
+        var m = MetadataBytes()
+        m.append(trusted: "x-forwarded-for", clientAddress)
+        return m
     }
 
     /// The metadata an upstream call carries: the client's, minus reserved names, plus the

@@ -165,14 +165,15 @@ struct Proxy: Sendable {
     /// and trailers go back with the answer. (Written out, not shared with `unary` through
     /// closures: each closure would retain what it captures, on every call.)
     func relay(
-        _ request: [UInt8], _ method: MethodDescriptor, _ metadata: consuming MetadataBytes, deadline: ContinuousClock.Instant?,
-        peerHost: String, addressOnly: MetadataBytes?, _ responder: any RelayResponder
+        _ request: [UInt8], _ method: MethodDescriptor, _ metadata: MetadataBytes, deadline: ContinuousClock.Instant?,
+        peerHost: String, added: MetadataBytes?, _ responder: any RelayResponder
     ) -> (any Cancellable)? {
         var options: CallOptions
         let lease: PooledChannel
         do {
             options = try self.options(deadline: deadline, kind: .unary)
-            options.forwardedMetadata = HeaderPolicy.upstreamMetadata(metadata, clientAddress: peerHost, addressOnly: addressOnly)
+            options.forwardedMetadata = HeaderPolicy.forwarded(metadata)
+            options.addedMetadata = added ?? HeaderPolicy.added(clientAddress: peerHost)
             lease = try pool.acquire()
         } catch {
             responder.respond(.failure(error), headers: Metadata(), trailers: Metadata())
@@ -321,17 +322,13 @@ final class ProxyRelay: UnaryRelay {
     }
 
     /// What the relay keeps about one client connection (`RelayConnection.state`, on its event
-    /// loop only): the token it verified last, and the upstream metadata of a call that carries
-    /// none of its own (the client's address).
+    /// loop only): the token it verified last, and the metadata it adds to the connection's
+    /// calls (the client's address).
     final class ConnectionState {
         var token: AuthInterceptor.RememberedToken?
-        let addressOnly: MetadataBytes
+        let added: MetadataBytes
 
-        init(peerHost: String) {
-            var m = MetadataBytes()
-            m.append(trusted: "x-forwarded-for", peerHost)
-            addressOnly = m
-        }
+        init(peerHost: String) { added = HeaderPolicy.added(clientAddress: peerHost) }
     }
 
     var check: (any CallCheck)? { policy }
@@ -341,7 +338,7 @@ final class ProxyRelay: UnaryRelay {
     }
 
     func relay(
-        _ request: [UInt8], _ method: MethodDescriptor, _ metadata: consuming MetadataBytes, deadline: ContinuousClock.Instant?,
+        _ request: [UInt8], _ method: MethodDescriptor, _ metadata: MetadataBytes, deadline: ContinuousClock.Instant?,
         _ connection: RelayConnection, _ responder: any RelayResponder
     ) -> (any Cancellable)? {
         // The state is this type's (every relay of the gateway is one; a type check, not a cast).
@@ -355,7 +352,7 @@ final class ProxyRelay: UnaryRelay {
         do {
             if try policy.decideNow(method, metadata, peerHost: connection.peerHost, remembering: &state.token) {
                 return proxy.relay(
-                    request, method, metadata, deadline: deadline, peerHost: connection.peerHost, addressOnly: state.addressOnly, responder)
+                    request, method, metadata, deadline: deadline, peerHost: connection.peerHost, added: state.added, responder)
             }
         } catch {
             responder.respond(.failure(error), headers: Metadata(), trailers: Metadata())
@@ -363,7 +360,6 @@ final class ProxyRelay: UnaryRelay {
         }
         let cancellation = CallCancellation()
         let proxy = self.proxy, policy = self.policy, peerHost = connection.peerHost
-        let metadata = consume metadata
         Task {
             do {
                 try await policy.decideLater(method, metadata, peerHost: peerHost)
@@ -371,7 +367,7 @@ final class ProxyRelay: UnaryRelay {
                 responder.respond(.failure(error), headers: Metadata(), trailers: Metadata())
                 return
             }
-            if let call = proxy.relay(request, method, metadata, deadline: deadline, peerHost: peerHost, addressOnly: nil, responder) {
+            if let call = proxy.relay(request, method, metadata, deadline: deadline, peerHost: peerHost, added: nil, responder) {
                 cancellation.onCancel(cancelling: call)
             }
         }

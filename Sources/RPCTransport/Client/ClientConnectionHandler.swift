@@ -133,6 +133,7 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     /// The request headers every call on this connection sends, built once (`:path` and the
     /// call's own go around them), the channel's own metadata (`ChannelConfiguration.metadata`)
     /// among them.
+    /// (`:path`, first, is the call's own.)
     private lazy var requestHeaders: HeaderBlock = {
         var block = HeaderBlock()
         block.add(":method", "POST")
@@ -388,17 +389,23 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             state.outbound.writeMessage(request, compress: options.compressRequests)
             state.sendClosed = true
         }
-        // The block's storage is the connection's, reused call after call (nghttp2 copies it).
+        // The call's own headers go in a block whose storage is the connection's, reused call
+        // after call; the path, the connection's fixed headers and clean metadata a relay
+        // passes on are lent as they are (nghttp2 copies everything on submit).
         var block = HeaderBlock(capacity: 0)
         swap(&block, &requestBlock)
-        block.add(":path", method.path)
-        block.append(requestHeaders)
         if options.compressRequests { block.add("grpc-encoding", "gzip") }
         if let timeout = options.timeout { block.add("grpc-timeout", GRPCTimeout.format(timeout)) }
         block.add(metadata: options.metadata)
-        block.append(options.forwardedMetadata)
+        let empty = MetadataBytes()
+        let forwarded = options.forwardedMetadata.isClean ? options.forwardedMetadata : empty
+        let added = options.addedMetadata.isClean ? options.addedMetadata : empty
+        if !options.forwardedMetadata.isClean { block.append(options.forwardedMetadata) }
+        if !options.addedMetadata.isClean { block.append(options.addedMetadata) }
         var provider = nghttp2_data_provider(source: nghttp2_data_source(ptr: nil), read_callback: clientReadData)
-        let id = block.withNV { nva, n in nghttp2_submit_request(session, nil, nva, n, &provider, nil) }
+        let id = block.withRequestNV(path: method.path, fixed: requestHeaders, forwarded, added) { nva, n in
+            nghttp2_submit_request(session, nil, nva, n, &provider, nil)
+        }
         block.removeAll()
         swap(&block, &requestBlock)
         guard id > 0 else {

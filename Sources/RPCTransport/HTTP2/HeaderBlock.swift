@@ -17,6 +17,7 @@ struct HeaderBlock {
 
     /// Empties the block, keeping its storage for the next one.
     mutating func removeAll() {
+        guard count > 0 else { return }
         bytes.removeAll(keepingCapacity: true)
         count = 0
     }
@@ -56,6 +57,13 @@ struct HeaderBlock {
 
     /// Calls `body` with each header's name and value bytes, in order.
     private func forEach(_ base: UnsafeRawPointer, _ body: (Int, UnsafeRawPointer, Int, UnsafeRawPointer, Int) -> Void) {
+        Self.forEach(base, count, body)
+    }
+
+    /// Calls `body` with each of `count` headers laid out from `base` (a block's layout, which
+    /// `MetadataBytes` shares): its index, name and value bytes.
+    @inline(__always)
+    private static func forEach(_ base: UnsafeRawPointer, _ count: Int, _ body: (Int, UnsafeRawPointer, Int, UnsafeRawPointer, Int) -> Void) {
         var offset = 0
         for i in 0..<count {
             let nameLen = Int(base.loadUnaligned(fromByteOffset: offset, as: UInt32.self))
@@ -166,19 +174,73 @@ struct HeaderBlock {
     func withNV<R>(_ body: (UnsafePointer<nghttp2_nv>, Int) -> R) -> R {
         bytes.withUnsafeBytes { buf in
             withUnsafeTemporaryAllocation(of: nghttp2_nv.self, capacity: max(1, count)) { nva in
-                if let base = buf.baseAddress {
-                    forEach(base) { i, name, nameLen, value, valueLen in
-                        nva.initializeElement(
-                            at: i,
-                            to: nghttp2_nv(
-                                name: UnsafeMutablePointer(mutating: name.assumingMemoryBound(to: UInt8.self)),
-                                value: UnsafeMutablePointer(mutating: value.assumingMemoryBound(to: UInt8.self)),
-                                namelen: nameLen, valuelen: valueLen, flags: Self.indexingFlags(name, nameLen)))
-                    }
-                }
-                return body(nva.baseAddress!, count)
+                let n = Self.fill(nva, from: 0, buf, count)
+                return body(nva.baseAddress!, n)
             }
         }
+    }
+
+    /// A request's name/value array from its parts, each lent as it is (nothing copied: nghttp2
+    /// copies the array on submit): `:path` first, then the connection's fixed headers (the
+    /// other pseudo-headers among them), then this block (the call's own), then metadata a
+    /// relay passes on and adds, which must be clean (`MetadataBytes.isClean`; the caller adds
+    /// one that is not to this block).
+    func withRequestNV<R>(
+        path: String, fixed: HeaderBlock, _ forwarded: MetadataBytes, _ added: MetadataBytes,
+        _ body: (UnsafePointer<nghttp2_nv>, Int) -> R
+    ) -> R {
+        assert(forwarded.isClean && added.isClean)
+        // The path's own storage (no copy of the string: the method's path is shared by every
+        // loop, and a copy would retain it).
+        if let r = path.utf8.withContiguousStorageIfAvailable({ withRequestNV(path: $0, fixed: fixed, forwarded, added, body) }) {
+            return r
+        }
+        return Array(path.utf8).withUnsafeBufferPointer { withRequestNV(path: $0, fixed: fixed, forwarded, added, body) }
+    }
+
+    private func withRequestNV<R>(
+        path p: UnsafeBufferPointer<UInt8>, fixed: HeaderBlock, _ forwarded: MetadataBytes, _ added: MetadataBytes,
+        _ body: (UnsafePointer<nghttp2_nv>, Int) -> R
+    ) -> R {
+        let total = 1 + fixed.count + count + forwarded.count + added.count
+        let name: StaticString = ":path"
+        return fixed.bytes.withUnsafeBytes { f in
+            bytes.withUnsafeBytes { own in
+                forwarded.storage.withUnsafeBytes { fw in
+                    added.storage.withUnsafeBytes { ad in
+                        withUnsafeTemporaryAllocation(of: nghttp2_nv.self, capacity: total) { nva in
+                            nva.initializeElement(
+                                at: 0,
+                                to: nghttp2_nv(
+                                    name: UnsafeMutablePointer(mutating: name.utf8Start),
+                                    value: UnsafeMutablePointer(mutating: p.baseAddress ?? name.utf8Start), namelen: name.utf8CodeUnitCount,
+                                    valuelen: p.count, flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue)))
+                            var n = Self.fill(nva, from: 1, f, fixed.count)
+                            n = Self.fill(nva, from: n, own, count)
+                            n = Self.fill(nva, from: n, fw, forwarded.count)
+                            n = Self.fill(nva, from: n, ad, added.count)
+                            return body(nva.baseAddress!, n)
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes the entries of `count` headers laid out in `storage` into `nva` from index `start`;
+    /// returns the index after them.
+    @inline(__always)
+    private static func fill(_ nva: UnsafeMutableBufferPointer<nghttp2_nv>, from start: Int, _ storage: UnsafeRawBufferPointer, _ count: Int) -> Int {
+        guard let base = storage.baseAddress else { return start }
+        forEach(base, count) { i, name, nameLen, value, valueLen in
+            nva.initializeElement(
+                at: start + i,
+                to: nghttp2_nv(
+                    name: UnsafeMutablePointer(mutating: name.assumingMemoryBound(to: UInt8.self)),
+                    value: UnsafeMutablePointer(mutating: value.assumingMemoryBound(to: UInt8.self)),
+                    namelen: nameLen, valuelen: valueLen, flags: indexingFlags(name, nameLen)))
+        }
+        return start + count
     }
 }
 

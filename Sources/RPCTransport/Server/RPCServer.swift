@@ -12,12 +12,32 @@ final class ServerShared: Sendable {
     let logger: Logger
     let registry = ConnectionRegistry()
     let connections = ConnectionCounter()
+    /// Each event loop's own scratch (`LoopScratch`), fixed at start: a connection finds its
+    /// loop's once.
+    let loopScratch: [ObjectIdentifier: LoopScratch]
 
-    init(configuration: ServerConfiguration, router: Router, logger: Logger) {
+    init(configuration: ServerConfiguration, router: Router, logger: Logger, loops: [any EventLoop] = []) {
         self.configuration = configuration
         self.router = router
         self.logger = logger
+        var scratch: [ObjectIdentifier: LoopScratch] = [:]
+        for loop in loops { scratch[ObjectIdentifier(loop)] = LoopScratch() }
+        self.loopScratch = scratch
     }
+
+    /// `loop`'s scratch (one of its own for a loop the server was not given).
+    func scratch(for loop: any EventLoop) -> LoopScratch { loopScratch[ObjectIdentifier(loop)] ?? LoopScratch() }
+}
+
+/// What the connections of one event loop reuse from call to call (touched on that loop only).
+/// Kept per loop rather than per connection, so what it holds is bounded by the loops, not by
+/// the connections (a client that opens many cannot make each keep some).
+final class LoopScratch: @unchecked Sendable {
+    /// Storage of relayed calls' metadata, emptied for the next ones (at most `maxSpareMetadata`
+    /// buffers of at most `maxSpareMetadataBytes` each).
+    var spareMetadata: [MetadataBytes] = []
+    static let maxSpareMetadata = 64
+    static let maxSpareMetadataBytes = 4096
 }
 
 /// A connection a graceful shutdown drains: HTTP/2 (GOAWAY, in-flight streams finish) or
@@ -114,10 +134,11 @@ public final class RPCServer: Sendable {
         group: MultiThreadedEventLoopGroup? = nil
     ) {
         self.configuration = configuration
+        let group = group ?? MultiThreadedEventLoopGroup(numberOfThreads: max(1, configuration.threads))
         self.shared = ServerShared(
             configuration: configuration, router: Router(services: services, interceptors: ServerInterceptors(configuration.interceptors)),
-            logger: logger)
-        self.group = group ?? MultiThreadedEventLoopGroup(numberOfThreads: max(1, configuration.threads))
+            logger: logger, loops: Array(group.makeIterator()))
+        self.group = group
     }
 
     /// Binds and starts accepting; returns the bound port (useful with port 0).

@@ -84,6 +84,8 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     /// any other call gets them as `Metadata` when its headers are complete (the bytes' storage
     /// then stays here for the next request).
     private var metadataScratch = MetadataBytes()
+    /// What this connection reuses with the others of its loop (set when it is added).
+    private var loopScratch = LoopScratch()
     /// This connection as relayed calls see it (made at the first one).
     private var relayConnection: RelayConnection?
 
@@ -108,6 +110,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
         self.executor = EventLoopTaskExecutor(context.eventLoop)
+        self.loopScratch = shared.scratch(for: context.eventLoop)
         self.observer = observer?.onLoop(ObjectIdentifier(context.eventLoop))
         self.peer = context.channel.remoteAddress.map(Self.describe) ?? "unknown"
         self.peerHost = context.channel.remoteAddress?.ipAddress ?? ServerContext.host(ofPeer: peer)
@@ -421,7 +424,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         case .grpcAcceptEncoding: stream.clientAcceptsGzip = HeaderName.listsGzip(valueBytes)
         case .metadata:
             // As bytes until the headers are complete (`takeMetadata`).
-            metadataScratch.append(name: nameBytes, value: valueBytes, classified: true)
+            metadataScratch.appendUnchecked(name: nameBytes, value: valueBytes)
         case .scheme, .status, .otherPseudo, .te, .userAgent, .grpcStatus, .grpcMessage, .grpcStatusDetailsBin,
             .otherGRPC, .otherReserved:
             break
@@ -453,6 +456,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     /// that is not valid base64 fails the call (`badMetadata`) either way.
     private func takeMetadata(_ stream: ServerStream, relayed: Bool) {
         if relayed {
+            metadataScratch.checkEntries()
             if metadataScratch.contains(name: { MetadataBytes.isBinaryName($0) }) {
                 metadataScratch.forEach { name, value in
                     if MetadataBytes.isBinaryName(name), Base64.decode(String(decoding: value, as: UTF8.self)) == nil {
@@ -462,7 +466,10 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
                     return true
                 }
             }
-            swap(&stream.relayMetadata, &metadataScratch)
+            // The stream takes the bytes; the scratch goes on with a spare's storage.
+            var spare = loopScratch.spareMetadata.popLast() ?? MetadataBytes()
+            swap(&spare, &metadataScratch)
+            stream.relayMetadata = spare
             return
         }
         guard !metadataScratch.isEmpty else { return }
@@ -661,7 +668,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         let held = stream.deframer.dropPartial().held + stream.deframer.takeRelease() + stream.heldBytes
         stream.heldBytes = 0
         stream.single = nil
-        stream.unreadCharges = [:]
+        stream.streamingPart?.unreadCharges = [:]
         if held > 0, let session { nghttp2_session_consume(session, stream.id, held) }
         releaseCharges(stream)
     }
@@ -735,10 +742,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         stream.deadlineTimer = nil
         if wasRunning { stream.cancelHandler() }
         stream.requestStream?.finish(throwing: RPCError.cancelled("the client cancelled the call"))
-        let waiters = stream.writeWaiters
-        stream.writeWaiters = []
-        stream.writableCallbacks = []
-        for w in waiters { w.resume(throwing: RPCError.cancelled("the client cancelled the call")) }
+        for w in stream.takeWriters().waiters { w.resume(throwing: RPCError.cancelled("the client cancelled the call")) }
         observeEnd(stream, .cancelled)
     }
 
@@ -946,10 +950,20 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             // the stream with the upstream's headers and trailers (`RelayResponder`).
             let request = takeRequest(stream)
             stream.owner = streamOwner(context!)
-            var metadata = MetadataBytes()
-            swap(&metadata, &stream.relayMetadata)
             stream.cancellation = relay.relay(
-                request, stream.target!.descriptor, metadata, deadline: stream.deadline, relayConnectionMade(), stream)
+                request, stream.target!.descriptor, stream.relayMetadata, deadline: stream.deadline, relayConnectionMade(), stream)
+            // The relay has passed the bytes on (nghttp2 copied them): their storage is the next
+            // relayed call's on this loop (a relay that kept them costs this a new buffer, not a
+            // wrong byte). A burst of calls needs a buffer each (a client sends the headers of all
+            // its calls before their bodies), hence a few dozen; none of more than 4 KiB.
+            let scratch = loopScratch
+            if !stream.relayMetadata.isEmpty && scratch.spareMetadata.count < LoopScratch.maxSpareMetadata
+                && stream.relayMetadata.storage.capacity <= LoopScratch.maxSpareMetadataBytes
+            {
+                stream.relayMetadata.removeAll()
+                scratch.spareMetadata.append(stream.relayMetadata)
+                stream.relayMetadata = MetadataBytes()
+            }
             return
         }
         let requestCompressed = stream.single?.compressed ?? false
@@ -1113,7 +1127,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             resumeData(stream)
             return ended(stream, status)
         }
-        var trailers = stream.headersSent ? takeBlock() : responseHeaderBlock(stream)
+        var trailers = stream.headersSent ? takeBlock() : responseHeaderBlock(stream, gzip: false)
         trailers.add("grpc-status", String(status.code.rawValue))
         if !status.message.isEmpty { trailers.add("grpc-message", PercentEncoding.encode(status.message)) }
         if let details = status.details { trailers.add("grpc-status-details-bin", Base64.encode(details)) }
@@ -1136,10 +1150,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             // The client may still be sending; it can stop now (gRPC servers send RST NO_ERROR).
             stream.requestStream?.finish()
         }
-        let waiters = stream.writeWaiters
-        stream.writeWaiters = []
-        stream.writableCallbacks = []
-        for w in waiters { w.resume(throwing: RPCError.cancelled("the call has ended")) }
+        for w in stream.takeWriters().waiters { w.resume(throwing: RPCError.cancelled("the call has ended")) }
         observeEnd(stream, status.code)
     }
 
@@ -1150,7 +1161,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         stream.startedAt = 0
         observer.callEnded(
             ServerCallRecord(
-                method: stream.target?.descriptor, code: code, duration: .nanoseconds(NIODeadline.now().uptimeNanoseconds &- started),
+                method: stream.target?.descriptor, code: code, nanoseconds: Int(truncatingIfNeeded: NIODeadline.now().uptimeNanoseconds &- started),
                 requestMessages: stream.requestMessages, requestBytes: stream.requestBytes,
                 responseMessages: stream.responseMessages, responseBytes: stream.responseBytes, peer: peer,
                 context: stream.context))
@@ -1279,9 +1290,11 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         observeEnd(stream, .internal)
     }
 
-    private func responseHeaderBlock(_ stream: ServerStream) -> HeaderBlock {
+    /// The response headers: `grpc-encoding: gzip` among them when `gzip` (the messages that
+    /// follow may then be compressed; without it none is).
+    private func responseHeaderBlock(_ stream: ServerStream, gzip: Bool) -> HeaderBlock {
         var block = takeBlock()
-        block.append(stream.clientAcceptsGzip ? gzipResponseHead : responseHead)
+        block.append(gzip ? gzipResponseHead : responseHead)
         if let ctx = stream.context {
             block.add(metadata: ctx.initialMetadata)
         } else if stream.relayedHeaders.count > 0 {
@@ -1293,8 +1306,8 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     /// The response headers every gRPC call starts with, built once per connection (its metadata
     /// follows), and the usual trailers below: each connection has its own, so that the calls of
     /// both event loops do not all retain one shared array (its reference count's cache line would
-    /// move between the cores on every call). The gzip head too: every client that accepts gzip
-    /// gets it (grpcio, grpc-go, and the gateway's relays, on every call).
+    /// move between the cores on every call). The gzip head too: every call that compresses its
+    /// responses for a client that accepts gzip gets it.
     private lazy var responseHead = Self.head(gzip: false)
     private lazy var gzipResponseHead = Self.head(gzip: true)
     private static func head(gzip: Bool) -> HeaderBlock {
@@ -1314,10 +1327,16 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         return block
     }()
 
-    func sendHeadersIfNeeded(_ stream: ServerStream) {
+    /// Sends the response headers unless they went out. They declare gzip only when the client
+    /// accepts it and the call compresses its responses as they go out (`compressing`, or the
+    /// context's setting now): a client that accepts gzip gets one header fewer on every call
+    /// that does not compress (nearly all: every gRPC library accepts gzip, the gateway too),
+    /// and a response compressed later in a stream whose headers said nothing goes uncompressed.
+    func sendHeadersIfNeeded(_ stream: ServerStream, compressing: Bool? = nil) {
         guard !stream.headersSent, let session else { return }
         stream.headersSent = true
-        let block = responseHeaderBlock(stream)
+        stream.responseGzip = stream.clientAcceptsGzip && (compressing ?? stream.context?.compressResponses ?? false)
+        let block = responseHeaderBlock(stream, gzip: stream.responseGzip)
         var provider = nghttp2_data_provider(source: nghttp2_data_source(ptr: nil), read_callback: serverReadData)
         _ = block.withNV { nva, n in nghttp2_submit_response(session, stream.id, nva, n, &provider) }
         recycle(block)
@@ -1350,11 +1369,11 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     /// buffered bytes are over the limit and the writer should wait.
     @discardableResult
     func enqueue(_ stream: ServerStream, message: [UInt8], compress: Bool?) -> Bool {
-        sendHeadersIfNeeded(stream)
+        let wantsCompression = compress ?? stream.context?.compressResponses ?? false
+        sendHeadersIfNeeded(stream, compressing: wantsCompression)
         stream.responseMessages += 1
         stream.responseBytes += message.count
-        let wantsCompression = compress ?? stream.context?.compressResponses ?? false
-        let compressed = wantsCompression && stream.clientAcceptsGzip
+        let compressed = wantsCompression && stream.responseGzip
         stream.outbound.writeMessage(message, compress: compressed)
         resumeData(stream)
         return stream.outbound.readableBytes <= shared.configuration.maxBufferedResponseBytes
@@ -1383,17 +1402,10 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         let streamID = stream.id
         let n = stream.outbound.read(into: buf, max: length)
         if n > 0 {
-            if stream.outbound.readableBytes <= shared.configuration.maxBufferedResponseBytes {
-                if !stream.writeWaiters.isEmpty {
-                    let waiters = stream.writeWaiters
-                    stream.writeWaiters = []
-                    for w in waiters { w.resume() }
-                }
-                if !stream.writableCallbacks.isEmpty {
-                    let callbacks = stream.writableCallbacks
-                    stream.writableCallbacks = []
-                    for c in callbacks { c() }
-                }
+            if stream.streamingPart != nil, stream.outbound.readableBytes <= shared.configuration.maxBufferedResponseBytes {
+                let (waiters, callbacks) = stream.takeWriters()
+                for w in waiters { w.resume() }
+                for c in callbacks { c() }
             }
         }
         if stream.outbound.readableBytes == 0, let trailers = stream.trailers {

@@ -16,7 +16,6 @@ final class ServerStream: UnaryResponder, RelayResponder, ResponseForwarder, @un
     var path = ""
     /// `content-type: application/grpc[+proto|...]`; `contentType` is kept only when not.
     var isGRPCContentType = false
-    var contentType = ""
     var authority = ""
     var timeout: String?
     /// When the call's `grpc-timeout` runs out, counted from the request headers.
@@ -29,14 +28,9 @@ final class ServerStream: UnaryResponder, RelayResponder, ResponseForwarder, @un
     var headerListSize = 0
     var headersTooLarge = false
     var badMetadata: String?
-    /// Plain HTTP (not gRPC) request for the configured `HTTPHandler`: headers and body kept whole.
+    /// Plain HTTP (not gRPC) request for the configured `HTTPHandler`: headers and body kept whole
+    /// (`HTTPPart`).
     var isHTTP = false
-    var rawHeaders = HeaderBlock(capacity: 0)
-    /// `rawHeaders` as pairs, made once when the head is complete (for the handler's head-time
-    /// checks and then its request).
-    var httpHeaderPairs: [(name: String, value: String)]?
-    var httpBody: [UInt8] = []
-    var httpComplete = false
 
     // Request messages.
     var deframer: MessageDeframer
@@ -45,7 +39,6 @@ final class ServerStream: UnaryResponder, RelayResponder, ResponseForwarder, @un
     /// path does not copy `target`.
     var clientStreams = false
     var single: RawMessageStream.InboundMessage?
-    var requestStream: RawMessageStream?
     var inputClosed = false
     /// Request bytes received but not yet released to flow control (`nghttp2_session_consume`):
     /// a completed message's until its handler takes it (unary: when it starts; streaming: as it
@@ -59,15 +52,6 @@ final class ServerStream: UnaryResponder, RelayResponder, ResponseForwarder, @un
     /// meanwhile its window (what it may hold unconsumed) is charged to the process budget.
     var awaitingAdmission = false
     var waitCharged = 0
-    /// Streaming calls: charges of queued messages by their position (only charged ones), and
-    /// how many were yielded and read, so each read releases its own message's charge.
-    var unreadCharges: [Int: Int] = [:]
-    var messagesYielded = 0
-    var messagesRead = 0
-    /// Plain HTTP: the body limit (from the handler's `maxBodyBytes`, else the server's) and the
-    /// bytes of the body charged to the process budget (those past `initialWindowSize`).
-    var httpLimit = 0
-    var httpCharged = 0
 
     // The call.
     /// When the call's headers were accepted, while a `ServerCallObserver` waits for its end.
@@ -92,15 +76,127 @@ final class ServerStream: UnaryResponder, RelayResponder, ResponseForwarder, @un
     var deadlineTimer: Scheduled<Void>?
     /// `grpc-accept-encoding` lists gzip.
     var clientAcceptsGzip = false
+    /// The response headers declared `grpc-encoding: gzip` (responses may be compressed).
+    var responseGzip = false
 
     // Response.
     var headersSent = false
     var outbound = OutboundBytes()
     var dataDeferred = false
     var trailers: HeaderBlock?
-    var writeWaiters: [CheckedContinuation<Void, any Error>] = []
-    /// A forwarding handler's `whenWritable` callbacks, run as `writeWaiters` are resumed.
-    var writableCallbacks: [@Sendable () -> Void] = []
+
+    // What only some streams use, in parts made for them alone: a gRPC unary call's stream, the
+    // usual one, then has fewer fields to set up and release (every call's cost, in every
+    // process).
+
+    /// What a plain HTTP request keeps (`isHTTP`), and the content type of a request that is not
+    /// gRPC.
+    final class HTTPPart {
+        var contentType = ""
+        var rawHeaders = HeaderBlock(capacity: 0)
+        /// `rawHeaders` as pairs, made once when the head is complete (for the handler's
+        /// head-time checks and then its request).
+        var headerPairs: [(name: String, value: String)]?
+        var body: [UInt8] = []
+        var complete = false
+        /// The body limit (from the handler's `maxBodyBytes`, else the server's) and the bytes
+        /// of the body charged to the process budget (those past `initialWindowSize`).
+        var limit = 0
+        var charged = 0
+    }
+    private(set) var httpPart: HTTPPart?
+    var http: HTTPPart {
+        if let httpPart { return httpPart }
+        let made = HTTPPart()
+        httpPart = made
+        return made
+    }
+
+    /// What streaming requests and responses keep: the request stream a client- or
+    /// bidirectional-streaming handler reads, the charges of its queued messages, and those
+    /// waiting for room to write.
+    final class StreamingPart {
+        var requestStream: RawMessageStream?
+        /// Charges of queued messages by their position (only charged ones), and how many were
+        /// yielded and read, so each read releases its own message's charge.
+        var unreadCharges: [Int: Int] = [:]
+        var messagesYielded = 0
+        var messagesRead = 0
+        var writeWaiters: [CheckedContinuation<Void, any Error>] = []
+        /// A forwarding handler's `whenWritable` callbacks, run as `writeWaiters` are resumed.
+        var writableCallbacks: [@Sendable () -> Void] = []
+    }
+    private(set) var streamingPart: StreamingPart?
+    var streaming: StreamingPart {
+        if let streamingPart { return streamingPart }
+        let made = StreamingPart()
+        streamingPart = made
+        return made
+    }
+
+    // The parts' fields as the stream's own (reading one of a part not made reads its default).
+    var contentType: String {
+        get { httpPart?.contentType ?? "" }
+        set { http.contentType = newValue }
+    }
+    var rawHeaders: HeaderBlock {
+        get { httpPart?.rawHeaders ?? HeaderBlock(capacity: 0) }
+        _modify { yield &http.rawHeaders }
+    }
+    var httpHeaderPairs: [(name: String, value: String)]? {
+        get { httpPart?.headerPairs }
+        set { http.headerPairs = newValue }
+    }
+    var httpBody: [UInt8] {
+        get { httpPart?.body ?? [] }
+        _modify { yield &http.body }
+    }
+    var httpComplete: Bool {
+        get { httpPart?.complete ?? false }
+        set { http.complete = newValue }
+    }
+    var httpLimit: Int {
+        get { httpPart?.limit ?? 0 }
+        set { http.limit = newValue }
+    }
+    var httpCharged: Int {
+        get { httpPart?.charged ?? 0 }
+        set { http.charged = newValue }
+    }
+    var requestStream: RawMessageStream? {
+        get { streamingPart?.requestStream }
+        set { streaming.requestStream = newValue }
+    }
+    var unreadCharges: [Int: Int] {
+        get { streamingPart?.unreadCharges ?? [:] }
+        _modify { yield &streaming.unreadCharges }
+    }
+    var messagesYielded: Int {
+        get { streamingPart?.messagesYielded ?? 0 }
+        set { streaming.messagesYielded = newValue }
+    }
+    var messagesRead: Int {
+        get { streamingPart?.messagesRead ?? 0 }
+        set { streaming.messagesRead = newValue }
+    }
+    var writeWaiters: [CheckedContinuation<Void, any Error>] {
+        get { streamingPart?.writeWaiters ?? [] }
+        _modify { yield &streaming.writeWaiters }
+    }
+    var writableCallbacks: [@Sendable () -> Void] {
+        get { streamingPart?.writableCallbacks ?? [] }
+        _modify { yield &streaming.writableCallbacks }
+    }
+
+    /// The writers waiting for room, taken (none, and no part made, on a stream that had none).
+    func takeWriters() -> (waiters: [CheckedContinuation<Void, any Error>], callbacks: [@Sendable () -> Void]) {
+        guard let part = streamingPart, !part.writeWaiters.isEmpty || !part.writableCallbacks.isEmpty else { return ([], []) }
+        defer {
+            part.writeWaiters = []
+            part.writableCallbacks = []
+        }
+        return (part.writeWaiters, part.writableCallbacks)
+    }
 
     /// The call ended early (cancelled, deadline, connection gone): stop its handler.
     func cancelHandler() {
