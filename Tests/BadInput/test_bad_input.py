@@ -203,3 +203,27 @@ def test_unknown_path_is_unimplemented(server):
         assert result.http_status == 200, f"{path}: {result.describe()}"
         assert result.grpc_status == UNIMPLEMENTED, f"{path}: {result.describe()}"
     server.assert_alive()
+
+
+def test_response_headers_declare_gzip_only_when_compressing(server):
+    """A client that accepts gzip (as every gRPC library does) gets `grpc-encoding: gzip` only
+    on a response that is compressed: an uncompressed answer declares no encoding (one header
+    fewer on nearly every call), and a compressed one still declares it."""
+    accepts = [("grpc-accept-encoding", "gzip,identity")]
+    for compressed in (False, True):
+        request = tp.messages_pb2.SimpleRequest(
+            response_size=2000, response_compressed=tp.messages_pb2.BoolValue(value=compressed))
+        with connect(server) as conn:
+            sid = conn.new_stream()
+            conn.send_headers(sid, conn.grpc_headers(UNARY, extra=accepts))
+            conn.send_data(sid, rawh2.grpc_frame(request.SerializeToString()), end_stream=True)
+            result = conn.wait_stream(sid, 5)
+        assert result.grpc_status == OK, result.describe()
+        flags = [flag for flag, _ in result.messages()]
+        if compressed:
+            assert result.header("grpc-encoding") == "gzip", result.describe()
+            assert flags == [1], f"compressed response sent with flags {flags}"
+        else:
+            assert result.header("grpc-encoding") in (None, "identity"), result.describe()
+            assert flags == [0], f"uncompressed response sent with flags {flags}"
+    server.assert_alive()
