@@ -75,7 +75,7 @@ enum CallCells {
     static let bounds: [Int] = ProcessMetrics.latencyBuckets.map(\.wholeNanoseconds)
 
     @inline(__always)
-    static func bucket(_ nanoseconds: Int) -> Int {
+    static func bucket(_ nanoseconds: Int, in bounds: [Int] = bounds) -> Int {
         var i = 0
         let n = bounds.count
         while i < n && nanoseconds > bounds[i] { i += 1 }
@@ -145,10 +145,19 @@ final class LoopCounters: ServerCallObserver, @unchecked Sendable {
     static let header = 2
     /// Where calls of methods not prepared go (rare: a server that did not prepare them).
     let late: RPCCallStore.Late
+    /// `CallCells`' layout and bounds as this loop's own: read on every call, they would
+    /// otherwise be lazily initialized globals (a `swift_once` check for each) and one array that
+    /// every loop reads.
+    let stride: Int
+    let sumOffset: Int
+    let bounds: [Int]
 
     init(slots: MethodSlots, late: RPCCallStore.Late) {
         self.slots = slots
         self.late = late
+        stride = CallCells.stride
+        sumOffset = CallCells.sumNanoseconds
+        bounds = CallCells.bounds.map { $0 }  // storage of its own
         count = Self.header + slots.slotCount * CallCells.stride
         cells = .allocate(capacity: count)
         for i in 0..<count { (cells + i).initialize(to: Atomic(0)) }
@@ -178,7 +187,7 @@ final class LoopCounters: ServerCallObserver, @unchecked Sendable {
             if let method = call.method { late.add(call, method) }
             return
         }
-        let base = Self.header + slot * CallCells.stride
+        let base = Self.header + slot * stride
         bump(base + CallCells.handled + call.code.rawValue)
         if call.requestMessages > 0 {
             bump(base + CallCells.received, by: call.requestMessages)
@@ -189,8 +198,8 @@ final class LoopCounters: ServerCallObserver, @unchecked Sendable {
             bump(base + CallCells.sentBytes, by: call.responseBytes)
         }
         let ns = max(0, call.nanoseconds)
-        bump(base + CallCells.buckets + CallCells.bucket(ns))
-        bump(base + CallCells.sumNanoseconds, by: ns)
+        bump(base + CallCells.buckets + CallCells.bucket(ns, in: bounds))
+        bump(base + sumOffset, by: ns)
     }
 
     /// Adds this loop's counts to `totals`.

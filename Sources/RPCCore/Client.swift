@@ -25,10 +25,16 @@ public struct CallOptions: Sendable {
 
 /// How long a call may run at most when it has no deadline of its own, and what it ends with.
 public struct CallLimit: Sendable {
-    public var after: Duration
+    /// How long, in nanoseconds (kept so: a transport arms its timer from it on every call, with
+    /// no `Duration` arithmetic).
+    public var nanoseconds: Int64
+    public var after: Duration {
+        get { .nanoseconds(nanoseconds) }
+        set { nanoseconds = Int64(newValue.wholeNanoseconds) }
+    }
     public var message: String
     public init(after: Duration, message: String) {
-        self.after = after
+        self.nanoseconds = Int64(after.wholeNanoseconds)
         self.message = message
     }
 }

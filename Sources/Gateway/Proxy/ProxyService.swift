@@ -47,6 +47,8 @@ struct Proxy: Sendable {
         self.maxStreamDeadline = maxStreamDeadline
         self.tracer = tracer
         self.relayPolicy = tracer == nil ? relayPolicy : nil
+        self.unaryLimit = CallLimit(after: maxDeadline, message: Self.capReached)
+        self.streamLimit = CallLimit(after: maxStreamDeadline, message: Self.capReached)
     }
 
     func handler(for method: MethodDescriptor) -> RawHandler {
@@ -70,7 +72,10 @@ struct Proxy: Sendable {
 
     static let capReached = "the call reached the gateway's deadline limit"
 
-    func limit(for kind: CallKind) -> CallLimit { CallLimit(after: cap(for: kind), message: Self.capReached) }
+    func limit(for kind: CallKind) -> CallLimit { kind.serverStreams ? streamLimit : unaryLimit }
+    /// The limits of calls without a deadline of their own, made once.
+    let unaryLimit: CallLimit
+    let streamLimit: CallLimit
 
     /// The upstream call's options: the client's metadata (filtered) and deadline (capped). A
     /// call without a client deadline goes up without one, limited to the cap by the channel

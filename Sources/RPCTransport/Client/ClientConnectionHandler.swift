@@ -420,9 +420,9 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             return
         }
         if let timeout = options.timeout {
-            expire(state, after: timeout, .timeout(timeout))
+            expire(state, after: TimeAmount(timeout), .timeout(timeout))
         } else if let limit = options.limit {
-            expire(state, after: limit.after, .limit(limit.message))
+            expire(state, after: .nanoseconds(limit.nanoseconds), .limit(limit.message))
         }
         scheduleFlush()
     }
@@ -491,8 +491,8 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     /// earliest deadline of its calls, ends those due and is set again for the next. Calls on a
     /// connection usually share one timeout (or one limit), so a new call's deadline is rarely
     /// the earliest and a call costs a clock read, not a timer.
-    private func expire(_ s: ClientStreamState, after d: Duration, _ how: ClientStreamState.Expiry) {
-        let at = NIODeadline.now() + TimeAmount(d)
+    private func expire(_ s: ClientStreamState, after d: TimeAmount, _ how: ClientStreamState.Expiry) {
+        let at = NIODeadline.now() + d
         s.expiresAt = at
         s.expiry = how
         armExpiry(at)
