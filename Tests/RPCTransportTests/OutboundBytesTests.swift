@@ -60,7 +60,7 @@ import Testing
     /// The word-at-a-time check against the byte-by-byte rule: every byte value, at every place
     /// in a word and in the tail, among printable neighbours of every kind at the edges.
     @Test func theWordAtATimeCheckAgreesWithTheByteRule() {
-        for length in [1, 7, 8, 9, 16, 23] {
+        for length in [1, 7, 8, 9, 16, 23, 32, 41, 71] {
             for at in 0..<length {
                 for neighbour in [UInt8(0x20), 0x7E, 0x41] {
                     for byte in 0...255 {

@@ -65,7 +65,7 @@ func hexString(_ b: [UInt8]) -> String { b.map { String(format: "%02x", $0) }.jo
         #expect(!ConstantTime.equals([1, 2, 3], [1, 2, 4]))
         #expect(!ConstantTime.equals([1, 2, 3], [1, 2]))
         // A difference at any place, in the words or in the tail, is found.
-        let secret = (0..<43).map { UInt8($0 * 5 + 1) }
+        let secret = (0..<77).map { UInt8(truncatingIfNeeded: $0 * 5 + 1) }  // two 32-byte steps, a word, a tail
         #expect(ConstantTime.equals(secret, secret))
         #expect(ConstantTime.equals(String(decoding: Array("per-call-gateway-token".utf8), as: UTF8.self), Array("per-call-gateway-token".utf8)))
         for at in secret.indices {
