@@ -152,6 +152,30 @@ import Testing
         #expect(seen.binary("x-custom-bin") == [0, 1, 2, 255])
     }
 
+    /// What HTTP/2 allows in a header and gRPC does not (a tab, bytes above 0x7E, a name with
+    /// `!`), sent by a raw client (curl, over h2c), reaches the service as the metadata rule
+    /// makes it on both unary paths: bad bytes replaced, bad names dropped, the rest as sent.
+    @Test(arguments: [false, true]) func metadataGRPCDoesNotAllowIsMadeSafe(accessLog: Bool) async throws {
+        let h = try await Harness { $0.accessLog = accessLog }
+        defer { Task { await h.stop() } }
+        let token = h.keys.token(user: "u-9")
+        let request = try writeTemp([0, 0, 0, 0, 0])
+        let r = try await curlBytes([
+            "--http2-prior-knowledge", "-X", "POST", "-H", "content-type: application/grpc", "-H", "te: trailers",
+            "-H", "authorization: Bearer \(token)", "-H", "x-tab: a\tb", "-H", "x-obs: caf\u{e9}", "-H", "x-na!me: 1",
+            "-H", "x-plain: ok", "--data-binary", "@\(request)",
+            "http://127.0.0.1:\(h.port)\(Accounts_V1_AccountsMethods.getMyProfile.path)",
+        ])
+        #expect(r.status == 200)
+        let seen = try #require(h.recorder.last(Accounts_V1_AccountsMethods.getMyProfile.path))
+        #expect(seen["x-tab"] == "a?b")
+        #expect(seen["x-obs"] == "caf??")
+        #expect(seen["x-na!me"] == nil)
+        #expect(seen["x-plain"] == "ok")
+        #expect(seen["authorization"] == "Bearer \(token)")
+        #expect(seen.values("x-forwarded-for") == [.string("127.0.0.1")])
+    }
+
     /// Both unary paths: relayed without a context (the default) and with one (access log on).
     @Test(arguments: [false, true]) func metadataAndStatusDetailsComeBack(accessLog: Bool) async throws {
         let h = try await Harness { $0.accessLog = accessLog }
@@ -611,6 +635,31 @@ import Testing
             options: CallOptions(metadata: h.bearer(rotated.token(user: "u-new"))))
         #expect(r.user.userId == "u-new")
         #expect(h.recorder.count(Accounts_V1_AccountsMethods.getSigningKeys.path) == 2)
+    }
+
+    /// The token the relay remembers for a connection stands for those exact bytes: the same
+    /// token with one byte of its signature changed, on the same connection, is refused.
+    @Test func aTokenOneByteFromTheRememberedOneIsRefused() async throws {
+        let h = try await Harness()
+        defer { Task { await h.stop() } }
+        let accounts = Accounts_V1_AccountsClient(h.client)
+        let token = h.keys.token(user: "u-7")
+        for _ in 0..<3 {
+            _ = try await accounts.getMyProfile(Accounts_V1_GetMyProfileRequest(), options: CallOptions(metadata: h.bearer(token)))
+        }
+        var bytes = Array(token.utf8)
+        let last = bytes.count - 2
+        bytes[last] = bytes[last] == UInt8(ascii: "A") ? UInt8(ascii: "B") : UInt8(ascii: "A")
+        let forged = String(decoding: bytes, as: UTF8.self)
+        let arrived = h.accounts.arrivals.count.load(ordering: .relaxed)
+        let error = await #expect(throws: RPCError.self) {
+            _ = try await accounts.getMyProfile(Accounts_V1_GetMyProfileRequest(), options: CallOptions(metadata: h.bearer(forged)))
+        }
+        #expect(error?.code == .unauthenticated)
+        #expect(h.accounts.arrivals.count.load(ordering: .relaxed) == arrived, "refused by the gateway")
+        // And the real one still passes on the same connection.
+        let r = try await accounts.getMyProfile(Accounts_V1_GetMyProfileRequest(), options: CallOptions(metadata: h.bearer(token)))
+        #expect(r.user.userId == "u-7")
     }
 
     /// A remembered verification still checks expiry on every call: a token inside the
