@@ -105,12 +105,7 @@ final class ServerStream: UnaryResponder, RelayResponder, ResponseForwarder, @un
         var charged = 0
     }
     private(set) var httpPart: HTTPPart?
-    var http: HTTPPart {
-        if let httpPart { return httpPart }
-        let made = HTTPPart()
-        httpPart = made
-        return made
-    }
+    var http: HTTPPart { Self.made(&httpPart, HTTPPart.init) }
 
     /// What streaming requests and responses keep: the request stream a client- or
     /// bidirectional-streaming handler reads, the charges of its queued messages, and those
@@ -127,11 +122,15 @@ final class ServerStream: UnaryResponder, RelayResponder, ResponseForwarder, @un
         var writableCallbacks: [@Sendable () -> Void] = []
     }
     private(set) var streamingPart: StreamingPart?
-    var streaming: StreamingPart {
-        if let streamingPart { return streamingPart }
-        let made = StreamingPart()
-        streamingPart = made
-        return made
+    var streaming: StreamingPart { Self.made(&streamingPart, StreamingPart.init) }
+
+    /// The part in `slot`, made there the first time.
+    @inline(__always)
+    private static func made<Part: AnyObject>(_ slot: inout Part?, _ make: () -> Part) -> Part {
+        if let part = slot { return part }
+        let part = make()
+        slot = part
+        return part
     }
 
     // The parts' fields as the stream's own (reading one of a part not made reads its default).
