@@ -1092,7 +1092,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         switch result {
         case .success(let bytes):
             enqueue(stream, message: bytes, compress: stream.encoding != nil && stream.encoding == "gzip")
-            finish(stream, RPCError(.ok, ""))
+            finishOK(stream)
         case .failure(let error):
             finish(stream, failure: error)
         }
@@ -1112,20 +1112,12 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     /// Sends the status: Trailers-Only when no headers went out, else trailers after the data.
     private func finish(_ stream: ServerStream, _ status: RPCError) {
         guard let session, stream.phase != .done else { return }
-        stream.phase = .done
-        // The call is over: its large messages leave the budgets (their window bytes are given
-        // back when the stream stops reading: after the current feed, or when it closes).
-        if stream.charged > 0 || stream.awaitingAdmission { releaseCharges(stream) }
-        stream.deadlineTimer?.cancel()
-        stream.deadlineTimer = nil
+        closeCall(stream)
         let contextTrailers = stream.context?.trailers ?? stream.relayedTrailers
         if stream.headersSent, status.code == .ok, status.message.isEmpty, status.details == nil, contextTrailers.count == 0,
             status.trailers.count == 0
         {
-            // The usual end of a call, the same bytes every time.
-            stream.trailers = okTrailers
-            resumeData(stream)
-            return ended(stream, status)
+            return endOK(stream)
         }
         var trailers = stream.headersSent ? takeBlock() : responseHeaderBlock(stream, gzip: false)
         trailers.add("grpc-status", String(status.code.rawValue))
@@ -1141,17 +1133,44 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             _ = trailers.withNV { nva, n in nghttp2_submit_response(session, stream.id, nva, n, nil) }
             recycle(trailers)
         }
-        ended(stream, status)
+        ended(stream, status.code)
+    }
+
+    /// `finish(stream, RPCError(.ok, ""))` without making the error: a relayed call's usual end.
+    private func finishOK(_ stream: ServerStream) {
+        guard session != nil, stream.phase != .done, stream.headersSent, (stream.context?.trailers ?? stream.relayedTrailers).count == 0
+        else { return finish(stream, RPCError(.ok, "")) }
+        closeCall(stream)
+        endOK(stream)
+    }
+
+    /// The first steps of a call's end: it is done, and its large messages leave the budgets
+    /// (their window bytes are given back when the stream stops reading: after the current feed,
+    /// or when it closes).
+    @inline(__always)
+    private func closeCall(_ stream: ServerStream) {
+        stream.phase = .done
+        if stream.charged > 0 || stream.awaitingAdmission { releaseCharges(stream) }
+        stream.deadlineTimer?.cancel()
+        stream.deadlineTimer = nil
+    }
+
+    /// The usual end of a call (OK, no message, no trailers of its own, headers sent): the same
+    /// trailer bytes every time.
+    private func endOK(_ stream: ServerStream) {
+        stream.trailers = okTrailers
+        resumeData(stream)
+        ended(stream, .ok)
     }
 
     /// What follows a call's status, however it was sent.
-    private func ended(_ stream: ServerStream, _ status: RPCError) {
+    private func ended(_ stream: ServerStream, _ code: StatusCode) {
         if !stream.inputClosed {
             // The client may still be sending; it can stop now (gRPC servers send RST NO_ERROR).
             stream.requestStream?.finish()
         }
         for w in stream.takeWriters().waiters { w.resume(throwing: RPCError.cancelled("the call has ended")) }
-        observeEnd(stream, status.code)
+        observeEnd(stream, code)
     }
 
     /// Reports an observed call's end once (a call is observed from its accepted headers on).
