@@ -108,8 +108,9 @@ public final class Gateway: Sendable {
             let methods = route.methods
             let upstream = route.upstream.isEmpty ? Self.upstreamName(ofService: service) : route.upstream
             guard let pool = pools[upstream] else { continue }
-            // Unary calls are relayed without a context when nothing needs one (no tracer, no
-            // access log): the policy is then the whole chain, and the relay applies it itself.
+            // Unary calls are relayed without a context when nothing needs one (no access log;
+            // with a tracer, the calls it does not trace): the policy then decides alone, and
+            // the relay applies it itself.
             let proxy = Proxy(
                 pool: pool, maxDeadline: configuration.maxDeadline,
                 maxStreamDeadline: configuration.maxStreamDeadline, tracer: configuration.tracer,

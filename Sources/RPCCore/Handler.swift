@@ -282,6 +282,90 @@ public protocol UnaryRelay: AnyObject, Sendable {
     ) -> (any Cancellable)?
     /// The same relay as a `unaryForwarding` handler (with a context; the chain already ran).
     func forward(_ request: [UInt8], _ context: ServerContext, _ responder: any UnaryResponder) -> (any Cancellable)?
+    /// For a call whose headers say that more than the relay's check takes part in it (the
+    /// chain's `RelayGate`s): the handler to run it with, through the chain, with a context; nil
+    /// to relay it. The transport asks once per call, when its headers are complete. The
+    /// default: nil (the relay's check is the whole chain).
+    func contextPath(_ method: MethodDescriptor, _ metadata: MetadataBytes) -> RawHandler?
+}
+
+extension UnaryRelay {
+    public func contextPath(_ method: MethodDescriptor, _ metadata: MetadataBytes) -> RawHandler? { nil }
+}
+
+/// An interceptor that takes no part in some calls, and knows which from their headers alone:
+/// a relay (`RawHandler.unaryRelay`) relays those without a context, as if the interceptor were
+/// not in the chain, and sends the others through the chain (`ServerInterceptors.wrap`). Tracing
+/// is one: a call with no `traceparent` whose new trace is not sampled gets no span, no context
+/// and no header upstream, so the gateway relays it as it does with tracing off.
+public protocol RelayGate: ServerInterceptor {
+    /// Whether this interceptor takes part in a call, from its metadata as the header block
+    /// carried it (lent). Must be quick: asked on the event loop for every relayed call.
+    func relayPart(_ method: MethodDescriptor, _ metadata: MetadataBytes) -> RelayPart
+}
+
+/// What a `RelayGate` says of a call.
+public enum RelayPart: Sendable {
+    /// The interceptor would do nothing: the call may be relayed without it.
+    case passes
+    /// The call goes through the chain. `note`, when given, is set on its context before the
+    /// chain runs, under `key`: a decision made here that must not be made twice (tracing's
+    /// sampling draw), for the interceptor to read back.
+    case takesPart(note: (key: String, value: any Sendable)?)
+}
+
+/// A relay whose chain has `RelayGate`s besides the relay's own check (`ServerInterceptors.wrap`):
+/// a call they all pass is relayed as the relay does it; any other runs through the chain.
+final class GatedRelay: UnaryRelay {
+    let base: any UnaryRelay
+    let gates: [any RelayGate]
+    /// `base` through the whole chain, with a context.
+    let chained: @Sendable (_ request: [UInt8], _ context: ServerContext, _ responder: any UnaryResponder) -> (any Cancellable)?
+
+    init(
+        _ base: any UnaryRelay, gates: [any RelayGate],
+        chained: @escaping @Sendable (_ request: [UInt8], _ context: ServerContext, _ responder: any UnaryResponder) -> (any Cancellable)?
+    ) {
+        self.base = base
+        self.gates = gates
+        self.chained = chained
+    }
+
+    var check: (any CallCheck)? { base.check }
+
+    func rejectAtHeaders(_ method: MethodDescriptor, _ metadata: MetadataBytes) -> RPCError? {
+        base.rejectAtHeaders(method, metadata)
+    }
+
+    func relay(
+        _ request: [UInt8], _ method: MethodDescriptor, _ metadata: MetadataBytes, deadline: ContinuousClock.Instant?,
+        _ connection: RelayConnection, _ responder: any RelayResponder
+    ) -> (any Cancellable)? {
+        base.relay(request, method, metadata, deadline: deadline, connection, responder)
+    }
+
+    /// With a context: always through the chain (`withContext`, the browser protocols).
+    func forward(_ request: [UInt8], _ context: ServerContext, _ responder: any UnaryResponder) -> (any Cancellable)? {
+        chained(request, context, responder)
+    }
+
+    func contextPath(_ method: MethodDescriptor, _ metadata: MetadataBytes) -> RawHandler? {
+        var notes: [(key: String, value: any Sendable)] = []
+        var takesPart = false
+        for gate in gates {
+            guard case .takesPart(let note) = gate.relayPart(method, metadata) else { continue }
+            takesPart = true
+            if let note { notes.append(note) }
+        }
+        guard takesPart else { return nil }
+        let chained = self.chained
+        guard !notes.isEmpty else { return .unaryForwarding(chained) }
+        let noted = notes
+        return .unaryForwarding { request, context, responder in
+            for note in noted { context.setValue(note.value, forKey: note.key) }
+            return chained(request, context, responder)
+        }
+    }
 }
 
 /// The client connection a relayed call came on (`UnaryRelay.relay`): its address, and a place

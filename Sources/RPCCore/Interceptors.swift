@@ -348,17 +348,25 @@ public struct ServerInterceptors: Sendable {
     }
 
     /// `handler` with every call running through the chain first, as it is. A `unaryRelay` is
-    /// kept only when its own check is the whole chain (then nothing else would run); otherwise
-    /// every call takes its context path, through the chain.
+    /// kept when its own check is the whole chain (then nothing else would run), and when the
+    /// rest of the chain is `RelayGate`s (a call they all pass is relayed; any other runs
+    /// through the chain: `GatedRelay`); otherwise every call takes its context path, through
+    /// the chain.
     public func wrap(_ handler: RawHandler) -> RawHandler {
         if case .unaryRelay(let relay) = handler {
-            let same: Bool
+            let rest: ArraySlice<any ServerInterceptor>
             if let check = relay.check {
-                same = list.count == 1 && (list[0] as AnyObject) === (check as AnyObject)
+                guard let last = list.last, (last as AnyObject) === (check as AnyObject) else { return wrap(handler.withContext) }
+                rest = list.dropLast()
             } else {
-                same = list.isEmpty
+                rest = list[...]
             }
-            return same ? handler : wrap(handler.withContext)
+            if rest.isEmpty { return handler }
+            let gates = rest.compactMap { $0 as? any RelayGate }
+            guard gates.count == rest.count, case .unaryForwarding(let chained) = wrap(handler.withContext) else {
+                return wrap(handler.withContext)
+            }
+            return .unaryRelay(GatedRelay(relay, gates: gates, chained: chained))
         }
         guard !list.isEmpty else { return handler }
         switch handler {

@@ -134,11 +134,13 @@ public struct TestSpanFile: Sendable {
     public let exporter: SpanFileExporter
     public let tracer: SpanTracer
 
-    public init(serviceName: String, fileName: String = "spans.jsonl") throws {
+    /// `ratio`: of new traces, how many are sampled (all, by default). `notesCalls`: as a process
+    /// that writes an access log (a gateway that writes none relays the calls it does not trace).
+    public init(serviceName: String, fileName: String = "spans.jsonl", ratio: Double = 1, notesCalls: Bool = true) throws {
         dir = TemporaryDirectory()
         path = "\(dir.path)/\(fileName)"
         exporter = try SpanFileExporter(path: path, serviceName: serviceName)
-        tracer = SpanTracer(serviceName: serviceName, sampler: RatioSampler(ratio: 1), exporter: exporter)
+        tracer = SpanTracer(serviceName: serviceName, sampler: RatioSampler(ratio: ratio), exporter: exporter, notesCalls: notesCalls)
     }
 
     public func remove() { dir.remove() }

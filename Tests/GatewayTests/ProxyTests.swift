@@ -690,15 +690,40 @@ import Testing
         let policy = GatewayPolicy(
             verifier: AuthInterceptor(keys: StaticSigningKeys { [:] }, serviceToken: ""), addressLimiter: nil, userLimiter: nil)
         let method = Accounts_V1_AccountsMethods.logIn
-        let tracer = SpanTracer(serviceName: "gateway", sampler: RatioSampler(ratio: 0), exporter: nil)
+        // As the gateway makes it when it writes no access log (which notes every call's trace).
+        let tracer = SpanTracer(serviceName: "gateway", sampler: RatioSampler(ratio: 0), exporter: nil, notesCalls: false)
         func relayed(_ proxy: Proxy) -> Bool {
             if case .unaryRelay = proxy.handler(for: method) { return true }
             return false
         }
         #expect(relayed(Proxy(pool: pool, maxDeadline: .seconds(5), maxStreamDeadline: .seconds(5), relayPolicy: policy)))
-        // No policy given (the gateway gives none when the access log notes callers) or a tracer
-        // (its span lives on the context): the context path.
+        // No policy given (the gateway gives none when the access log notes callers): the
+        // context path.
         #expect(!relayed(Proxy(pool: pool, maxDeadline: .seconds(5), maxStreamDeadline: .seconds(5))))
-        #expect(!relayed(Proxy(pool: pool, maxDeadline: .seconds(5), maxStreamDeadline: .seconds(5), tracer: tracer, relayPolicy: policy)))
+        // With a tracer, still a relay: the calls the tracer takes part in go through the chain
+        // (`RelayGate`, GatewayTracingTests), the rest are relayed.
+        let traced = Proxy(pool: pool, maxDeadline: .seconds(5), maxStreamDeadline: .seconds(5), tracer: tracer, relayPolicy: policy)
+        #expect(relayed(traced))
+        let chain = ServerInterceptors([TracingInterceptor(tracer: tracer, role: .relay), policy])
+        guard case .unaryRelay(let gated) = chain.wrap(traced.handler(for: method), for: method) else {
+            Issue.record("the tracer and the policy keep the relay")
+            return
+        }
+        var bytes = MetadataBytes()
+        #expect(gated.contextPath(method, bytes) == nil, "ratio 0, no traceparent: relayed")
+        bytes.append(trusted: "traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00")
+        #expect(gated.contextPath(method, bytes) != nil, "a client's trace: through the chain")
+        let noting = SpanTracer(serviceName: "gateway", sampler: RatioSampler(ratio: 0), exporter: nil, notesCalls: true)
+        if case .unaryRelay(let r) = ServerInterceptors([TracingInterceptor(tracer: noting, role: .relay), policy]).wrap(
+            traced.handler(for: method), for: method)
+        {
+            #expect(r.contextPath(method, MetadataBytes()) != nil, "a trace noted for the access log: through the chain")
+        }
+        // Anything else in the chain (an interceptor that is no `RelayGate`): the context path.
+        let observed = ServerInterceptors([ObservingInterceptor(RPCServerMetrics()), policy])
+        guard case .unaryForwarding = observed.wrap(traced.handler(for: method), for: method) else {
+            Issue.record("an observing chain takes the context path")
+            return
+        }
     }
 }

@@ -28,7 +28,7 @@ import Testing
     /// The gateway's span is outside its policy: a call refused for a bad token is a span with
     /// that status, and nothing goes upstream.
     @Test func aCallThePolicyRefusesIsASpan() async throws {
-        let file = try TestSpanFile(serviceName: "gateway", fileName: "gateway.jsonl")
+        let file = try TestSpanFile(serviceName: "gateway", fileName: "gateway.jsonl", notesCalls: false)
         defer { file.remove() }
         let (path, exporter, tracer) = (file.path, file.exporter, file.tracer)
         let h = try await Harness { $0.tracer = tracer }
@@ -49,7 +49,7 @@ import Testing
     }
 
     @Test func aRelayedCallIsASpanAndTheUpstreamGetsItsContext() async throws {
-        let file = try TestSpanFile(serviceName: "gateway", fileName: "gateway.jsonl")
+        let file = try TestSpanFile(serviceName: "gateway", fileName: "gateway.jsonl", notesCalls: false)
         defer { file.remove() }
         let (path, exporter, tracer) = (file.path, file.exporter, file.tracer)
         let h = try await Harness { $0.tracer = tracer }
@@ -119,6 +119,36 @@ import Testing
         // A malformed header starts a new (unsampled) trace: nothing valid goes up.
         try await logIn(h, traceparent: "00-\(Self.clientTrace.uppercased())-\(Self.clientSpan)-01")
         #expect(h.recorder.last(logInPath)?["traceparent"].flatMap { TraceContext.parse(traceparent: $0) } == nil)
+    }
+
+    /// With a tracer and no access log, the gateway relays the calls it does not trace without a
+    /// context (`TracingInterceptor` is a `RelayGate`), and draws a new trace's sampling once: at
+    /// a ratio of one half, about half the calls without a `traceparent` are spans (a second draw
+    /// on the traced path would make it a quarter), and exactly those carry a `traceparent` up.
+    @Test func atARatioTheSampledCallsAreSpansAndTheRestAreRelayedUntraced() async throws {
+        let file = try TestSpanFile(serviceName: "gateway", fileName: "gateway.jsonl", ratio: 0.5, notesCalls: false)
+        defer { file.remove() }
+        let h = try await Harness { $0.tracer = file.tracer }
+        defer { Task { await h.stop() } }
+        let logInPath = Accounts_V1_AccountsMethods.logIn.path
+        let calls = 200
+        var upstreamTraces = Set<String>()
+        for _ in 0..<calls {
+            try await logIn(h, traceparent: nil)
+            if let header = h.recorder.last(logInPath)?["traceparent"] {
+                let c = try #require(TraceContext.parse(traceparent: header))
+                #expect(c.sampled, "only sampled traces the gateway starts go up")
+                upstreamTraces.insert(c.traceIDHex)
+            }
+        }
+        #expect(h.recorder.count(logInPath) == calls)
+        file.exporter.flush()
+        let spans = try readSpans(file.path).filter { $0["name"] as? String == "accounts.v1.Accounts/LogIn" }
+        // Binomial(200, 0.5): 100 ± 7; 60...140 fails once in 10^7 runs, and a quarter (50) fails.
+        #expect((60...140).contains(spans.count), "\(spans.count) of \(calls) sampled at a ratio of 0.5")
+        #expect(Set(spans.compactMap { $0["traceId"] as? String }) == upstreamTraces, "a span exactly for each trace sent up")
+        #expect(spans.allSatisfy { $0["parentSpanId"] == nil })
+        file.exporter.shutdown()
     }
 
     @Test func withoutATracerTheClientsHeaderGoesUpUnchanged() async throws {

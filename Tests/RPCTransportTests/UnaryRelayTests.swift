@@ -102,6 +102,22 @@ final class TestRelay: UnaryRelay {
     }
 }
 
+/// `Named`, and a `RelayGate`: takes part only in calls that carry `x-take-part` (noting its
+/// value on their context as "gate.note"), so the relay relays the rest without a context.
+struct TakingPart: RelayGate {
+    let named: Named
+    func relayPart(_ method: MethodDescriptor, _ metadata: MetadataBytes) -> RelayPart {
+        metadata.withFirstValue(of: "x-take-part") { value in
+            guard let value else { return .passes }
+            return .takesPart(note: ("gate.note", String(decoding: value, as: UTF8.self)))
+        }
+    }
+    func intercept(_ call: ServerCall, next: ServerCall.Next) async throws -> [UInt8] {
+        named.trail.add("note \(call.context.value(forKey: "gate.note") as? String ?? "none")")
+        return try await named.intercept(call, next: next)
+    }
+}
+
 final class RelayService: RPCService {
     let relay: TestRelay
     init(_ relay: TestRelay) { self.relay = relay }
@@ -186,6 +202,39 @@ final class RelayService: RPCService {
         }
         #expect(relay.paths.withLock { $0 } == ["forward /test.Relay/Unary"])
         #expect(trail.steps.withLock { $0 }.first == "outer in")
+    }
+
+    @Test func aRelayBehindRelayGatesRelaysTheCallsTheyPassAndSendsTheOthersThroughTheChain() async throws {
+        let trail = Trail()
+        let gate = Gate()
+        let relay = TestRelay(gate: gate)
+        try await withServer([RelayService(relay)], interceptors: [TakingPart(named: Named(name: "gate", trail: trail)), gate]) { client in
+            // Passed by the gate: relayed without a context; the relay's check still applies.
+            let r = try await client.unary(TestRelay.method, Bytes("abc"), as: Bytes.self)
+            #expect(r.message.text == "cba")
+            #expect(r.trailers["x-upstream-trailer"] == "t")
+            let refused = await #expect(throws: RPCError.self) {
+                _ = try await client.unary(TestRelay.method, Bytes("no"), as: Bytes.self, options: options([("x-refuse", "1")]))
+            }
+            #expect(refused?.code == .permissionDenied)
+            // Taken part in: through the chain, its note on the context, the check after it.
+            let t = try await client.unary(TestRelay.method, Bytes("xyz"), as: Bytes.self, options: options([("x-take-part", "drawn")]))
+            #expect(t.message.text == "zyx")
+            #expect(t.initialMetadata["x-upstream-header"] == "h")
+            let refusedInChain = await #expect(throws: RPCError.self) {
+                _ = try await client.unary(
+                    TestRelay.method, Bytes("no"), as: Bytes.self, options: options([("x-take-part", "2"), ("x-refuse", "1")]))
+            }
+            #expect(refusedInChain?.code == .permissionDenied)
+            // And a relay passed by the gate again on the same connection.
+            _ = try await client.unary(TestRelay.method, Bytes("d"), as: Bytes.self)
+        }
+        let paths = relay.paths.withLock { $0 }
+        #expect(paths.count == 4)
+        #expect(paths.filter { $0.hasPrefix("relay ") }.count == 3)
+        #expect(paths.filter { $0 == "forward /test.Relay/Unary" }.count == 1)
+        let steps = trail.steps.withLock { $0 }
+        #expect(steps == ["note drawn", "gate in", "gate out", "note 2", "gate in", "gate out"])
     }
 
     @Test func aRelayGetsTheMetadataAsItsHeaderBlockCarriedIt() async throws {

@@ -34,8 +34,10 @@ struct Proxy: Sendable {
     /// the client's headers go up as they are.
     var tracer: SpanTracer? = nil
     /// The policy unary calls are relayed under without a context (`ProxyRelay`), when nothing
-    /// else needs one: no tracer (its span is kept on the context), no access log (the verified
-    /// caller is noted there). Nil: unary calls take the context path, through the chain.
+    /// else needs one: no access log (the verified caller is noted there). With a tracer, a call
+    /// it traces (a `traceparent`, or a new trace it samples) takes the context path, through
+    /// the chain, and the rest are relayed (`TracingInterceptor` is a `RelayGate`). Nil: unary
+    /// calls take the context path, through the chain.
     var relayPolicy: GatewayPolicy? = nil
 
     init(
@@ -46,7 +48,7 @@ struct Proxy: Sendable {
         self.maxDeadline = maxDeadline
         self.maxStreamDeadline = maxStreamDeadline
         self.tracer = tracer
-        self.relayPolicy = tracer == nil ? relayPolicy : nil
+        self.relayPolicy = relayPolicy
         self.unaryLimit = CallLimit(after: maxDeadline, message: Self.capReached)
         self.streamLimit = CallLimit(after: maxStreamDeadline, message: Self.capReached)
     }

@@ -75,7 +75,20 @@ public enum RPCTracing {
     public static func startServerCall(
         _ tracer: SpanTracer, _ name: String, _ method: MethodDescriptor, _ context: ServerContext, parent: TraceContext?
     ) -> (trace: TraceContext, span: TraceSpan?) {
-        let started = tracer.start(name, parent: parent, kind: .server)
+        noteServerCall(tracer, method, context, tracer.start(name, parent: parent, kind: .server))
+    }
+
+    /// `startServerCall` for the first span of a trace already drawn (`drawnRootKey`).
+    static func startServerCall(
+        _ tracer: SpanTracer, _ name: String, _ method: MethodDescriptor, _ context: ServerContext, root: TraceContext
+    ) -> (trace: TraceContext, span: TraceSpan?) {
+        noteServerCall(tracer, method, context, tracer.start(name, root: root, kind: .server))
+    }
+
+    @inline(__always)
+    static func noteServerCall(
+        _ tracer: SpanTracer, _ method: MethodDescriptor, _ context: ServerContext, _ started: (trace: TraceContext, span: TraceSpan?)
+    ) -> (trace: TraceContext, span: TraceSpan?) {
         if let span = started.span { span.attributes = serverAttributes(method, context) }
         if tracer.notesCalls { context.setValue(started.trace, forKey: spanKey) }
         return started
@@ -170,10 +183,21 @@ public enum RPCTracing {
         _ tracer: SpanTracer, _ name: String, _ method: MethodDescriptor, _ context: ServerContext
     ) -> TraceSpan? {
         let parent = remoteParent(context.requestMetadata)
-        let (trace, span) = startServerCall(tracer, name, method, context, parent: parent)
+        let (trace, span): (TraceContext, TraceSpan?)
+        if parent == nil, let drawn = context.value(forKey: drawnRootKey) as? TraceContext {
+            // The relay's gate drew this call's new trace (sampled: else it relayed the call).
+            (trace, span) = startServerCall(tracer, name, method, context, root: drawn)
+        } else {
+            (trace, span) = startServerCall(tracer, name, method, context, parent: parent)
+        }
         if span != nil || parent != nil { context.setValue(trace, forKey: upstreamTraceKey) }
         return span
     }
+
+    /// A new trace a relay's gate drew for a call with no `traceparent` and sent through the
+    /// chain because it is sampled (`TracingInterceptor.relayPart`): the call's span starts it,
+    /// so the sampling is drawn once.
+    static let drawnRootKey = "observability.drawn-root"
 
     /// The trace context a relayed call's upstream call carries (`startRelayCall`), if any.
     public static func upstreamTrace(_ context: ServerContext) -> TraceContext? {

@@ -66,6 +66,17 @@ public final class SpanTracer: Tracer, Sendable {
         return (new.context, span)
     }
 
+    /// `start` for the first span of a new trace whose ids and sampling were drawn already
+    /// (`newRoot`): the span when it is sampled.
+    public func start(_ name: @autoclosure () -> String, root: TraceContext, kind: SpanKind) -> (trace: TraceContext, span: TraceSpan?) {
+        guard root.sampled else { return (root, nil) }
+        return (root, TraceSpan(tracer: self, base: nil, trace: root, parentSpanID: nil, name: name(), kind: kind, start: WallClock.nanoseconds()))
+    }
+
+    /// The ids and sampling of a new trace, drawn as `start` draws them for a span with no parent.
+    @inline(__always)
+    public func newRoot() -> TraceContext { newContext(parent: nil).context }
+
     /// The context of a new span: a child of `parent` (same trace, its flags, its tracestate), or
     /// the first span of a new trace, sampled by the ratio.
     @inline(__always)

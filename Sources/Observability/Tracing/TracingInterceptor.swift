@@ -86,3 +86,17 @@ public struct TracingInterceptor: ServerInterceptor {
         return TraceContext.withCurrent(bind) { next(traced) }
     }
 }
+
+/// The gateway's relay skips tracing for a call it would not trace (`RelayGate`): one with no
+/// `traceparent` whose new trace is not sampled (no span, nothing sent upstream, nothing noted),
+/// the 99 % of calls at a ratio of 1 %. A sampled one runs through the chain with the trace drawn
+/// here (`RPCTracing.drawnRootKey`), so the draw is made once and the ratio holds.
+extension TracingInterceptor: RelayGate {
+    public func relayPart(_ method: MethodDescriptor, _ metadata: MetadataBytes) -> RelayPart {
+        guard role == .relay, !tracer.notesCalls else { return .takesPart(note: nil) }
+        if metadata.withFirstValue(of: "traceparent", { $0 != nil }) { return .takesPart(note: nil) }
+        let root = tracer.newRoot()
+        guard root.sampled else { return .passes }
+        return .takesPart(note: (RPCTracing.drawnRootKey, root))
+    }
+}

@@ -798,9 +798,18 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         }
         // Routed here (it decides what form the metadata takes), refused below in the order
         // the checks always had.
-        let routed = route(stream.path)
+        var routed = route(stream.path)
         var relay: (any UnaryRelay)?
-        if case .success(let method) = routed, case .unaryRelay(let r) = method.handler { relay = r }
+        if case .success(var method) = routed, case .unaryRelay(let r) = method.handler {
+            // A relay whose chain has more than its check: a call the rest takes part in runs
+            // through the chain, with a context (`GatedRelay`).
+            if let path = r.contextPath(method.descriptor, metadataScratch) {
+                method.handler = path
+                routed = .success(method)
+            } else {
+                relay = r
+            }
+        }
         takeMetadata(stream, relayed: relay != nil)
         if let bad = stream.badMetadata { return fail(stream, RPCError(.internal, bad)) }
         if let enc = stream.encoding, enc != "identity", enc != "gzip" {
