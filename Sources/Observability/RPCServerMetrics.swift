@@ -52,6 +52,9 @@ public final class RPCServerMetrics: ServerCallObserver, Sendable {
 
     public func connection(opened: Bool) { store.connections.add(opened ? 1 : -1, ordering: .relaxed) }
 
+    /// Counts read nothing but the counted fields.
+    public var readsCallDetails: Bool { false }
+
     /// Calls in flight on the server this observes.
     public var callsInFlight: Int { store.totals().inFlight }
 }
@@ -179,25 +182,42 @@ final class LoopCounters: ServerCallObserver, @unchecked Sendable {
     func callStarted() { bump(Self.started) }
 
     func callEnded(_ call: ServerCallRecord) {
+        callEnded(
+            method: call.method, code: call.code, nanoseconds: call.nanoseconds, requestMessages: call.requestMessages,
+            requestBytes: call.requestBytes, responseMessages: call.responseMessages, responseBytes: call.responseBytes)
+    }
+
+    /// Counts read nothing but these (no record is made for them).
+    var readsCallDetails: Bool { false }
+
+    func callEnded(
+        method: MethodDescriptor?, code: StatusCode, nanoseconds: Int, requestMessages: Int, requestBytes: Int,
+        responseMessages: Int, responseBytes: Int
+    ) {
         // Released, and read first with acquire (`add(to:)`): a scrape that sees a call's end sees
         // its start, so the in-flight gauge never goes below zero. (Plain `mov`s on x86 still.)
         let e = cells + Self.ended
         e.pointee.store(e.pointee.load(ordering: .relaxed) &+ 1, ordering: .releasing)
-        guard let slot = slots.slot(of: call.method) else {
-            if let method = call.method { late.add(call, method) }
+        guard let slot = slots.slot(of: method) else {
+            if let method {
+                late.add(
+                    ServerCallRecord(
+                        method: method, code: code, nanoseconds: nanoseconds, requestMessages: requestMessages,
+                        requestBytes: requestBytes, responseMessages: responseMessages, responseBytes: responseBytes), method)
+            }
             return
         }
         let base = Self.header + slot * stride
-        bump(base + CallCells.handled + call.code.rawValue)
-        if call.requestMessages > 0 {
-            bump(base + CallCells.received, by: call.requestMessages)
-            bump(base + CallCells.receivedBytes, by: call.requestBytes)
+        bump(base + CallCells.handled + code.rawValue)
+        if requestMessages > 0 {
+            bump(base + CallCells.received, by: requestMessages)
+            bump(base + CallCells.receivedBytes, by: requestBytes)
         }
-        if call.responseMessages > 0 {
-            bump(base + CallCells.sent, by: call.responseMessages)
-            bump(base + CallCells.sentBytes, by: call.responseBytes)
+        if responseMessages > 0 {
+            bump(base + CallCells.sent, by: responseMessages)
+            bump(base + CallCells.sentBytes, by: responseBytes)
         }
-        let ns = max(0, call.nanoseconds)
+        let ns = max(0, nanoseconds)
         bump(base + CallCells.buckets + CallCells.bucket(ns, in: bounds))
         bump(base + sumOffset, by: ns)
     }

@@ -15,6 +15,16 @@ public protocol ServerCallObserver: AnyObject, Sendable {
     /// A call's request headers arrived (it counts as in flight until `callEnded`).
     func callStarted()
     func callEnded(_ call: ServerCallRecord)
+    /// Whether `callEnded` reads a record's `peer` or `context` (the access log does; metrics do
+    /// not). When it does not, the transport tells it `callEnded(method:code:...)` instead: no
+    /// record is made (its strings and objects retained, then copied into the call). Asked once
+    /// per connection; the default: true.
+    var readsCallDetails: Bool { get }
+    /// `callEnded` without the details (`readsCallDetails` false). The default makes the record
+    /// without them.
+    func callEnded(
+        method: MethodDescriptor?, code: StatusCode, nanoseconds: Int, requestMessages: Int, requestBytes: Int,
+        responseMessages: Int, responseBytes: Int)
     /// A client connection was accepted (`true`) or closed (`false`), any protocol.
     func connection(opened: Bool)
     /// The observer of the calls served on one event loop (`loop`: the loop object's identity),
@@ -29,6 +39,16 @@ extension ServerCallObserver {
     public func callStarted() {}
     public func connection(opened: Bool) {}
     public func onLoop(_ loop: ObjectIdentifier) -> any ServerCallObserver { self }
+    public var readsCallDetails: Bool { true }
+    public func callEnded(
+        method: MethodDescriptor?, code: StatusCode, nanoseconds: Int, requestMessages: Int, requestBytes: Int,
+        responseMessages: Int, responseBytes: Int
+    ) {
+        callEnded(
+            ServerCallRecord(
+                method: method, code: code, nanoseconds: nanoseconds, requestMessages: requestMessages, requestBytes: requestBytes,
+                responseMessages: responseMessages, responseBytes: responseBytes))
+    }
 }
 
 /// One ended call, as a `ServerCallObserver` sees it.
@@ -91,6 +111,17 @@ public final class ServerCallObservers: ServerCallObserver {
     public func prepare(_ methods: [MethodDescriptor]) { for o in observers { o.prepare(methods) } }
     public func callStarted() { for o in observers { o.callStarted() } }
     public func callEnded(_ call: ServerCallRecord) { for o in observers { o.callEnded(call) } }
+    public var readsCallDetails: Bool { observers.contains { $0.readsCallDetails } }
+    public func callEnded(
+        method: MethodDescriptor?, code: StatusCode, nanoseconds: Int, requestMessages: Int, requestBytes: Int,
+        responseMessages: Int, responseBytes: Int
+    ) {
+        for o in observers {
+            o.callEnded(
+                method: method, code: code, nanoseconds: nanoseconds, requestMessages: requestMessages, requestBytes: requestBytes,
+                responseMessages: responseMessages, responseBytes: responseBytes)
+        }
+    }
     public func connection(opened: Bool) { for o in observers { o.connection(opened: opened) } }
     public func onLoop(_ loop: ObjectIdentifier) -> any ServerCallObserver {
         ServerCallObservers(observers.map { $0.onLoop(loop) })

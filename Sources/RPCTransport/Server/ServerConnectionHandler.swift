@@ -45,6 +45,8 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     private let interceptors: ServerInterceptors
     /// The server's observer for this connection's loop (`onLoop`).
     private var observer: (any ServerCallObserver)?
+    /// `observer.readsCallDetails`, asked once.
+    private var observerReadsDetails = true
 
     // Connection management (`ServerConfiguration`: keepalive, idle, age).
     /// Reads so far (wraps): keepalive compares it across ticks instead of reading a clock per read.
@@ -112,6 +114,7 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         self.executor = EventLoopTaskExecutor(context.eventLoop)
         self.loopScratch = shared.scratch(for: context.eventLoop)
         self.observer = observer?.onLoop(ObjectIdentifier(context.eventLoop))
+        self.observerReadsDetails = observer?.readsCallDetails ?? true
         self.peer = context.channel.remoteAddress.map(Self.describe) ?? "unknown"
         self.peerHost = context.channel.remoteAddress?.ipAddress ?? ServerContext.host(ofPeer: peer)
         startSession()
@@ -1187,9 +1190,16 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         let started = stream.startedAt
         guard started != 0, let observer else { return }
         stream.startedAt = 0
+        let nanoseconds = Int(truncatingIfNeeded: NIODeadline.now().uptimeNanoseconds &- started)
+        guard observerReadsDetails else {
+            // Metrics: the counted fields alone, no record made.
+            return observer.callEnded(
+                method: stream.target?.descriptor, code: code, nanoseconds: nanoseconds, requestMessages: stream.requestMessages,
+                requestBytes: stream.requestBytes, responseMessages: stream.responseMessages, responseBytes: stream.responseBytes)
+        }
         observer.callEnded(
             ServerCallRecord(
-                method: stream.target?.descriptor, code: code, nanoseconds: Int(truncatingIfNeeded: NIODeadline.now().uptimeNanoseconds &- started),
+                method: stream.target?.descriptor, code: code, nanoseconds: nanoseconds,
                 requestMessages: stream.requestMessages, requestBytes: stream.requestBytes,
                 responseMessages: stream.responseMessages, responseBytes: stream.responseBytes, peer: peer,
                 context: stream.context))
