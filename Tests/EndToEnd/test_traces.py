@@ -57,6 +57,7 @@ def traced(tmp_path, stubs):
         "TRACE_SAMPLE_RATIO": "1",
     })
     files = {n: tmp_path / f"{n}-spans.jsonl" for n in ports}
+    files["relaying"] = tmp_path / "relaying-gateway-spans.jsonl"
     procs = []
     try:
         for name in ("accounts", "social"):
@@ -70,20 +71,29 @@ def traced(tmp_path, stubs):
         plain_port = free_port()
         plain = Proc("gateway", ["--host", "127.0.0.1", "--port", str(plain_port)], env, plain_port).start()
         procs.append(plain)
+        # No access log: unary calls its tracer takes no part in are relayed without a context.
+        relaying_port = free_port()
+        relaying = Proc("gateway", ["--host", "127.0.0.1", "--port", str(relaying_port), "--trace-export",
+                                    f"file:{files['relaying']}", "--trace-sample-ratio", "1"],
+                        dict(env, ACCESS_LOG="off"), relaying_port).start()
+        procs.append(relaying)
         from accounts.v1 import accounts_pb2, accounts_pb2_grpc
         from social.v1 import social_pb2, social_pb2_grpc
         channel = grpc.insecure_channel(f"127.0.0.1:{ports['gateway']}")
         plain_channel = grpc.insecure_channel(f"127.0.0.1:{plain_port}")
+        relaying_channel = grpc.insecure_channel(f"127.0.0.1:{relaying_port}")
         direct = grpc.insecure_channel(f"127.0.0.1:{ports['accounts']}")
         yield {
-            "files": files, "procs": dict(zip(("accounts", "social", "gateway", "plain"), procs)), "env": env,
+            "files": files, "procs": dict(zip(("accounts", "social", "gateway", "plain", "relaying"), procs)), "env": env,
             "apb": accounts_pb2, "spb": social_pb2,
             "accounts": accounts_pb2_grpc.AccountsStub(channel), "social": social_pb2_grpc.SocialStub(channel),
             "plain_social": social_pb2_grpc.SocialStub(plain_channel),
+            "relaying_social": social_pb2_grpc.SocialStub(relaying_channel),
             "mail": accounts_pb2_grpc.AccountsInternalStub(direct),
         }
         channel.close()
         plain_channel.close()
+        relaying_channel.close()
         direct.close()
     finally:
         for p in reversed(procs):
@@ -207,6 +217,36 @@ def test_a_gateway_that_does_not_trace_passes_the_clients_traceparent_through(tr
                                if s["traceId"] == trace_id and s["name"] == "social.v1.Social/ListFriends"], "social span")
     assert server[0]["parentSpanId"] == CLIENT_SPAN, "the client's own span is social's parent: the plain gateway added nothing"
     assert not [s for s in spans_of(t["files"]["gateway"]) if s["traceId"] == trace_id]
+
+
+def test_a_gateway_that_relays_without_a_context_still_traces_the_calls_it_samples(traced):
+    """Without an access log the gateway relays a unary call without a context when its tracer
+    takes no part in it (no `traceparent`, a new trace not sampled); at ratio 1 it takes part in
+    every call, so each trace is whole: the client's span, the gateway's, social's; and a call
+    without a `traceparent` is a trace the gateway starts, its sampling drawn once."""
+    t = traced
+    apb, spb = t["apb"], t["spb"]
+    name = f"rl{uuid.uuid4().hex[:8]}"
+    user = t["accounts"].SignUp(apb.SignUpRequest(username=name, email=f"{name}@example.com", password=PASSWORD, display_name="R"),
+                                timeout=10)
+    auth = ("authorization", f"Bearer {user.session.access_token}")
+    trace_id = uuid.uuid4().hex
+    t["relaying_social"].ListFriends(spb.ListFriendsRequest(), metadata=[auth, ("traceparent", f"00-{trace_id}-{CLIENT_SPAN}-01")],
+                                     timeout=10)
+    gw = wait_for(lambda: [s for s in spans_of(t["files"]["relaying"])
+                           if s["traceId"] == trace_id and s["name"] == "social.v1.Social/ListFriends"], "the gateway's span")
+    assert gw[0]["parentSpanId"] == CLIENT_SPAN and gw[0]["kind"] == SERVER
+    server = wait_for(lambda: [s for s in spans_of(t["files"]["social"])
+                               if s["traceId"] == trace_id and s["name"] == "social.v1.Social/ListFriends"], "social's span")
+    assert server[0]["parentSpanId"] == gw[0]["spanId"]
+
+    t["relaying_social"].ListFriends(spb.ListFriendsRequest(), metadata=[auth], timeout=10)
+    started = wait_for(lambda: [s for s in spans_of(t["files"]["relaying"])
+                                if s["name"] == "social.v1.Social/ListFriends" and "parentSpanId" not in s], "a trace the gateway started")
+    assert len(started) == 1
+    child = wait_for(lambda: [s for s in spans_of(t["files"]["social"])
+                              if s["traceId"] == started[0]["traceId"] and s["name"] == "social.v1.Social/ListFriends"], "its child")
+    assert child[0]["parentSpanId"] == started[0]["spanId"]
 
 
 def test_browser_calls_have_access_log_lines_with_their_trace(traced):
