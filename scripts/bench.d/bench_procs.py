@@ -43,9 +43,11 @@ def children(pid):
 
 def h2load(port, path, body, n, extra, min_bytes, what):
     """Calls per second of `n` gRPC calls through `port`, each checked: a 2xx with at least
-    `min_bytes` of DATA (a gRPC error is an HTTP 200 too)."""
+    `min_bytes` of DATA (a gRPC error is an HTTP 200 too). `H2LOAD_SHAPE` (e.g. "1 1") replaces
+    the clients and calls in flight of each (4 and 32): `scripts/per-call counts` of a lone call."""
+    clients, in_flight = (os.environ.get("H2LOAD_SHAPE") or "4 32").split()
     out = subprocess.run(
-        ["h2load", "-t", "1", "-c", "4", "-m", "32", "-n", str(n), f"http://127.0.0.1:{port}{path}", "-d", body,
+        ["h2load", "-t", "1", "-c", clients, "-m", in_flight, "-n", str(n), f"http://127.0.0.1:{port}{path}", "-d", body,
          "-H", "content-type: application/grpc", "-H", "te: trailers", *extra], capture_output=True, text=True).stdout
     ok = re.search(r"status codes: (\d+) 2xx", out)
     data = re.search(r"traffic: .*?\((\d+)\) data", out)
