@@ -130,10 +130,9 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     private var expiryAt = NIODeadline.distantFuture
     /// Storage for each call's request header block, reused (see `start`).
     private var requestBlock = HeaderBlock()
-    /// The request headers every call on this connection sends, built once (`:path` and the
-    /// call's own go around them), the channel's own metadata (`ChannelConfiguration.metadata`)
-    /// among them.
-    /// (`:path`, first, is the call's own.)
+    /// The request headers every call on this connection sends, built once, the channel's own
+    /// metadata (`ChannelConfiguration.metadata`) among them: a call sends its `:path` before
+    /// them and its own headers after them (`HeaderBlock.withRequestNV`).
     private lazy var requestHeaders: HeaderBlock = {
         var block = HeaderBlock()
         block.add(":method", "POST")
@@ -397,11 +396,8 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         if options.compressRequests { block.add("grpc-encoding", "gzip") }
         if let timeout = options.timeout { block.add("grpc-timeout", GRPCTimeout.format(timeout)) }
         block.add(metadata: options.metadata)
-        let empty = MetadataBytes()
-        let forwarded = options.forwardedMetadata.isClean ? options.forwardedMetadata : empty
-        let added = options.addedMetadata.isClean ? options.addedMetadata : empty
-        if !options.forwardedMetadata.isClean { block.append(options.forwardedMetadata) }
-        if !options.addedMetadata.isClean { block.append(options.addedMetadata) }
+        let forwarded = block.lendable(options.forwardedMetadata)
+        let added = block.lendable(options.addedMetadata)
         var provider = nghttp2_data_provider(source: nghttp2_data_source(ptr: nil), read_callback: clientReadData)
         let id = block.withRequestNV(path: method.path, fixed: requestHeaders, forwarded, added) { nva, n in
             nghttp2_submit_request(session, nil, nva, n, &provider, nil)

@@ -180,6 +180,14 @@ struct HeaderBlock {
         }
     }
 
+    /// `metadata` as `withRequestNV` may lend it: itself when clean; otherwise nothing, and the
+    /// entries go into this block instead (`append`: entry by entry, sanitized).
+    mutating func lendable(_ metadata: MetadataBytes) -> MetadataBytes {
+        if metadata.isClean { return metadata }
+        append(metadata)
+        return MetadataBytes()
+    }
+
     /// A request's name/value array from its parts, each lent as it is (nothing copied: nghttp2
     /// copies the array on submit): `:path` first, then the connection's fixed headers (the
     /// other pseudo-headers among them), then this block (the call's own), then metadata a

@@ -1126,8 +1126,8 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         guard let session, stream.phase != .done else { return }
         closeCall(stream)
         let contextTrailers = stream.context?.trailers ?? stream.relayedTrailers
-        if stream.headersSent, status.code == .ok, status.message.isEmpty, status.details == nil, contextTrailers.count == 0,
-            status.trailers.count == 0
+        if status.code == .ok, status.message.isEmpty, status.details == nil, status.trailers.count == 0,
+            endsPlainly(stream, contextTrailers)
         {
             return endOK(stream)
         }
@@ -1150,10 +1150,18 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
 
     /// `finish(stream, RPCError(.ok, ""))` without making the error: a relayed call's usual end.
     private func finishOK(_ stream: ServerStream) {
-        guard session != nil, stream.phase != .done, stream.headersSent, (stream.context?.trailers ?? stream.relayedTrailers).count == 0
-        else { return finish(stream, RPCError(.ok, "")) }
+        guard session != nil, stream.phase != .done, endsPlainly(stream, stream.context?.trailers ?? stream.relayedTrailers) else {
+            return finish(stream, RPCError(.ok, ""))
+        }
         closeCall(stream)
         endOK(stream)
+    }
+
+    /// Whether an OK status with no message, details or trailers of its own ends `stream` with
+    /// the usual trailer bytes (`endOK`): its headers went out, and nothing else adds trailers.
+    @inline(__always)
+    private func endsPlainly(_ stream: ServerStream, _ contextTrailers: Metadata) -> Bool {
+        stream.headersSent && contextTrailers.count == 0
     }
 
     /// The first steps of a call's end: it is done, and its large messages leave the budgets
