@@ -38,6 +38,10 @@ public final class GatewayHealth: Grpc_Health_V1_HealthService, Sendable {
         var lastPoll: ContinuousClock.Instant?
         var inFlight: Task<Void, Never>?
         var upstreamStatus: [String: Bool] = [:]
+        /// Why each upstream failed its last check (the transport's words, its address included):
+        /// the gateway's operators get them here and in its log; clients are told only that the
+        /// upstream is unavailable (`PooledChannel.worded`).
+        var upstreamFailure: [String: String] = [:]
         var stopped = false
     }
     private let state = Mutex(State())
@@ -69,6 +73,8 @@ public final class GatewayHealth: Grpc_Health_V1_HealthService, Sendable {
 
     /// Whether an upstream answered its last health check (for tests and the status page).
     public func isServing(upstream: String) -> Bool { state.withLock { $0.upstreamStatus[upstream] ?? false } }
+    /// Why an upstream failed its last health check; nil while it answers.
+    public func failure(upstream: String) -> String? { state.withLock { $0.upstreamFailure[upstream] } }
     public var overall: Grpc_Health_V1_HealthCheckResponse.ServingStatus { table.status(of: "") ?? .notServing }
 
     /// Polls every upstream once (concurrent polls share one round).
@@ -83,13 +89,17 @@ public final class GatewayHealth: Grpc_Health_V1_HealthService, Sendable {
     }
 
     private func pollRound() async {
-        let results = await withTaskGroup(of: (String, Bool).self) { group in
+        let (results, failures) = await withTaskGroup(of: (String, String?).self) { group in
             for u in upstreams {
                 group.addTask { (u.name, await self.check(u)) }
             }
             var r: [String: Bool] = [:]
-            for await (name, ok) in group { r[name] = ok }
-            return r
+            var f: [String: String] = [:]
+            for await (name, failure) in group {
+                r[name] = failure == nil
+                f[name] = failure
+            }
+            return (r, f)
         }
         if state.withLock({ $0.stopped }) {
             state.withLock { $0.inFlight = nil }
@@ -106,25 +116,31 @@ public final class GatewayHealth: Grpc_Health_V1_HealthService, Sendable {
         let changed: [(String, Bool)] = state.withLock { s in
             let changed = results.filter { s.upstreamStatus[$0.key] != $0.value }.map { ($0.key, $0.value) }
             s.upstreamStatus = results
+            s.upstreamFailure = failures
             s.lastPoll = .now
             s.inFlight = nil
             return changed
         }
         for (name, ok) in changed.sorted(by: { $0.0 < $1.0 }) {
-            logger.info("upstream \(name) is \(ok ? "serving" : "not serving")")
+            if ok {
+                logger.info("upstream \(name) is serving")
+            } else {
+                logger.warning("upstream \(name) is not serving: \(failures[name] ?? "no answer")")
+            }
         }
     }
 
-    private func check(_ u: Upstream) async -> Bool {
+    /// Nil when the upstream answers SERVING, else why not.
+    private func check(_ u: Upstream) async -> String? {
         let client = Grpc_Health_V1_HealthClient(RPCClient(transport: u.transport))
         do {
             let r = try await client.check(Grpc_Health_V1_HealthCheckRequest(), options: CallOptions(timeout: timeout))
-            return r.status == .serving
+            return r.status == .serving ? nil : "its health check answered \(r.status)"
         } catch {
             // No answer (or no connection): if the upstream vanished without closing, the relayed
             // calls on its open connections would hang until their deadlines; a PING each tells.
             (u.transport as? UpstreamPool)?.checkConnections(timeout: timeout)
-            return false
+            return (error as? RPCError)?.message ?? "\(error)"
         }
     }
 

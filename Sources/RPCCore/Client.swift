@@ -52,6 +52,16 @@ public protocol RawClientCall: Cancellable {
     var responses: RawMessageStream { get }
     /// The final status and trailing metadata (waits for them).
     func finalStatus() async -> (status: RPCStatus, trailers: Metadata)
+    /// Whether the final status is the server's own (its `grpc-status` arrived) rather than one
+    /// the client's transport made: no connection, the connection lost, a reset, a deadline, a
+    /// malformed response. Read once `finalStatus()` has returned. A proxy passes the server's
+    /// status on as it is and words its own (`Gateway`: the upstream named, not its address).
+    var statusCameFromPeer: Bool { get }
+}
+
+extension RawClientCall {
+    /// A call that cannot tell: its status is taken as the server's.
+    public var statusCameFromPeer: Bool { true }
 }
 
 /// What a channel offers to typed stubs: start a call.

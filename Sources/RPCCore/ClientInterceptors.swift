@@ -103,6 +103,7 @@ public final class ObservedClientCall: RawClientCall, Sendable {
     }
     public func closeSend() async throws { try await base.closeSend() }
     public func initialMetadata() async throws -> Metadata { try await base.initialMetadata() }
+    public var statusCameFromPeer: Bool { base.statusCameFromPeer }
     public func finalStatus() async -> (status: RPCStatus, trailers: Metadata) {
         let r = await base.finalStatus()
         finish(r.status)

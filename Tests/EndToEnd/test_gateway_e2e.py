@@ -131,6 +131,8 @@ def test_stopped_upstream_is_unavailable_fast(system, stubs):
     with pytest.raises(grpc.RpcError) as e:
         stub.LogIn(pb.LogInRequest(username="nobody", password="whatever1"), timeout=10)
     assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+    # The upstream named; its address and the transport's inner errors stay in the gateway.
+    assert e.value.details() == "accounts is unavailable right now: try again shortly", e.value.details()
     assert time.monotonic() - start < 3, "UNAVAILABLE must come fast, not at the deadline"
 
 

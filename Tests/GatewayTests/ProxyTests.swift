@@ -203,6 +203,14 @@ import Testing
             let bad = try Google_Rpc_BadRequest(serializedBytes: status.details[0].value)
             #expect(bad.fieldViolations.map(\.field) == ["username"])
         }
+        // The upstream's own UNAVAILABLE passes as it is (only the transport's own is reworded).
+        signUp.username = "unavailable"
+        do {
+            _ = try await Accounts_V1_AccountsClient(h.client).signUp(signUp)
+            Issue.record("no error")
+        } catch let e as RPCError {
+            #expect(e.code == .unavailable && e.message == "the fake's store at 127.0.0.1:1 is down", "\(e)")
+        }
     }
 
     /// Both unary paths: relayed without a context (the default) and with one (access log on).
@@ -526,9 +534,29 @@ import Testing
                 _ = try await social.getNotificationSettings(Social_V1_GetNotificationSettingsRequest(), options: CallOptions(metadata: md))
                 Issue.record("no error")
             } catch let e as RPCError {
-                #expect(e.code == .unavailable, "\(e)")
+                // Named, without its address or the transport's inner errors.
+                #expect(e.code == .unavailable && e.message == "social is unavailable right now: try again shortly", "\(e)")
             }
             #expect(ContinuousClock.now - start < .seconds(2))
+        }
+        // A server stream and a bidirectional one are told the same.
+        do {
+            try await social.subscribeNotifications(Social_V1_SubscribeNotificationsRequest(), options: CallOptions(metadata: md)) { s in
+                for try await _ in s.messages {}
+            }
+            Issue.record("no error")
+        } catch let e as RPCError {
+            #expect(e.code == .unavailable && e.message == "social is unavailable right now: try again shortly", "\(e)")
+        }
+        do {
+            _ = try await h.client.bidirectionalStreaming(Fake.chat, as: Bytes.self) {
+                (writer: RequestWriter<Bytes>, responses: ClientStreamingResponse<Bytes>) in
+                try await writer.write(Bytes("x"))
+                for try await _ in responses.messages {}
+            }
+            Issue.record("no error")
+        } catch let e as RPCError {
+            #expect(e.code == .unavailable && e.message == "social is unavailable right now: try again shortly", "\(e)")
         }
         // Other upstreams are unaffected.
         var req = Accounts_V1_LogInRequest()

@@ -31,7 +31,7 @@ import Testing
                 Social_V1_GetNotificationSettingsRequest(), options: CallOptions(timeout: .seconds(30), metadata: md))
             Issue.record("a call to a silent upstream succeeded")
         } catch let e as RPCError {
-            #expect(e.code == .unavailable, "\(e)")
+            #expect(e.code == .unavailable && e.message == "social is unavailable right now: try again shortly", "\(e)")
         }
         #expect(ContinuousClock.now - start < .seconds(10))
         // Other upstreams are unaffected.

@@ -146,6 +146,8 @@ enum Fake {
                             ctx.trailers.add("x-why", "duplicate")
                             throw FieldErrors.single(.alreadyExists, field: "username", "is taken")
                         }
+                        // The upstream's own UNAVAILABLE, naming an address: the gateway passes it on as it is.
+                        if req.username == "unavailable" { throw RPCError(.unavailable, "the fake's store at 127.0.0.1:1 is down") }
                         var e = FieldErrors()
                         if req.password.count < 8 { e.add("password", "must be at least 8 characters") }
                         try e.throwIfAny()

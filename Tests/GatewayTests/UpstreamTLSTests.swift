@@ -65,10 +65,14 @@ import Testing
         await channel.close()
         await gateway.shutdown()
 
-        // Without a client certificate the upstream refuses the gateway: UNAVAILABLE, saying why.
+        // Without a client certificate the upstream refuses the gateway: the client is told
+        // UNAVAILABLE, the gateway's operators why (its health, its log).
         let (bare, bareChannel) = try await Self.gateway(accountsPort: accounts.port, certs.peerEnvironment(as: nil))
         let refused = await expectFailure(.unavailable) { try await Self.logIn(bareChannel) }
-        #expect(refused?.message.contains("requires a client certificate") == true, "\(refused?.message ?? "")")
+        #expect(refused?.message == "accounts is unavailable right now: try again shortly", "\(refused?.message ?? "")")
+        await bare.health.poll()
+        let why = bare.health.failure(upstream: "accounts")
+        #expect(why?.contains("requires a client certificate") == true, "\(why ?? "")")
         await bareChannel.close()
         await bare.shutdown()
 
@@ -77,7 +81,10 @@ import Testing
         rogue["PEER_TLS_CA"] = certs.caFile
         let (other, otherChannel) = try await Self.gateway(accountsPort: accounts.port, rogue)
         let rejected = await expectFailure(.unavailable) { try await Self.logIn(otherChannel) }
-        #expect(rejected?.message.contains("does not trust the CA") == true, "\(rejected?.message ?? "")")
+        #expect(rejected?.message == "accounts is unavailable right now: try again shortly", "\(rejected?.message ?? "")")
+        await other.health.poll()
+        let untrusted = other.health.failure(upstream: "accounts")
+        #expect(untrusted?.contains("does not trust the CA") == true, "\(untrusted ?? "")")
         await otherChannel.close()
         await other.shutdown()
         await accounts.stop()

@@ -126,14 +126,20 @@ struct Proxy: Sendable {
         let options = try options(context, kind: method.kind)
         let lease = try pool.acquire()
         defer { lease.released() }
-        let call = try await lease.channel.startCall(method, options: options)
+        let call: any RawClientCall
+        do {
+            call = try await lease.channel.startCall(method, options: options)
+        } catch let e as RPCError {
+            throw lease.wordedError(RPCStatus(e.code, e.message))  // it never reached the upstream
+        }
         try await withTaskCancellationHandler {
             do {
                 try await body(call)
             } catch {
                 call.cancel()  // no-op when the upstream already ended it
                 let (status, trailers) = await call.finalStatus()
-                throw status.code == .ok ? error : Self.error(status, trailers)
+                if status.code == .ok { throw error }
+                throw call.statusCameFromPeer ? Self.error(status, trailers) : lease.wordedError(status)
             }
         } onCancel: {
             call.cancel()
@@ -303,6 +309,7 @@ final class RelayedUnaryCall: PendingUnaryCall, @unchecked Sendable {
     override func completed(_ result: consuming UnaryCallResult) {
         lease.released()
         guard let answer = answer.take() else { return }
+        if result.status.code != .ok && !statusCameFromPeer { result.status = lease.worded(result.status) }
         let (outcome, headers, trailers) = Proxy.outcome(result, method)
         switch answer {
         case .relay(let responder):
@@ -439,7 +446,7 @@ final class RelayedServerStream: TasklessCall, @unchecked Sendable {
             context.trailers = trailers
             responses.end(.success(()))
         } else {
-            responses.end(.failure(Proxy.error(status, trailers)))
+            responses.end(.failure(Proxy.error(statusCameFromPeer ? status : lease.worded(status), trailers)))
         }
     }
 }

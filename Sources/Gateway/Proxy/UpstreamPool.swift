@@ -10,9 +10,31 @@ final class PooledChannel: Sendable {
     let active = Atomic<Int>(0)
     /// On the pool's own loop (closed by the pool) rather than a server loop (closed with it).
     let ownLoop: Bool
-    init(_ channel: RPCChannel, ownLoop: Bool) {
+    /// The upstream's name (`accounts`), for what clients are told about it.
+    let upstream: String
+    init(_ channel: RPCChannel, ownLoop: Bool, upstream: String) {
         self.channel = channel
         self.ownLoop = ownLoop
+        self.upstream = upstream
+    }
+
+    /// A status the transport made for a call to this upstream (the call never reached it, the
+    /// connection was lost or reset, a deadline) as the gateway answers it: the upstream named,
+    /// its address and the transport's inner errors kept out (clients have no use for them: they
+    /// are in the gateway's log, its status page and its metrics). A status the upstream sent is
+    /// passed on as it is (`RawClientCall.statusCameFromPeer`).
+    func worded(_ status: RPCStatus) -> RPCStatus {
+        if status.code == .unavailable { return RPCStatus(.unavailable, "\(upstream) is unavailable right now: try again shortly") }
+        let address = "\(channel.configuration.host):\(channel.configuration.port)"
+        guard status.message.contains(address) else { return status }
+        return RPCStatus(status.code, status.message.replacingOccurrences(of: address, with: upstream))
+    }
+
+    /// `worded` as the error the gateway answers with; the transport's own status is its cause
+    /// (logged, never sent).
+    func wordedError(_ status: RPCStatus) -> RPCError {
+        let w = worded(status)
+        return RPCError(w.code, w.message, cause: RPCError(status.code, status.message))
     }
 
     /// Gives back a stream `UpstreamPool.acquire` counted (a relayed call holds only its lease,
@@ -102,7 +124,7 @@ public final class UpstreamPool: ClientTransport, Sendable {
             if best == nil {
                 guard list.count < maxConnectionsPerLoop else { return nil }
                 let fresh = PooledChannel(
-                    RPCChannel(configuration: configuration, group: slot.loop), ownLoop: slot.loop === fallbackLoop)
+                    RPCChannel(configuration: configuration, group: slot.loop), ownLoop: slot.loop === fallbackLoop, upstream: name)
                 list.append(fresh)
                 best = fresh
             }

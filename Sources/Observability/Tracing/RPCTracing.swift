@@ -265,6 +265,7 @@ final class TracedClientCall: RawClientCall {
     func closeSend() async throws { try await base.closeSend() }
     func initialMetadata() async throws -> Metadata { try await base.initialMetadata() }
     var responses: RawMessageStream { base.responses }
+    var statusCameFromPeer: Bool { base.statusCameFromPeer }
     func finalStatus() async -> (status: RPCStatus, trailers: Metadata) {
         let r = await base.finalStatus()
         RPCTracing.end(span, r.status.code, message: r.status.message)

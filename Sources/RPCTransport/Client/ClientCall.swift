@@ -30,6 +30,7 @@ final class ClientCall: RawClientCall, Sendable {
         var headers: Result<Metadata, RPCError>?
         var headerWaiters: [CheckedContinuation<Metadata, any Error>] = []
         var status: (RPCStatus, Metadata)?
+        var statusFromPeer = false
         var statusWaiters: [CheckedContinuation<(status: RPCStatus, trailers: Metadata), Never>] = []
     }
     private let state = Mutex(State())
@@ -68,7 +69,7 @@ final class ClientCall: RawClientCall, Sendable {
 
     func fail(_ status: RPCStatus) { finish(status: status, trailers: Metadata(), headers: nil) }
 
-    func finish(status: RPCStatus, trailers: Metadata, headers: Metadata?) {
+    func finish(status: RPCStatus, trailers: Metadata, headers: Metadata?, fromPeer: Bool = false) {
         let error = RPCError(status.code, status.message, trailers: trailers)
         let (hw, sw, headerResult) = state.withLock {
             s -> (
@@ -77,6 +78,7 @@ final class ClientCall: RawClientCall, Sendable {
             ) in
             guard s.status == nil else { return ([], [], nil) }
             s.status = (status, trailers)
+            s.statusFromPeer = fromPeer
             var result: Result<Metadata, RPCError>? = nil
             if s.headers == nil {
                 s.headers = status.code == .ok ? .success(headers ?? Metadata()) : .failure(error)
@@ -128,6 +130,8 @@ final class ClientCall: RawClientCall, Sendable {
             if let ready { c.resume(with: ready.mapError { $0 as any Error }) }
         }
     }
+
+    var statusCameFromPeer: Bool { state.withLock { $0.statusFromPeer } }
 
     func finalStatus() async -> (status: RPCStatus, trailers: Metadata) {
         await withCheckedContinuation { (c: CheckedContinuation<(status: RPCStatus, trailers: Metadata), Never>) in

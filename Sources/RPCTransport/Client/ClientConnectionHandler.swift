@@ -31,6 +31,9 @@ open class ClientStreamState {
     var encoding: String?
     var headers = Metadata()
     var grpcStatus: Int?
+    /// Whether the status the call ends with is the peer's own (its `grpc-status` arrived),
+    /// not one the transport made (`RawClientCall.statusCameFromPeer`).
+    public var statusCameFromPeer: Bool { grpcStatus != nil }
     var grpcMessage = ""
     var statusDetails: [UInt8]?
     var headersReceived = false
@@ -75,7 +78,7 @@ final class ObservedStream: ClientStreamState {
     override func headersArrived(_ metadata: Metadata) { call.headersArrived(metadata) }
     override func received(_ message: RawMessageStream.InboundMessage) -> Bool { call.received(message) }
     override func finish(status: RPCStatus, trailers: Metadata, headers: Metadata?) {
-        call.finish(status: status, trailers: trailers, headers: headers)
+        call.finish(status: status, trailers: trailers, headers: headers, fromPeer: statusCameFromPeer)
     }
     override func fail(_ status: RPCStatus) { call.fail(status) }
 }
