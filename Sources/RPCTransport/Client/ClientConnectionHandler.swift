@@ -286,10 +286,13 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         guard let session else { return }
         reads &+= 1
         let buffer = unwrapInboundIn(data)
-        let rv = buffer.withUnsafeReadableBytes { bytes -> Int in
-            inCallback = true
-            defer { inCallback = false }
-            return nghttp2_session_mem_recv(session, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count)
+        // The server connections this read answers calls of are flushed when it is done.
+        let rv = readFlushes.duringRead {
+            buffer.withUnsafeReadableBytes { bytes -> Int in
+                inCallback = true
+                defer { inCallback = false }
+                return nghttp2_session_mem_recv(session, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count)
+            }
         }
         if rv < 0 {
             teardown(RPCError(.unavailable, "HTTP/2 protocol error from \(configuration.target): \(String(cString: nghttp2_strerror(Int32(rv))))"))
@@ -314,6 +317,9 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         if context.channel.isWritable { flush() }
         context.fireChannelWritabilityChanged()
     }
+
+    /// This loop's deferred flushes of server connections (`ReadFlushes`), found on first use.
+    private lazy var readFlushes = ReadFlushes.forThisThread
 
     private func teardown(_ error: RPCError) {
         guard !closed else { return }

@@ -363,10 +363,18 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         }
     }
 
-    /// Coalesces output from handler completions that land in the same event-loop tick.
+    /// This loop's deferred flushes (`ReadFlushes`), found on first use, on the loop.
+    private lazy var readFlushes = ReadFlushes.forThisThread
+
+    /// Coalesces output from handler completions that land in the same event-loop tick: at the
+    /// end of the client connection's read that produced it (a relay's answers), else in a task.
     func scheduleFlush() {
         guard !flushScheduled, let context else { return }
         flushScheduled = true
+        if readFlushes.isReading {
+            readFlushes.flushAfterRead(self)
+            return
+        }
         let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
         context.eventLoop.execute { bound.value.flush() }
     }
