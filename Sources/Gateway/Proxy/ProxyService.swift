@@ -130,7 +130,8 @@ struct Proxy: Sendable {
         do {
             call = try await lease.channel.startCall(method, options: options)
         } catch let e as RPCError {
-            throw lease.wordedError(RPCStatus(e.code, e.message))  // it never reached the upstream
+            // It never reached the upstream.
+            throw Self.error(lease.worded(RPCStatus(e.code, e.message), fromPeer: false), e.trailers)
         }
         try await withTaskCancellationHandler {
             do {
@@ -139,7 +140,7 @@ struct Proxy: Sendable {
                 call.cancel()  // no-op when the upstream already ended it
                 let (status, trailers) = await call.finalStatus()
                 if status.code == .ok { throw error }
-                throw call.statusCameFromPeer ? Self.error(status, trailers) : lease.wordedError(status)
+                throw Self.error(lease.worded(status, fromPeer: call.statusCameFromPeer), trailers)
             }
         } onCancel: {
             call.cancel()
@@ -309,7 +310,7 @@ final class RelayedUnaryCall: PendingUnaryCall, @unchecked Sendable {
     override func completed(_ result: consuming UnaryCallResult) {
         lease.released()
         guard let answer = answer.take() else { return }
-        if result.status.code != .ok && !statusCameFromPeer { result.status = lease.worded(result.status) }
+        if result.status.code != .ok { result.status = lease.worded(result.status, fromPeer: statusCameFromPeer) }
         let (outcome, headers, trailers) = Proxy.outcome(result, method)
         switch answer {
         case .relay(let responder):
@@ -446,7 +447,7 @@ final class RelayedServerStream: TasklessCall, @unchecked Sendable {
             context.trailers = trailers
             responses.end(.success(()))
         } else {
-            responses.end(.failure(Proxy.error(statusCameFromPeer ? status : lease.worded(status), trailers)))
+            responses.end(.failure(Proxy.error(lease.worded(status, fromPeer: statusCameFromPeer), trailers)))
         }
     }
 }

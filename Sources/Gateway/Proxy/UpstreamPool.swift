@@ -18,23 +18,18 @@ final class PooledChannel: Sendable {
         self.upstream = upstream
     }
 
-    /// A status the transport made for a call to this upstream (the call never reached it, the
-    /// connection was lost or reset, a deadline) as the gateway answers it: the upstream named,
-    /// its address and the transport's inner errors kept out (clients have no use for them: they
-    /// are in the gateway's log, its status page and its metrics). A status the upstream sent is
-    /// passed on as it is (`RawClientCall.statusCameFromPeer`).
-    func worded(_ status: RPCStatus) -> RPCStatus {
+    /// A call's status as the gateway answers it. One the upstream sent (`fromPeer`:
+    /// `RawClientCall.statusCameFromPeer`) passes as it is. One the transport made (the call
+    /// never reached the upstream, the connection was lost or reset, a deadline) is worded for
+    /// clients: the upstream named, its address and the transport's inner errors kept out. The
+    /// reason is for the operators: the health poll logs it when the upstream stops serving,
+    /// and `GatewayHealth.failure(upstream:)` holds it.
+    func worded(_ status: RPCStatus, fromPeer: Bool) -> RPCStatus {
+        guard !fromPeer else { return status }
         if status.code == .unavailable { return RPCStatus(.unavailable, "\(upstream) is unavailable right now: try again shortly") }
-        let address = "\(channel.configuration.host):\(channel.configuration.port)"
+        let address = channel.configuration.target
         guard status.message.contains(address) else { return status }
         return RPCStatus(status.code, status.message.replacingOccurrences(of: address, with: upstream))
-    }
-
-    /// `worded` as the error the gateway answers with; the transport's own status is its cause
-    /// (logged, never sent).
-    func wordedError(_ status: RPCStatus) -> RPCError {
-        let w = worded(status)
-        return RPCError(w.code, w.message, cause: RPCError(status.code, status.message))
     }
 
     /// Gives back a stream `UpstreamPool.acquire` counted (a relayed call holds only its lease,

@@ -52,7 +52,8 @@ public struct ChannelConfiguration: Sendable {
         self.tls = tls
         self.authority = authority ?? "\(host):\(port)"
     }
-    var target: String { "\(host):\(port)" }
+    /// `host:port`, as the transport's own messages name the server.
+    public var target: String { "\(host):\(port)" }
 
     /// `host:port` or `[v6]:port` as a host (brackets removed) and a port; nil when it is neither.
     public static func address(_ addr: String) -> (host: String, port: Int)? {

@@ -44,8 +44,9 @@ final class ReadFlushes: @unchecked Sendable {
     }
 
     private func drain() {
-        // Flushing can re-enter (a closed connection's teardown, writability): a fresh list takes
-        // whatever is deferred meanwhile, which `reading == 0` makes rare.
+        // No read is in progress now, so a flush asked for while these run (a closed
+        // connection's teardown, a writability change) takes a task and never lands in the list
+        // being walked; the swap keeps both lists' storage for the next read.
         swap(&pending, &spare)
         for connection in spare { connection.flush() }
         spare.removeAll(keepingCapacity: true)

@@ -472,24 +472,24 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     /// same.
     private func authority(_ value: UnsafePointer<UInt8>, _ count: Int) -> String {
         guard count > 0 else { return "" }
-        let last = lastAuthority
-        if last.utf8.count == count,
-            last.utf8.withContiguousStorageIfAvailable({ memcmp($0.baseAddress!, value, count) == 0 }) == true
-        {
-            return last
-        }
+        if Self.holds(lastAuthority, value, count) { return lastAuthority }
         let a = String(nghttp2: value, count: count)
         lastAuthority = a
         return a
     }
 
+    /// Whether `string`'s UTF-8 is exactly the `count` bytes at `value` (a header a string made
+    /// earlier can stand for).
+    @inline(__always)
+    private static func holds(_ string: String, _ value: UnsafePointer<UInt8>, _ count: Int) -> Bool {
+        guard string.utf8.count == count, count > 0 else { return string.utf8.count == count }
+        return string.utf8.withContiguousStorageIfAvailable { memcmp($0.baseAddress!, value, count) == 0 } ?? false
+    }
+
     /// The request's `:path`, shared with an earlier request's when it is one of the last few
     /// seen (clients call the same methods over and over).
     private func path(_ value: UnsafePointer<UInt8>, _ count: Int) -> String {
-        for p in recentPaths where p.utf8.count == count {
-            let same = p.utf8.withContiguousStorageIfAvailable { memcmp($0.baseAddress!, value, count) == 0 } ?? false
-            if same { return p }
-        }
+        for p in recentPaths where Self.holds(p, value, count) { return p }
         let p = String(nghttp2: value, count: count)
         if recentPaths.count < 8 { recentPaths.append(p) } else { recentPaths[streamsBegun & 7] = p }
         return p
