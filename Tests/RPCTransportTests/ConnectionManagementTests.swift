@@ -188,6 +188,33 @@ import Testing
         }
     }
 
+    /// The guard leaves a connection's pipeline at its first request (its reads and writes stop
+    /// passing through it): the connection keeps its place under the cap until it closes, and
+    /// later requests on it, HTTP/2 or HTTP/1.1, are served as before.
+    @Test func aConnectionHoldsItsPlaceUnderTheCapUntilItCloses() async throws {
+        try await withServer({ $0.maxConnections = 1 }) { server, port in
+            let channel = RPCChannel(configuration: ChannelConfiguration(host: "127.0.0.1", port: port))
+            #expect(try await channel.client.unary(EchoService.unaryMethod, Bytes("one"), as: Bytes.self).message.data == Array("one".utf8))
+            let refused = try RawSocket(port: port)
+            #expect(await refused.readUntilClosed().closed)
+            #expect(try await channel.client.unary(EchoService.unaryMethod, Bytes("two"), as: Bytes.self).message.data == Array("two".utf8))
+            #expect(server.openSocketCount == 1)
+            await channel.close()
+            #expect(try await waitFor { server.openSocketCount == 0 })
+
+            let s = try RawSocket(port: port)
+            s.send("GET /a HTTP/1.1\r\nHost: a\r\n\r\n")
+            let first = await s.readUntilClosed(timeout: .seconds(10)) { String(decoding: $0, as: UTF8.self).contains("\"path\":\"/a\"") }
+            #expect(!first.closed)
+            #expect(try await RawSocket(port: port).readUntilClosed().closed)
+            s.send("GET /b HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+            let second = await s.readUntilClosed()
+            #expect(String(decoding: second.bytes, as: UTF8.self).contains("\"path\":\"/b\""))
+            #expect(second.closed)
+            #expect(try await waitFor { server.openSocketCount == 0 })
+        }
+    }
+
     /// A peer that stops answering (no FIN: a dead host, a dropped NAT entry) is noticed by the
     /// client's keepalive: its calls fail with UNAVAILABLE instead of hanging.
     @Test func theClientNoticesAPeerThatStoppedAnswering() async throws {

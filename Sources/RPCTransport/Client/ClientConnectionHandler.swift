@@ -348,6 +348,12 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     func flush() {
         flushScheduled = false
         guard let context, let session, !inCallback else { return }
+        // Most flushes (each read's end, each answer's) find nothing queued: say so without
+        // touching the channel or the output buffer.
+        if nghttp2_session_want_write(session) == 0 {
+            if nghttp2_session_want_read(session) == 0 { context.close(promise: nil) }
+            return
+        }
         let (error, reuse) = drainSessionOutput(session, into: context, reusing: outputScratch.take())
         if let reuse { outputScratch = reuse }
         if let error {
@@ -429,7 +435,27 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         } else if let limit = options.limit {
             expire(state, after: .nanoseconds(limit.nanoseconds), .limit(limit.message))
         }
-        scheduleFlush()
+        // The connection's only call, started by a server connection's read (a relay): written
+        // when that read is done, unless the read starts more (`ReadFlushes`). Otherwise one
+        // task writes every call the tick starts.
+        if streams.count == 1 && !flushScheduled && readFlushes.isReadingRequests {
+            flushScheduled = true
+            readFlushes.flushAfterRequestsRead(self)
+        } else {
+            scheduleFlush()
+        }
+    }
+
+    /// The server connection's read that started this connection's only call is done: write the
+    /// call now if it is still the only one, else leave it to a task, with the calls the tick's
+    /// other reads start.
+    func requestsRead() {
+        if streams.count <= 1 {
+            flush()
+        } else {
+            flushScheduled = false
+            scheduleFlush()
+        }
     }
 
     // MARK: Operations from ClientCall (on the loop)

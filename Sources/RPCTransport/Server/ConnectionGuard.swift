@@ -6,7 +6,8 @@ import Synchronization
 /// open connections and the time a connection may take to send its first complete request
 /// headers (`ServerConfiguration.maxConnections`, `firstRequestTimeout`), whatever protocol it
 /// turns out to speak. The protocol handlers tell it a request arrived with the outbound user
-/// event `RequestStarted` (outbound events travel towards the head, where it sits).
+/// event `RequestStarted` (outbound events travel towards the head, where it sits); it then leaves
+/// the pipeline, and the channel's close releases the connection's place in the count.
 final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = ByteBuffer
     typealias InboundOut = ByteBuffer
@@ -19,6 +20,8 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     let shared: ServerShared
     private var counted = false
     private var timer: Scheduled<Void>?
+    /// Out of the pipeline since the first request; the channel's close releases the count.
+    private var leftAfterFirstRequest = false
 
     init(shared: ServerShared) { self.shared = shared }
 
@@ -48,7 +51,8 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
-        release()
+        // Removed after the first request: the close releases the count (below).
+        if !leftAfterFirstRequest { release() }
     }
 
     private func release() {
@@ -66,6 +70,15 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
             timer?.cancel()
             timer = nil
             promise?.succeed()
+            // What is left to do is the count's release at the close: the guard leaves the
+            // pipeline, so the connection's reads, writes and flushes stop passing through it
+            // (each pass is a handler hop, ≈ 130 instructions, five a relayed call).
+            if counted && !leftAfterFirstRequest {
+                leftAfterFirstRequest = true
+                let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
+                context.channel.closeFuture.whenComplete { _ in bound.value.release() }
+                context.pipeline.syncOperations.removeHandler(context: context, promise: nil)
+            }
             return
         }
         context.triggerUserOutboundEvent(event, promise: promise)

@@ -228,10 +228,13 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         guard let session else { return }
         reads &+= 1
         let buffer = unwrapInboundIn(data)
-        let rv = buffer.withUnsafeReadableBytes { bytes -> Int in
-            inCallback = true
-            defer { inCallback = false }
-            return nghttp2_session_mem_recv(session, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count)
+        // The upstream connections this read starts a lone call on are written when it is done.
+        let rv = readFlushes.duringRequestsRead {
+            buffer.withUnsafeReadableBytes { bytes -> Int in
+                inCallback = true
+                defer { inCallback = false }
+                return nghttp2_session_mem_recv(session, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count)
+            }
         }
         if rv < 0 {
             // Bad preface or a connection-level protocol error: nghttp2 has queued GOAWAY where it can.
@@ -349,6 +352,12 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     func flush() {
         flushScheduled = false
         guard let context, let session, !inCallback else { return }
+        // Most flushes (each read's end, each answer's) find nothing queued: say so without
+        // touching the channel or the output buffer.
+        if nghttp2_session_want_write(session) == 0 {
+            if nghttp2_session_want_read(session) == 0 { closeConnection() }
+            return
+        }
         let (error, reuse) = drainSessionOutput(session, into: context, reusing: outputScratch.take())
         if let reuse { outputScratch = reuse }
         if let error {
