@@ -41,7 +41,8 @@ func drainSessionOutput(
         }
     }
     guard let b = buffer else { return (nil, scratch) }
-    context.write(NIOAny(b), promise: nil)
-    wrote = true
+    // The last (most often the only) buffer goes with the flush: one trip down the pipeline.
+    wrote = false
+    context.writeAndFlush(NIOAny(b), promise: nil)
     return (nil, b.capacity <= 65536 ? b : nil)
 }
