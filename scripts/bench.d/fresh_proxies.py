@@ -11,10 +11,19 @@ one (`GetProfile`: the gateway verifies the token, nghttpx passes it on), and st
 each proxy's calls per second, its CPU per relayed call, and that CPU divided by the accounts-service's
 CPU per call in the same round (what repeats here: the host moves every process alike). Printed per
 read: the medians over all rounds.
+
+Then, per epoch and read, the latency each proxy adds at one call in flight, with every process on
+CPU 0 for the while (h2load, the proxies, the accounts-service's threads): a lone call then costs its
+CPU work and context switches only, no wakeup lands on another core by luck, and the figure holds to
+a µs or two run to run (unpinned it moves ±15 µs: the single-round rows above say little). One round
+of LONE_CALLS calls straight to the accounts-service, through the gateway and through nghttpx, in
+alternating order; what a proxy adds is its mean less the direct one. Printed: the medians over the
+epochs, and the goal (the gateway adds no more than nghttpx).
 """
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 
 from bench_procs import children, free_port, h2load, nanoseconds, start, stop
@@ -43,6 +52,28 @@ def start_proxies(epoch):
     return {"gateway": (gw_port, gw), "nghttpx": (nx_port, nx)}, [gw, nx]
 
 
+LONE_CALLS = int(os.environ.get("LONE_CALLS", "5000"))
+ALL_CPUS = f"0-{os.cpu_count() - 1}"
+
+
+def pin(pids, cpus):
+    for pid in pids:
+        subprocess.run(["taskset", "-a", "-c", "-p", cpus, str(pid)], check=True, capture_output=True)
+
+
+def lone_mean(port, path, body, extra):
+    """Mean µs per call of LONE_CALLS calls, one in flight, h2load on CPU 0."""
+    out = subprocess.run(["taskset", "-c", "0", "h2load", "-t", "1", "-c", "1", "-m", "1", "-n", str(LONE_CALLS),
+                          f"http://127.0.0.1:{port}{path}", "-d", body, "-H", "content-type: application/grpc", "-H", "te: trailers",
+                          *extra], capture_output=True, text=True).stdout
+    line = next((x for x in out.splitlines() if x.startswith("time for request:")), None)
+    done = next((x for x in out.splitlines() if x.startswith("requests:")), "")
+    if line is None or f"{LONE_CALLS} succeeded" not in done:
+        sys.exit(f"bench: issue 18 latency: port {port}: not {LONE_CALLS} answers: {out[-500:]}")
+    value, unit = line.split()[5][:-2], line.split()[5][-2:]
+    return float(value) * (1000 if unit == "ms" else 1)
+
+
 def run(port, pids, path, body, extra, min_bytes):
     p0, b0 = nanoseconds(pids), nanoseconds([acc_pid])
     rps = h2load(port, path, body, calls, extra, min_bytes, "issue 18 epochs")
@@ -50,7 +81,8 @@ def run(port, pids, path, body, extra, min_bytes):
     return rps, proxy / calls / 1000, proxy / backend
 
 
-got = {label: {"ratio": [], "gateway": [], "nghttpx": [], "rel gateway": [], "rel nghttpx": []} for label, *_ in reads}
+got = {label: {"ratio": [], "gateway": [], "nghttpx": [], "rel gateway": [], "rel nghttpx": [],
+              "direct": [], "adds gateway": [], "adds nghttpx": []} for label, *_ in reads}
 shutil.rmtree(f"{work}/proxies", ignore_errors=True)
 for epoch in range(epochs):
     procs = []
@@ -68,6 +100,20 @@ for epoch in range(epochs):
                 for k in one:
                     g[k].append(one[k][1])
                     g[f"rel {k}"].append(one[k][2])
+        # One call in flight, everything on CPU 0 for the while.
+        pinned = [int(acc_pid), *[p for ps in pids.values() for p in ps]]
+        pin(pinned, "0")
+        try:
+            for label, path, body, extra, min_bytes in reads:
+                ports = {"direct": int(acc_port), "gateway": proxies["gateway"][0], "nghttpx": proxies["nghttpx"][0]}
+                order = list(ports) if epoch % 2 == 0 else list(ports)[::-1]
+                mean = {k: lone_mean(ports[k], path, body, extra) for k in order}
+                g = got[label]
+                g["direct"].append(mean["direct"])
+                g["adds gateway"].append(mean["gateway"] - mean["direct"])
+                g["adds nghttpx"].append(mean["nghttpx"] - mean["direct"])
+        finally:
+            pin([int(acc_pid)], ALL_CPUS)
     finally:
         stop(procs)
 m = statistics.median
@@ -78,3 +124,10 @@ for label, *_ in reads:
           f"{m(g['gateway']):.2f} µs, nghttpx {m(g['nghttpx']):.2f} µs; per accounts-service call in the same round gateway "
           f"{m(g['rel gateway']):.3f}, nghttpx {m(g['rel nghttpx']):.3f} (gateway {m(g['rel gateway']) / m(g['rel nghttpx']):.2f}x "
           f"nghttpx's CPU) (goal >= 1.0x calls per second: {'met' if m(g['ratio']) >= 1.0 else 'NOT met'})")
+for label, *_ in reads:
+    g = got[label]
+    diffs = [a - b for a, b in zip(g["adds gateway"], g["adds nghttpx"])]
+    print(f"bench: issue 18, one call in flight, all on CPU 0, {epochs} epochs of {LONE_CALLS} calls, {label}: direct "
+          f"{m(g['direct']):.1f} µs; the gateway adds {m(g['adds gateway']):.1f} µs, nghttpx {m(g['adds nghttpx']):.1f} µs "
+          f"(gateway less nghttpx per epoch {min(diffs):+.1f} to {max(diffs):+.1f} µs) "
+          f"(goal: the gateway adds no more: {'met' if m(g['adds gateway']) <= m(g['adds nghttpx']) else 'NOT met'})")
