@@ -72,7 +72,9 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
             promise?.succeed()
             // What is left to do is the count's release at the close: the guard leaves the
             // pipeline, so the connection's reads, writes and flushes stop passing through it
-            // (each pass is a handler hop, ≈ 130 instructions, five a relayed call).
+            // (each pass is a handler hop, ≈ 130 instructions, five a relayed call). The close
+            // future completes one loop turn after `channelInactive`, where the release was: a
+            // place under the cap is free that much later.
             if counted && !leftAfterFirstRequest {
                 leftAfterFirstRequest = true
                 let bound = NIOLoopBound(self, eventLoop: context.eventLoop)

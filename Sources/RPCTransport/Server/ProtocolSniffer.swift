@@ -93,6 +93,8 @@ final class HTTP1RequestHandler: RegisteredConnectionHandler, ChannelInboundHand
     private var charged = 0
     /// A request is being read or handled (its response not written yet).
     private var busy = false
+    /// The first request has been reported to the `ConnectionGuard` (which then leaves).
+    private var sawRequest = false
     /// The handler is computing a response: not idle, whatever the socket does.
     private var handling = false
     /// Shutting down: answer what is in progress with `connection: close`, take nothing new.
@@ -180,7 +182,10 @@ final class HTTP1RequestHandler: RegisteredConnectionHandler, ChannelInboundHand
             body = []
             refused = false
             busy = true
-            context.triggerUserOutboundEvent(ConnectionGuard.RequestStarted(), promise: nil)
+            if !sawRequest {
+                sawRequest = true
+                context.triggerUserOutboundEvent(ConnectionGuard.RequestStarted(), promise: nil)
+            }
             let config = shared.configuration
             limit =
                 config.httpHandler?.maxBodyBytes(method: h.method.rawValue, path: HTTPRequest.path(of: h.uri))
