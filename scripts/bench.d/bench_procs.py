@@ -49,12 +49,55 @@ def h2load(port, path, body, n, extra, min_bytes, what):
     out = subprocess.run(
         ["h2load", "-t", "1", "-c", clients, "-m", in_flight, "-n", str(n), f"http://127.0.0.1:{port}{path}", "-d", body,
          "-H", "content-type: application/grpc", "-H", "te: trailers", *extra], capture_output=True, text=True).stdout
-    ok = re.search(r"status codes: (\d+) 2xx", out)
-    data = re.search(r"traffic: .*?\((\d+)\) data", out)
     rps = re.search(r"finished in [^,]+, ([\d.]+) req/s", out)
-    if not (ok and data and rps and int(ok.group(1)) == n and int(data.group(1)) >= min_bytes * n):
+    if not (rps and answered(out, n, min_bytes)):
         sys.exit(f"bench: {what}: port {port}: not {n} answers: {out[-500:]}")
     return float(rps.group(1))
+
+
+def answered(out, n, min_bytes):
+    """Whether h2load's output shows `n` 2xx answers with at least `min_bytes` of DATA each."""
+    ok = re.search(r"status codes: (\d+) 2xx", out)
+    data = re.search(r"traffic: .*?\((\d+)\) data", out)
+    return bool(ok and data and int(ok.group(1)) == n and int(data.group(1)) >= min_bytes * n)
+
+
+def gateway_env(env, data_dir, accounts_port, **extra):
+    """The gateway's environment when it relays to one accounts-service, the way every relay
+    measurement here runs it: that upstream only, rate limits off, warnings logged."""
+    return dict(env, LOG_LEVEL="warning", DATA_DIR=data_dir, ACCOUNTS_ADDR=f"127.0.0.1:{accounts_port}", GATEWAY_UPSTREAMS="accounts",
+                GATEWAY_ADDRESS_RATE="0", GATEWAY_USER_RATE="0", **extra)
+
+
+def nghttpx_cmd(binary, port, backend_port, workers, errorlog):
+    """nghttpx, the reference proxy, in front of the accounts-service at `backend_port` (h2c both sides)."""
+    return [binary, "--conf=/dev/null", f"--frontend=127.0.0.1,{port};no-tls", f"--backend=127.0.0.1,{backend_port};;proto=h2",
+            f"--workers={workers}", "--no-ocsp", f"--errorlog-file={errorlog}"]
+
+
+def nghttpx_env(env):
+    """nghttpx's environment: glibc's tunables are ours, not jemalloc's."""
+    return {k: v for k, v in env.items() if k != "GLIBC_TUNABLES"}
+
+
+def pin(pids, cpus, check=True):
+    """Every thread of `pids` on `cpus` (taskset's list form: "0", "0-1")."""
+    for pid in pids:
+        subprocess.run(["taskset", "-a", "-c", "-p", cpus, str(pid)], check=check, capture_output=True)
+
+
+def lone_latency(port, path, body, n, extra, min_bytes, what, cpu=None):
+    """Mean µs per call of `n` calls, one in flight (h2load on `cpu` if given), each checked as
+    `h2load` checks them."""
+    out = subprocess.run(
+        [*(["taskset", "-c", cpu] if cpu is not None else []), "h2load", "-t", "1", "-c", "1", "-m", "1", "-n", str(n),
+         f"http://127.0.0.1:{port}{path}", "-d", body, "-H", "content-type: application/grpc", "-H", "te: trailers", *extra],
+        capture_output=True, text=True).stdout
+    line = next((x for x in out.splitlines() if x.startswith("time for request:")), None)
+    if line is None or not answered(out, n, min_bytes):
+        sys.exit(f"bench: {what}: port {port}: not {n} answers: {out[-500:]}")
+    value, unit = line.split()[5][:-2], line.split()[5][-2:]
+    return float(value) * (1000 if unit == "ms" else 1)
 
 
 def nanoseconds(pids):

@@ -20,7 +20,7 @@ import shutil
 import statistics
 import sys
 
-from bench_procs import h2load, nanoseconds, start, stop, free_port
+from bench_procs import free_port, gateway_env, h2load, nanoseconds, start, stop
 
 epochs, rounds, calls = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 body, gateway_bin, accounts_bin, work = sys.argv[4:8]
@@ -46,8 +46,7 @@ def start_pair(name, epoch):
     acc = start([accounts_bin, "--host", "127.0.0.1", "--port", str(acc_port), "--data-dir", f"{d}/accounts"],
                 dict(env, LOG_LEVEL="info", ACCESS_LOG="off", **extra), f"{d}/accounts.log", acc_port, "issue 19 epochs")
     gw = start([gateway_bin, "--host", "127.0.0.1", "--port", str(gw_port)],
-               dict(env, LOG_LEVEL="warning", DATA_DIR=f"{d}/gateway", ACCOUNTS_ADDR=f"127.0.0.1:{acc_port}", GATEWAY_UPSTREAMS="accounts",
-                    GATEWAY_ADDRESS_RATE="0", GATEWAY_USER_RATE="0", **extra), f"{d}/gateway.log", gw_port, "issue 19 epochs")
+               gateway_env(env, f"{d}/gateway", acc_port, **extra), f"{d}/gateway.log", gw_port, "issue 19 epochs")
     return gw_port, [gw, acc]
 
 

@@ -21,13 +21,12 @@ alternating order; what a proxy adds is its mean less the direct one. Printed: t
 epochs, and the goal (the gateway adds no more than nghttpx).
 """
 import os
-import re
 import shutil
 import statistics
-import subprocess
 import sys
 
-from bench_procs import children, free_port, h2load, nanoseconds, start, stop
+from bench_procs import (children, free_port, gateway_env, h2load, lone_latency, nanoseconds, nghttpx_cmd, nghttpx_env, pin, start,
+                         stop)
 
 epochs, rounds, calls = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 gateway_bin, nghttpx_bin, acc_port, acc_pid, keys_body = sys.argv[4:9]
@@ -44,39 +43,15 @@ def start_proxies(epoch):
     d = f"{work}/proxies/{epoch}"
     os.makedirs(f"{d}/gateway")
     gw_port, nx_port = free_port(), free_port()
-    gw = start([gateway_bin, "--host", "127.0.0.1", "--port", str(gw_port)],
-               dict(env, LOG_LEVEL="warning", DATA_DIR=f"{d}/gateway", ACCOUNTS_ADDR=f"127.0.0.1:{acc_port}", GATEWAY_UPSTREAMS="accounts",
-                    GATEWAY_ADDRESS_RATE="0", GATEWAY_USER_RATE="0"), f"{d}/gateway.log", gw_port, "issue 18 epochs")
-    nx = start([nghttpx_bin, "--conf=/dev/null", f"--frontend=127.0.0.1,{nx_port};no-tls", f"--backend=127.0.0.1,{acc_port};;proto=h2",
-                f"--workers={os.cpu_count()}", "--no-ocsp", f"--errorlog-file={d}/nghttpx-error.log"],
-               {k: v for k, v in env.items() if k != "GLIBC_TUNABLES"}, f"{d}/nghttpx.log", nx_port, "issue 18 epochs")
+    gw = start([gateway_bin, "--host", "127.0.0.1", "--port", str(gw_port)], gateway_env(env, f"{d}/gateway", acc_port),
+               f"{d}/gateway.log", gw_port, "issue 18 epochs")
+    nx = start(nghttpx_cmd(nghttpx_bin, nx_port, acc_port, os.cpu_count(), f"{d}/nghttpx-error.log"), nghttpx_env(env),
+               f"{d}/nghttpx.log", nx_port, "issue 18 epochs")
     return {"gateway": (gw_port, gw), "nghttpx": (nx_port, nx)}, [gw, nx]
 
 
 LONE_CALLS = int(os.environ.get("LONE_CALLS", "5000"))
-
-
 ACC_CPUS = ",".join(map(str, sorted(os.sched_getaffinity(int(acc_pid)))))  # restored after each pinned while
-
-
-def pin(pids, cpus, check=True):
-    for pid in pids:
-        subprocess.run(["taskset", "-a", "-c", "-p", cpus, str(pid)], check=check, capture_output=True)
-
-
-def lone_mean(port, path, body, extra, min_bytes):
-    """Mean µs per call of LONE_CALLS calls, one in flight, h2load on CPU 0; each call checked as
-    `h2load` checks them (a 2xx with at least `min_bytes` of DATA: a gRPC error is a 200 too)."""
-    out = subprocess.run(["taskset", "-c", "0", "h2load", "-t", "1", "-c", "1", "-m", "1", "-n", str(LONE_CALLS),
-                          f"http://127.0.0.1:{port}{path}", "-d", body, "-H", "content-type: application/grpc", "-H", "te: trailers",
-                          *extra], capture_output=True, text=True).stdout
-    line = next((x for x in out.splitlines() if x.startswith("time for request:")), None)
-    ok = re.search(r"status codes: (\d+) 2xx", out)
-    data = re.search(r"traffic: .*?\((\d+)\) data", out)
-    if line is None or not (ok and data and int(ok.group(1)) == LONE_CALLS and int(data.group(1)) >= min_bytes * LONE_CALLS):
-        sys.exit(f"bench: issue 18 latency: port {port}: not {LONE_CALLS} answers: {out[-500:]}")
-    value, unit = line.split()[5][:-2], line.split()[5][-2:]
-    return float(value) * (1000 if unit == "ms" else 1)
 
 
 def run(port, pids, path, body, extra, min_bytes):
@@ -111,7 +86,7 @@ for epoch in range(epochs):
             for label, path, body, extra, min_bytes in reads:
                 ports = {"direct": int(acc_port), "gateway": proxies["gateway"][0], "nghttpx": proxies["nghttpx"][0]}
                 order = list(ports) if epoch % 2 == 0 else list(ports)[::-1]
-                mean = {k: lone_mean(ports[k], path, body, extra, min_bytes) for k in order}
+                mean = {k: lone_latency(ports[k], path, body, LONE_CALLS, extra, min_bytes, "issue 18 latency", cpu="0") for k in order}
                 g = got[label]
                 g["direct"].append(mean["direct"])
                 g["adds gateway"].append(mean["gateway"] - mean["direct"])

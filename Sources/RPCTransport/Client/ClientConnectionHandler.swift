@@ -318,7 +318,7 @@ final class ClientConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         context.fireChannelWritabilityChanged()
     }
 
-    /// This loop's deferred flushes of server connections (`ReadFlushes`), found on first use.
+    /// This loop's deferred flushes (`ReadFlushes`), found on first use, on the loop.
     private lazy var readFlushes = ReadFlushes.forThisThread
 
     private func teardown(_ error: RPCError) {

@@ -41,7 +41,8 @@ func drainSessionOutput(
         }
     }
     guard let b = buffer else { return (nil, scratch) }
-    // The last (most often the only) buffer goes with the flush: one trip down the pipeline.
+    // The last (most often the only) buffer goes with the flush, which also sends any written
+    // above: one trip down the pipeline, and no second flush from the `defer`.
     wrote = false
     context.writeAndFlush(NIOAny(b), promise: nil)
     return (nil, b.capacity <= 65536 ? b : nil)

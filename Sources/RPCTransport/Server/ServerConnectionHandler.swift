@@ -491,7 +491,8 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
     /// earlier can stand for).
     @inline(__always)
     private static func holds(_ string: String, _ value: UnsafePointer<UInt8>, _ count: Int) -> Bool {
-        guard string.utf8.count == count, count > 0 else { return string.utf8.count == count }
+        guard string.utf8.count == count else { return false }
+        if count == 0 { return true }
         return string.utf8.withContiguousStorageIfAvailable { memcmp($0.baseAddress!, value, count) == 0 } ?? false
     }
 
