@@ -1,8 +1,13 @@
+import GRPCContracts
+
 /// The field rules every contract shares (Proto/README.md, "Field rules"): text is trimmed and
 /// counted in Unicode scalars, control characters are refused, ids are at most 64 characters,
 /// page sizes and idempotency keys follow one rule everywhere. Each check adds to a `FieldErrors`
 /// and returns the normalised value, so a handler validates the whole request and rejects it once,
 /// naming every bad field.
+///
+/// Numbers a client sends (times, spans, counts, amounts) are checked for range here, before any
+/// arithmetic: an overflow in Swift traps and stops the whole process.
 public enum FieldRules {
     /// Ids (ULIDs today) are opaque strings of at most this many characters.
     public static let maxIDLength = 64
@@ -138,6 +143,94 @@ public enum FieldRules {
     public static func eventID(_ v: String, field: String = "event_id", into errors: inout FieldErrors) -> String {
         if v.isEmpty || length(v) > 64 || hasControlCharacters(v) { errors.add(field, "must be 1 to 64 characters") }
         return v
+    }
+
+    // MARK: Times and spans
+
+    /// The seconds google.protobuf.Timestamp allows: 0001-01-01T00:00:00Z to
+    /// 9999-12-31T23:59:59Z (Unix seconds).
+    public static let timestampSeconds: ClosedRange<Int64> = -62_135_596_800...253_402_300_799
+    /// The seconds google.protobuf.Duration allows: ±10,000 years.
+    public static let durationSeconds: ClosedRange<Int64> = -315_576_000_000...315_576_000_000
+    /// `nanos` of a Timestamp.
+    public static let timestampNanos: ClosedRange<Int32> = 0...999_999_999
+
+    /// A client's Timestamp as Unix milliseconds (nanoseconds below a millisecond dropped), after
+    /// the checks google.protobuf.Timestamp documents: `seconds` within 0001-01-01T00:00:00Z ..
+    /// 9999-12-31T23:59:59Z, `nanos` 0..999,999,999. A bad one adds `<field>.seconds` or
+    /// `<field>.nanos` to `errors` and returns the nearest valid time, so the request is then
+    /// refused by `throwIfAny` before the value is used; the result never overflows.
+    /// `range`, in Unix milliseconds, is the method's own range (`rule` says it for the client).
+    @discardableResult
+    public static func timestamp(
+        _ t: Google_Protobuf_Timestamp, field: String, range: ClosedRange<Int64>? = nil, rule: String? = nil,
+        into errors: inout FieldErrors
+    ) -> Int64 {
+        var bad = false
+        if !timestampSeconds.contains(t.seconds) {
+            errors.add(
+                "\(field).seconds",
+                "must be within 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z (\(timestampSeconds.lowerBound) to \(timestampSeconds.upperBound) Unix seconds)"
+            )
+            bad = true
+        }
+        if !timestampNanos.contains(t.nanos) {
+            errors.add("\(field).nanos", "must be 0 to 999999999")
+            bad = true
+        }
+        let seconds = min(max(t.seconds, timestampSeconds.lowerBound), timestampSeconds.upperBound)
+        let nanos = min(max(t.nanos, timestampNanos.lowerBound), timestampNanos.upperBound)
+        let ms = seconds * 1000 + Int64(nanos) / 1_000_000
+        if !bad, let range, !range.contains(ms) {
+            errors.add(field, rule ?? "must be within \(range.lowerBound) to \(range.upperBound) Unix milliseconds")
+        }
+        return ms
+    }
+
+    /// A client's Duration as milliseconds (truncated toward zero), after the checks
+    /// google.protobuf.Duration documents: `seconds` within ±315,576,000,000 (10,000 years),
+    /// `nanos` within ±999,999,999 and of the same sign as `seconds`. Then `range` (milliseconds)
+    /// is the method's own range, `rule` how the error says it ("must be 1 minute to 7 days").
+    /// A bad one adds to `errors` and returns a value clamped into range; nothing overflows.
+    @discardableResult
+    public static func duration(
+        _ d: Google_Protobuf_Duration, field: String, range: ClosedRange<Int64>? = nil, rule: String? = nil,
+        into errors: inout FieldErrors
+    ) -> Int64 {
+        var bad = false
+        if !durationSeconds.contains(d.seconds) {
+            errors.add("\(field).seconds", "must be within -315576000000 to 315576000000 (10,000 years)")
+            bad = true
+        }
+        if !(-999_999_999...999_999_999).contains(d.nanos) {
+            errors.add("\(field).nanos", "must be -999999999 to 999999999")
+            bad = true
+        } else if d.seconds > 0 && d.nanos < 0 || d.seconds < 0 && d.nanos > 0 {
+            errors.add("\(field).nanos", "must have the sign of seconds")
+            bad = true
+        }
+        let seconds = min(max(d.seconds, durationSeconds.lowerBound), durationSeconds.upperBound)
+        let nanos = min(max(d.nanos, -999_999_999), 999_999_999)
+        var ms = seconds * 1000 + Int64(nanos) / 1_000_000
+        if let range {
+            if !bad, !range.contains(ms) {
+                errors.add(field, rule ?? "must be \(range.lowerBound) to \(range.upperBound) milliseconds")
+            }
+            ms = min(max(ms, range.lowerBound), range.upperBound)
+        }
+        return ms
+    }
+
+    /// A client's count or amount: `value` must be within `range` (`rule` words it). Returns the
+    /// value clamped into the range, so arithmetic on it stays within the range's bounds.
+    @discardableResult
+    public static func number<T: FixedWidthInteger>(
+        _ value: T, field: String, _ range: ClosedRange<T>, rule: String? = nil, into errors: inout FieldErrors
+    ) -> T {
+        if !range.contains(value) {
+            errors.add(field, rule ?? "must be \(range.lowerBound) to \(range.upperBound)")
+        }
+        return min(max(value, range.lowerBound), range.upperBound)
     }
 
     // MARK: Email

@@ -95,11 +95,13 @@ public final class ManualClock: WallClock {
 }
 
 extension Google_Protobuf_Timestamp {
-    /// The timestamp of Unix milliseconds (negative ones floor to the second before).
+    /// The timestamp of Unix milliseconds (negative ones floor to the second before). Defined for
+    /// every `Int64`.
     public init(milliseconds ms: Int64) {
         self.init()
-        seconds = ms >= 0 ? ms / 1000 : (ms - 999) / 1000
-        nanos = Int32((ms - seconds * 1000) * 1_000_000)
+        let (q, r) = ms.quotientAndRemainder(dividingBy: 1000)
+        seconds = r < 0 ? q - 1 : q
+        nanos = Int32(r < 0 ? r + 1000 : r) * 1_000_000
     }
 
     public init(unixSeconds s: Int64) {
@@ -107,6 +109,19 @@ extension Google_Protobuf_Timestamp {
         seconds = s
     }
 
-    /// Unix milliseconds (nanoseconds below a millisecond are dropped).
-    public var milliseconds: Int64 { seconds * 1000 + Int64(nanos) / 1_000_000 }
+    /// Unix milliseconds (nanoseconds below a millisecond are dropped), saturating at
+    /// `Int64.min`/`.max`: a client's timestamp must never trap the process. Handlers check a
+    /// client's timestamp with `FieldRules.timestamp` first; this is the second line of defence.
+    public var milliseconds: Int64 {
+        var s = seconds
+        var n = Int64(nanos) / 1_000_000
+        if s < 0 && n > 0 {  // the same value, so that every Int64 near .min comes back whole
+            s += 1
+            n -= 1000
+        }
+        let (ms, overflow) = s.multipliedReportingOverflow(by: 1000)
+        if overflow { return s < 0 ? .min : .max }
+        let (sum, overflow2) = ms.addingReportingOverflow(n)
+        return overflow2 ? (n < 0 ? .min : .max) : sum
+    }
 }
