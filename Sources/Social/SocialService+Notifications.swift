@@ -57,7 +57,7 @@ extension SocialService {
             errors.add("notification_ids", "set notification_ids or read_up_to")
         }
         let ids = FieldRules.ids(request.notificationIds, field: "notification_ids", minimum: 0, maximum: 100, into: &errors)
-        let upTo = request.hasReadUpTo ? request.readUpTo.milliseconds : nil
+        let upTo = request.hasReadUpTo ? FieldRules.timestamp(request.readUpTo, field: "read_up_to", into: &errors) : nil
         try errors.throwIfAny()
         let now = core.now()
         let (marked, unread) = try await core.store.write { tx -> (Int, Int32) in
@@ -205,14 +205,12 @@ extension SocialService {
         request: Social_V1_SnoozeNotificationsRequest, context: ServerContext
     ) async throws -> Social_V1_SnoozeNotificationsResponse {
         let caller = try core.caller(context)
-        let d = request.duration
-        let ms = d.seconds &* 1000 &+ Int64(d.nanos) / 1_000_000
-        if d.seconds < 0 || d.nanos < 0 || d.nanos >= 1_000_000_000 || d.seconds > 10 * 365 * 86_400 {
-            throw FieldErrors.single(.invalidArgument, field: "duration", "must be zero (end the snooze) or 1 minute to 7 days")
+        var errors = FieldErrors()
+        let ms = FieldRules.duration(request.duration, field: "duration", into: &errors)
+        if errors.isEmpty && ms != 0 && !NotificationRules.snoozeRange.contains(ms) {
+            errors.add("duration", "must be zero (end the snooze) or 1 minute to 7 days")
         }
-        if ms != 0 && !NotificationRules.snoozeRange.contains(ms) {
-            throw FieldErrors.single(.invalidArgument, field: "duration", "must be zero (end the snooze) or 1 minute to 7 days")
-        }
+        try errors.throwIfAny()
         let now = core.now()
         let until: Int64? = ms == 0 ? nil : now + ms
         var response = Social_V1_SnoozeNotificationsResponse()

@@ -310,3 +310,56 @@ def test_friend_block_and_follow_journeys_json(social):
     assert ok(call(social, "MuteHelpNotifications", {"muted": True}, a))["settings"]["helpMuted"] is True
     snoozed = ok(call(social, "SnoozeNotifications", {"duration": "3600s"}, a))
     assert "snoozedUntil" in snoozed["settings"], snoozed
+
+
+# ---- hostile numbers (issue 35) ------------------------------------------------------------------
+
+def call_proto(ctx, method, body, token):
+    """Connect with `application/proto`: the request's protobuf bytes as they are."""
+    port = ctx["system"]["gateway"].port
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/social.v1.Social/{method}", data=body, method="POST",
+                                 headers={"Content-Type": "application/proto", "Connect-Protocol-Version": "1",
+                                          "Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+
+
+def test_a_guest_cannot_stop_social_with_out_of_range_times(social):
+    """The fuzzer's request (read_up_to.seconds past Int64.max / 1000) trapped social-service
+    (SIGILL) on the multiplication to milliseconds; now every out-of-range time or span is
+    INVALID_ARGUMENT naming its field, over Connect proto, grpcio and Connect JSON alike."""
+    from google.protobuf import duration_pb2, timestamp_pb2
+    pb = social["spb"]
+    guest = social["accounts"].CreateGuest(social["apb"].CreateGuestRequest(), timeout=10)
+    token = guest.session.access_token
+    status, body = call_proto(social, "MarkNotificationsRead", bytes.fromhex("120908f8a78dafba93b110"), token)
+    assert status == 400 and body["code"] == "invalid_argument" and "read_up_to.seconds" in body["message"], body
+
+    cases = [
+        (9_223_372_036_854_776, 0, "read_up_to.seconds"), (-9_223_372_036_854_776, 0, "read_up_to.seconds"),
+        (2**63 - 1, 0, "read_up_to.seconds"), (-2**63, 0, "read_up_to.seconds"),
+        (253_402_300_800, 0, "read_up_to.seconds"),  # 10000-01-01T00:00:00Z
+        (-62_135_596_801, 0, "read_up_to.seconds"),  # 0000-12-31T23:59:59Z
+        (0, 1_000_000_000, "read_up_to.nanos"), (0, -1, "read_up_to.nanos"),
+    ]
+    for seconds, nanos, field in cases:
+        req = pb.MarkNotificationsReadRequest(read_up_to=timestamp_pb2.Timestamp(seconds=seconds, nanos=nanos))
+        with pytest.raises(grpc.RpcError) as e:
+            social["social"].MarkNotificationsRead(req, metadata=auth(token), timeout=10)
+        assert code_of(e) == grpc.StatusCode.INVALID_ARGUMENT and field in e.value.details(), (seconds, nanos, e.value.details())
+    for seconds, nanos in [(2**63 - 1, 0), (-2**63, 0), (1, -1), (0, 2**31 - 1), (-(2**63), -(2**31))]:
+        req = pb.SnoozeNotificationsRequest(duration=duration_pb2.Duration(seconds=seconds, nanos=nanos))
+        with pytest.raises(grpc.RpcError) as e:
+            social["social"].SnoozeNotifications(req, metadata=auth(token), timeout=10)
+        assert code_of(e) == grpc.StatusCode.INVALID_ARGUMENT and "duration" in e.value.details(), (seconds, nanos)
+
+    # The edges of the range are valid times, and the process is still serving.
+    for seconds, nanos in [(253_402_300_799, 999_999_999), (-62_135_596_800, 0)]:
+        req = pb.MarkNotificationsReadRequest(read_up_to=timestamp_pb2.Timestamp(seconds=seconds, nanos=nanos))
+        assert social["social"].MarkNotificationsRead(req, metadata=auth(token), timeout=10).marked_count == 0
+    status, body = call(social, "MarkNotificationsRead", {"readUpTo": "9999-12-31T23:59:59Z"}, {"token": token})
+    assert status == 200, body
+    assert social["system"]["social"].p.poll() is None, social["system"]["social"].tail()

@@ -67,7 +67,15 @@ struct HostileTests {
             snooze.duration.seconds = -5
             await expectFailure(.invalidArgument, fields: ["duration"]) { try await env.social.snoozeNotifications(snooze, options: alice.options) }
             snooze.duration.seconds = .max
-            await expectFailure(.invalidArgument, fields: ["duration"]) { try await env.social.snoozeNotifications(snooze, options: alice.options) }
+            await expectFailure(.invalidArgument, fields: ["duration.seconds"]) {
+                try await env.social.snoozeNotifications(snooze, options: alice.options)
+            }
+            mark.notificationIds = []
+            mark.readUpTo.seconds = 9_223_372_036_854_776  // the fuzzer's: trapped the process on * 1000
+            mark.readUpTo.nanos = -1
+            await expectFailure(.invalidArgument, fields: ["read_up_to.seconds", "read_up_to.nanos"]) {
+                try await env.social.markNotificationsRead(mark, options: alice.options)
+            }
             var send = Social_V1_SendNotificationRequest()
             send.eventId = "e"
             send.recipientUserIds = [alice.id]
