@@ -126,7 +126,7 @@ public struct RPCClient: Sendable {
         guard let bytes = first else { throw RPCError(.internal, "server sent no response message") }
         do {
             return ClientResponse(message: try Res(serializedBytes: bytes), initialMetadata: headers, trailers: trailers)
-        } catch { throw RPCError(.internal, "could not decode \(Res.protoMessageName)") }
+        } catch { throw RPCError(.internal, MessageDecodingError.describe(error, messageName: Res.protoMessageName)) }
     }
 
     public func unary<Req: ProtoMessage, Res: ProtoMessage>(

@@ -103,7 +103,7 @@ public enum RawHandler: Sendable {
     @inline(__always)
     static func decode<M: ProtoMessage>(_ bytes: [UInt8], as: M.Type) throws -> M {
         do { return try M(serializedBytes: bytes) } catch {
-            throw RPCError(.invalidArgument, "could not decode \(M.protoMessageName)")
+            throw RPCError(.invalidArgument, MessageDecodingError.describe(error, messageName: M.protoMessageName))
         }
     }
 

@@ -11,9 +11,19 @@ public protocol ProtoMessage: Sendable, Equatable {
     func serializedBytes() -> [UInt8]
 }
 
-/// Raised when bytes do not decode as the expected message.
+/// Raised when bytes do not decode as the expected message; `problem` names the field and what
+/// was wrong with it where the decoder could tell.
 public struct MessageDecodingError: Error, Sendable, CustomStringConvertible {
     public var messageName: String
-    public init(messageName: String) { self.messageName = messageName }
-    public var description: String { "could not decode \(messageName)" }
+    public var problem: String?
+    public init(messageName: String, problem: String? = nil) {
+        self.messageName = messageName
+        self.problem = problem
+    }
+    public var description: String { "could not decode \(messageName)" + (problem.map { ": \($0)" } ?? "") }
+
+    /// What a peer is told of `error`, thrown while decoding a `messageName`.
+    public static func describe(_ error: any Error, messageName: String) -> String {
+        (error as? MessageDecodingError)?.description ?? "could not decode \(messageName)"
+    }
 }

@@ -173,7 +173,7 @@ public struct MessageStream<Message: ProtoMessage>: AsyncSequence, Sendable {
         public mutating func next() async throws -> Message? {
             guard let m = try await raw.next() else { return nil }
             do { return try Message(serializedBytes: m.bytes) } catch {
-                throw RPCError(decodeFailure, "could not decode \(Message.protoMessageName)")
+                throw RPCError(decodeFailure, MessageDecodingError.describe(error, messageName: Message.protoMessageName))
             }
         }
     }
@@ -201,7 +201,7 @@ extension MessageStream {
             public mutating func next() async throws -> Received? {
                 guard let m = try await raw.next() else { return nil }
                 do { return Received(message: try Message(serializedBytes: m.bytes), compressed: m.compressed) } catch {
-                    throw RPCError(decodeFailure, "could not decode \(Message.protoMessageName)")
+                    throw RPCError(decodeFailure, MessageDecodingError.describe(error, messageName: Message.protoMessageName))
                 }
             }
         }

@@ -66,7 +66,7 @@ public enum ProtobufC {
     public static func decode<M: ProtobufCConvertible>(_ bytes: UnsafeRawBufferPointer, as type: M.Type) throws -> M {
         let descriptor = M._protobufCDescriptor.assumingMemoryBound(to: ProtobufCMessageDescriptor.self)
         if M._protobufCRecursive, !WireDepth.isWithinLimit(bytes, descriptor, limit: recursionLimit) {
-            throw MessageDecodingError(messageName: M.protoMessageName)
+            throw failure(bytes, as: M.self)
         }
         return try ProtobufCArena.with { arena in
             try withUnsafeMutablePointer(to: &arena) { arenaPointer in
@@ -77,14 +77,23 @@ public enum ProtobufC {
                         descriptor, &allocator, bytes.count,
                         bytes.baseAddress?.assumingMemoryBound(to: UInt8.self) ?? emptyPointer)
                 }
-                guard let message else { throw MessageDecodingError(messageName: M.protoMessageName) }
+                guard let message else { throw failure(bytes, as: M.self) }
                 do {
                     return try M(_protobufC: UnsafeRawPointer(message))
                 } catch {
-                    throw MessageDecodingError(messageName: M.protoMessageName)
+                    throw failure(bytes, as: M.self)
                 }
             }
         }
+    }
+}
+
+extension ProtobufC {
+    /// The decode error for `bytes`, naming the field at fault when the wire format tells.
+    @usableFromInline
+    static func failure<M: ProtobufCConvertible>(_ bytes: UnsafeRawBufferPointer, as type: M.Type) -> MessageDecodingError {
+        let descriptor = M._protobufCDescriptor.assumingMemoryBound(to: ProtobufCMessageDescriptor.self)
+        return MessageDecodingError(messageName: M.protoMessageName, problem: WireDiagnosis.problem(bytes, descriptor))
     }
 }
 

@@ -1,3 +1,4 @@
+import Contracts
 import GRPCContracts
 import ProtobufTestContracts
 import RPCCore
@@ -269,6 +270,41 @@ import Testing
         expectRejected(Codectest_V1_Maps.self, [0x0a, 0x03, 0x0a, 0x01, 0xfe])
         // bytes fields take anything.
         #expect(throws: Never.self) { try Codectest_V1_Scalars(serializedBytes: [0x7a, 0x02, 0xc3, 0x28]) }
+    }
+
+    /// What a client is told: the field (with its path through nested messages) and what was wrong.
+    func problem<M: ProtoMessage>(_ type: M.Type, _ bytes: [UInt8]) -> String? {
+        do {
+            _ = try M(serializedBytes: bytes)
+            return "decoded"
+        } catch let e as MessageDecodingError {
+            #expect(e.description.hasPrefix("could not decode \(M.protoMessageName)"))
+            return e.problem
+        } catch {
+            return "\(error)"
+        }
+    }
+
+    @Test func decodeErrorsNameTheFieldAndTheProblem() {
+        typealias Mark = Social_V1_MarkNotificationsReadRequest  // 1: repeated string, 2: Timestamp
+        #expect(problem(Mark.self, [0x10, 0x01]) == "field read_up_to: expected a length-delimited value, got a varint")
+        #expect(problem(Mark.self, [0x12, 0x02, 0x0a, 0x00]) == "field read_up_to.seconds: expected a varint, got a length-delimited value")
+        #expect(problem(Mark.self, [0x12, 0x02, 0x08, 0x80]) == "field read_up_to.seconds: its varint is cut short or longer than 10 bytes")
+        #expect(problem(Mark.self, [0x0a, 0x02, 0xff, 0xfe]) == "field notification_ids: not valid UTF-8")
+        #expect(problem(Mark.self, [0x0a, 0x05, 0x61]) == "field notification_ids: its length (5 bytes) runs past the end of the message (1 left)")
+        #expect(problem(Mark.self, [0x12, 0x03, 0x08, 0x01]) == "field read_up_to: its length (3 bytes) runs past the end of the message (2 left)")
+        #expect(problem(Mark.self, [0x1b]) == "field <field 3>: wire type 3 is not supported (proto3 has no groups)")
+        #expect(problem(Mark.self, [0x00, 0x00]) == "field number 0 at byte 0 of the message is not valid")
+        #expect(problem(Mark.self, [0x80]) == "the field tag at byte 0 of the message is cut short")
+        // The malformed inputs above, on the codec's own test messages, are all explained.
+        for (bytes, expected) in [
+            ([0x08] as [UInt8], "field f_int32: its varint is cut short or longer than 10 bytes"),
+            ([0x0f, 0x00], "field f_int32: wire type 7 is not supported (proto3 has no groups)"),
+            ([0x72, 0x02, 0xc3, 0x28], "field f_string: not valid UTF-8"),
+            ([0x3d, 0x01], "field f_fixed32: its 4-byte value is cut short"),
+        ] {
+            #expect(problem(Codectest_V1_Scalars.self, bytes) == expected)
+        }
     }
 
     @Test func randomBytesNeverCrash() {
