@@ -197,7 +197,6 @@ public final class ServiceCluster: Sendable {
             }
             if options.services.contains(.tasks) {
                 var c = TasksConfiguration(dataDirectory: directory.path + "/tasks")
-                c.membershipCacheFor = .zero
                 c.peerDeadline = .milliseconds(1500)
                 options.tasks(&c)
                 let p = peers()

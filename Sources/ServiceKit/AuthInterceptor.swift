@@ -17,6 +17,9 @@ import Synchronization
 /// `x-forwarded-for` is the address the gateway saw. Neither header: a client calling directly.
 /// Health and reflection are infrastructure and need nothing.
 ///
+/// Erased accounts: a token of a user this service erased (`ErasedUsers`, accounts' deletion
+/// event) is UNAUTHENTICATED from then on, although it would verify until it expires.
+///
 /// Token keys: verified with the keys `keys` supplies, refetched when a token names an unknown
 /// key id (rotation) and, so that a key accounts removed stops verifying, at least every
 /// `keyRefreshInterval` (the keys' own cache time when shorter).
@@ -35,6 +38,7 @@ public final class AuthInterceptor: CallCheck {
     let gatewayToken: [UInt8]
     let verifier = AccessTokenVerifier(keys: [:])
     let keyRefreshSeconds: Int64
+    let erased: ErasedUsers?
     /// Unix seconds after which the next verification refreshes the keys (in the background).
     private let refreshAt = Atomic<Int64>(0)
     private let refreshing = Atomic<Bool>(false)
@@ -42,10 +46,12 @@ public final class AuthInterceptor: CallCheck {
     /// - Parameters:
     ///   - serviceToken: the credential that opens internal methods ("" → none does).
     ///   - gatewayToken: the gateway's credential ("" → no call is taken as relayed).
+    ///   - erased: the users whose tokens are refused (the service's erased accounts).
     public init(
         keys: any SigningKeySource, serviceToken: String, gatewayToken: String = "",
-        keyRefreshInterval: Duration = AuthInterceptor.defaultKeyRefreshInterval
+        keyRefreshInterval: Duration = AuthInterceptor.defaultKeyRefreshInterval, erased: ErasedUsers? = nil
     ) {
+        self.erased = erased
         self.keys = keys
         self.serviceToken = Array(serviceToken.utf8)
         self.gatewayToken = Array(gatewayToken.utf8)
@@ -193,7 +199,9 @@ public final class AuthInterceptor: CallCheck {
     }
 
     private func attachIdentity(_ token: Substring, _ context: ServerContext) async throws {
-        context.setValue(try await verify(token), forKey: ServerContext.identityKey)
+        let identity = try await verify(token)
+        if let erased, erased.contains(identity.userID) { throw ErasedUsers.refusal }
+        context.setValue(identity, forKey: ServerContext.identityKey)
     }
 
     static func describe(_ error: AccessTokenError) -> RPCError {

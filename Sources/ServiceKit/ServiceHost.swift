@@ -99,7 +99,7 @@ public enum ServiceHost {
     ) async throws {
         let serverService = try self.serverService(
             settings: settings, services: services, descriptors: descriptors, keys: keys, logger: logger, configure: configure,
-            beforeDrain: beforeDrain)
+            beforeDrain: beforeDrain, erased: try outbox.map { try ErasedUsers.of($0.database) })
         let peers = peers ?? PeerClients(settings: settings)
 
         var jobs = background
@@ -136,10 +136,13 @@ public enum ServiceHost {
     /// service: both start when it runs and stop on graceful shutdown.
     static func serverService(
         settings: ServiceSettings, services: [any RPCService], descriptors: ProtoDescriptorSet, keys: any SigningKeySource,
-        logger: Logger, configure: (inout ServerConfiguration) -> Void = { _ in }, beforeDrain: @escaping @Sendable () -> Void = {}
+        logger: Logger, configure: (inout ServerConfiguration) -> Void = { _ in }, beforeDrain: @escaping @Sendable () -> Void = {},
+        erased: ErasedUsers? = nil
     ) throws -> ServerService {
         var config = try serverConfiguration(settings: settings)
-        config.interceptors = [AuthInterceptor(keys: keys, serviceToken: settings.serviceToken, gatewayToken: settings.gatewayToken)]
+        config.interceptors = [
+            AuthInterceptor(keys: keys, serviceToken: settings.serviceToken, gatewayToken: settings.gatewayToken, erased: erased)
+        ]
         addObservers(settings, to: &config)
         configure(&config)
         try applyServerSettings(settings, to: &config)

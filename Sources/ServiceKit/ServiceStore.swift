@@ -122,8 +122,8 @@ public final class ServiceStore: Sendable {
 
     // MARK: Upkeep
 
-    /// Deletes delivered outbox events, processed-event ids and idempotency records past their
-    /// keeping time (7, 30 and `keepIdempotencyKeys` days): the tables that only grow otherwise.
+    /// Deletes delivered outbox events, processed-event ids, idempotency records and erased users'
+    /// ids past their keeping time (7, 30, `keepIdempotencyKeys` and 30 days): the tables that only grow otherwise.
     /// `keepIdempotencyKeys: nil` keeps them for ever (finance: a retry months later must still
     /// find its key, and a record costs a few hundred bytes).
     public func purgeKitTables(
@@ -138,7 +138,11 @@ public final class ServiceStore: Sendable {
             if let keep = keepIdempotencyKeys, try tx.tableExists("idempotency_keys") {
                 try tx.execute("DELETE FROM idempotency_keys WHERE created_at < ?", now - keep.milliseconds)
             }
+            if try tx.tableExists("kit_erased_users") {
+                try tx.execute("DELETE FROM kit_erased_users WHERE erased_at < ?", now - ErasedUsers.keepFor.milliseconds)
+            }
         }
+        try ErasedUsers.of(database).forget(erasedBefore: now - ErasedUsers.keepFor.milliseconds)
     }
 }
 
@@ -204,7 +208,9 @@ extension Migration {
 
     /// The tables every service on the kit has: outbox (with its per-destination index), inbox of
     /// processed events, secrets, idempotency keys. List them first in a new service's migrations.
-    public static let kit: [Migration] = [.outbox, .outboxByDestination, .inbox, .secrets, .idempotency, .outboxParking, .outboxTraceContext]
+    public static let kit: [Migration] = [
+        .outbox, .outboxByDestination, .inbox, .secrets, .idempotency, .outboxParking, .outboxTraceContext, .erasedUsers,
+    ]
 }
 
 extension Transaction {

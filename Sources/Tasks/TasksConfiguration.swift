@@ -13,9 +13,6 @@ public struct TasksConfiguration: Sendable {
     public var peerDeadline: Duration = .milliseconds(1500)
     /// A user's cached name is asked again from accounts after this long.
     public var userRefreshAfter: Duration = .seconds(15 * 60)
-    /// A positive household membership answer is reused this long (a removed member keeps access
-    /// at most this long).
-    public var membershipCacheFor: Duration = .seconds(10)
 
     /// Largest attachment (the contract's 5 MiB).
     public var maxAttachmentBytes = 5 * 1024 * 1024
@@ -54,7 +51,6 @@ public struct TasksConfiguration: Sendable {
     public static func from(_ s: Settings, dataDirectory: String) throws -> TasksConfiguration {
         var c = TasksConfiguration(dataDirectory: dataDirectory)
         c.peerDeadline = try s.milliseconds("tasks.peer.deadline.ms", default: c.peerDeadline, range: 50...60_000)
-        c.membershipCacheFor = try s.milliseconds("tasks.membership.cache.ms", default: c.membershipCacheFor, range: 0...600_000)
         c.uploadTokenLifetime = try s.seconds("tasks.upload.token.lifetime.seconds", range: 1...(30 * 24 * 3600)) ?? c.uploadTokenLifetime
         c.maxLiveUploadTokensPerUser = try s.int("tasks.upload.tokens.per.user", default: c.maxLiveUploadTokensPerUser, range: 1...100_000)
         c.maxBadUploadTokensPerAddress = try s.int("tasks.bad.upload.tokens.per.address", default: c.maxBadUploadTokensPerAddress, range: 1...100_000)

@@ -40,8 +40,7 @@ public final class TasksCore: Sendable {
             directory: configuration.dataDirectory, schema: TasksSchema.schema,
             uniqueFields: Self.uniqueFields, logger: logger)
         (database, store, pageTokens) = (opened.database, opened.store, opened.pageTokens)
-        self.peers = TasksPeers(
-            peers: peers, deadline: configuration.peerDeadline, membershipCacheFor: configuration.membershipCacheFor, clock: clock)
+        self.peers = TasksPeers(peers: peers, deadline: configuration.peerDeadline)
         users = UserDirectory(store: store, peers: self.peers, refreshAfter: configuration.userRefreshAfter, clock: clock, logger: logger)
         badUploadTokens = SlidingWindowThrottle(
             name: "bad_upload_tokens_per_address", limit: configuration.maxBadUploadTokensPerAddress, window: .seconds(15 * 60))

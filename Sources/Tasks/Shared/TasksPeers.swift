@@ -4,7 +4,6 @@ import Logging
 import RPCCore
 import ServiceKit
 import Storage
-import Synchronization
 
 /// The synchronous reads tasks makes of its peers, each with a short deadline and a clear answer
 /// while the peer cannot be asked: accounts (usernames → users, ids → names) and social
@@ -14,17 +13,11 @@ final class TasksPeers: Sendable {
     let accounts: Accounts_V1_AccountsInternalClient
     let social: Social_V1_SocialInternalClient
     let deadline: Duration
-    let membershipCacheFor: Duration
-    let clock: any WallClock
-    /// (household, user) → until when a positive membership answer is reused.
-    private let members = Mutex<[String: Int64]>([:])
 
-    init(peers: PeerClients, deadline: Duration, membershipCacheFor: Duration, clock: any WallClock) {
+    init(peers: PeerClients, deadline: Duration) {
         accounts = Accounts_V1_AccountsInternalClient(peers.client("accounts"))
         social = Social_V1_SocialInternalClient(peers.client("social"))
         self.deadline = deadline
-        self.membershipCacheFor = membershipCacheFor
-        self.clock = clock
     }
 
     var options: CallOptions { CallOptions(timeout: deadline) }
@@ -65,8 +58,8 @@ final class TasksPeers: Sendable {
         }
     }
 
-    /// A household's membership answer for `users` (nil: no such household). Positive answers for
-    /// a single user are reused for `membershipCacheFor`.
+    /// A household's membership answer for `users` (nil: no such household). Never cached: a
+    /// removed housemate loses the household's chores the moment social answers so.
     func membership(household: String, users: [String]) async throws -> Social_V1_CheckHouseholdMembershipResponse? {
         var r = Social_V1_CheckHouseholdMembershipRequest()
         r.householdId = household
@@ -117,17 +110,8 @@ final class TasksPeers: Sendable {
     /// answer's state otherwise.
     @discardableResult
     func requireMember(household: String, user: String, what: String = "no such household") async throws -> Social_V1_HouseholdState {
-        let key = household + "\u{0}" + user
-        let now = clock.nowMilliseconds()
-        if membershipCacheFor > .zero, let until = members.withLock({ $0[key] }), until > now { return .active }
         guard let answer = try await membership(household: household, users: [user]), answer.memberships[user] == .member else {
             throw RPCError(.notFound, what)
-        }
-        if answer.state == .active, membershipCacheFor > .zero {
-            members.withLock { m in
-                if m.count > 50_000 { m.removeAll() }
-                m[key] = now + membershipCacheFor.milliseconds
-            }
         }
         return answer.state
     }
