@@ -4,9 +4,9 @@ import Synchronization
 
 /// The users a service erased (accounts' account-deletion event, `EraseUser.receive`), so that
 /// their access tokens — still valid until they expire — are refused at once: by the access
-/// policy on every call (`AuthInterceptor`, from memory: no query per call), and inside a write
-/// transaction that would store the user's id (`SQLReader.refuseErased`), so a call already past
-/// the policy when the erasure ran cannot leave a row of the erased user behind it.
+/// policy on every call (`AuthInterceptor`, from memory: no query per call). The set is updated
+/// before the erasure commits, so a call that passes the policy after the erasure is impossible;
+/// one already past it when the erasure ran is the only window.
 ///
 /// Durable: recorded in `kit_erased_users` in the erasure's own transaction and loaded when the
 /// process starts. Kept `keepFor` (far longer than any access token lives), then purged with the
@@ -84,26 +84,4 @@ extension Migration {
             ) WITHOUT ROWID;
             CREATE INDEX kit_erased_users_at ON kit_erased_users(erased_at);
             """)
-}
-
-extension SQLReader {
-    /// UNAUTHENTICATED (`ErasedUsers.refusal`) when `user` was erased here: called in a write
-    /// transaction that stores `user`'s id, so a write that commits after the erasure adds nothing
-    /// of the erased user (the erasure, one transaction, either came first and is seen here, or
-    /// comes after and removes what this wrote).
-    public func refuseErased(_ user: String) throws {
-        if try isErased(user) { throw ErasedUsers.refusal }
-    }
-
-    /// Whether `user` was erased here (`kit_erased_users`).
-    public func isErased(_ user: String) throws -> Bool {
-        try queryOne("SELECT 1 FROM kit_erased_users WHERE user_id = ?", user) != nil
-    }
-
-    /// Which of `users` were erased here.
-    public func erased(among users: some Collection<String>) throws -> Set<String> {
-        var out = Set<String>()
-        for u in Set(users) where try isErased(u) { out.insert(u) }
-        return out
-    }
 }
