@@ -55,8 +55,10 @@ final class ProtocolSniffer: RegisteredConnectionHandler, ChannelInboundHandler,
             if isHTTP2Prefix {
                 try ops.addHandler(ServerConnectionHandler(shared: shared), position: .after(self))
             } else {
+                let watch = ChunkedBodyWatch()
+                try ops.addHandler(watch, position: .after(self))
                 try ops.configureHTTPServerPipeline(
-                    position: .after(self), withPipeliningAssistance: true,
+                    position: .after(watch), withPipeliningAssistance: true,
                     withErrorHandling: true)
                 try ops.addHandler(HTTP1RequestHandler(shared: shared))
             }
@@ -78,6 +80,17 @@ final class ProtocolSniffer: RegisteredConnectionHandler, ChannelInboundHandler,
 /// answers the request in progress before closing. A connection is closed after any response
 /// that says `connection: close`, after NIO's 400 for bytes that are not HTTP/1.1, and when it
 /// stays idle (`http1IdleTimeout`: no request being handled and nothing read).
+///
+/// An answer sent before the body was read (a refusal from the head, a body over its limit,
+/// declared or growing) does not close the connection under a client still sending: the kernel
+/// would reset it, and the client's write would fail before it read the answer (browsers then
+/// report a network error instead of the status). The rest of the body is read and dropped: a
+/// small declared body (`keepAliveDiscardBytes`) keeps the connection; otherwise the answer says
+/// `connection: close`, the server half-closes its side once it is written, and reads on until
+/// the body ends, the client closes, nothing arrives for `lingerIdle`, `lingerTime` passes or
+/// `lingerBytes` were dropped (nginx's lingering close). CONNECT (this server tunnels nothing) is
+/// answered 501 and the connection closed: NIO's decoder reads no further request after one, and
+/// its encoder gives the answer no length.
 final class HTTP1RequestHandler: RegisteredConnectionHandler, ChannelInboundHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias OutboundOut = HTTPServerResponsePart
@@ -87,8 +100,36 @@ final class HTTP1RequestHandler: RegisteredConnectionHandler, ChannelInboundHand
     private var headerPairs: [(name: String, value: String)] = []
     private var body: [UInt8] = []
     private var limit = 0
-    /// The body is being discarded: refused already (413, 429), the connection closes after.
-    private var refused = false
+    /// What becomes of the rest of a body answered before it was read.
+    private enum Discard {
+        case none
+        /// Read and dropped; the connection serves the next request.
+        case keepingAlive
+        /// Read and dropped within the linger bounds; the connection closes at its end.
+        case lingering
+    }
+    private var discard = Discard.none
+    /// NIO's error handler has answered (a 400): nothing more is written.
+    private var broken = false
+    private var discarded = 0
+    /// The early answer's write (the connection closes only after it).
+    private var answered: EventLoopFuture<Void>?
+    private var lingerTimer: RepeatedTask?
+    private var lingerTicks = 0
+    private var quietLingerTicks = 0
+    private var readSinceLingerTick = false
+    /// Request heads seen, and chunked bodies' declared sizes reported for requests whose heads
+    /// the pipelining handler still holds.
+    private var requestsSeen = 0
+    private var declaredAhead: [Int: Int] = [:]
+
+    /// A declared body up to this size is read and dropped after an early answer, and the
+    /// connection kept: cheaper for both sides than a new connection.
+    static let keepAliveDiscardBytes = 64 * 1024
+    /// Bounds of a lingering close (nginx: `lingering_timeout` 5 s, `lingering_time` 30 s).
+    static let lingerIdle = 5
+    static let lingerTime = 30
+    static let lingerBytes = 16 << 20
     /// Body bytes charged to the process budget (those past the small-message size).
     private var charged = 0
     /// A request is being read or handled (its response not written yet).
@@ -140,6 +181,8 @@ final class HTTP1RequestHandler: RegisteredConnectionHandler, ChannelInboundHand
     private func stop() {
         idleTimer?.cancel()
         idleTimer = nil
+        lingerTimer?.cancel()
+        lingerTimer = nil
         task?.cancel()
         task = nil
         cancellation?.cancel()
@@ -171,16 +214,20 @@ final class HTTP1RequestHandler: RegisteredConnectionHandler, ChannelInboundHand
         // Bytes that are not HTTP/1.1: NIO's error handler has answered 400 with
         // `connection: close`; close now (the client would otherwise keep the socket open).
         shared.logger.debug("HTTP/1.1 error: \(error)")
+        broken = true
+        head = nil
         context.close(promise: nil)
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         readSinceTick = true
+        readSinceLingerTick = true
         switch unwrapInboundIn(data) {
         case .head(let h):
             head = h
             body = []
-            refused = false
+            discard = .none
+            requestsSeen += 1
             busy = true
             if !sawRequest {
                 sawRequest = true
@@ -190,32 +237,36 @@ final class HTTP1RequestHandler: RegisteredConnectionHandler, ChannelInboundHand
             limit =
                 config.httpHandler?.maxBodyBytes(method: h.method.rawValue, path: HTTPRequest.path(of: h.uri))
                 ?? config.maxReceiveMessageSize
-            // A body declared too large is refused now, before it is read (the connection then
-            // closes: the body that may follow is not read).
+            // A body declared too large is refused now, before it is read (and then dropped).
             let pairs = h.headers.map { ($0.name.lowercased(), $0.value) }
             headerPairs = pairs
             let peer = peer(context)
             let request = HTTPRequest(method: h.method.rawValue, target: h.uri, headers: pairs, body: [], peer: peer)
-            if let declared = h.headers.first(name: "content-length").flatMap(Int.init), declared > limit {
-                refuse(context, tooLarge(request), version: h.version)
+            if h.method == .CONNECT {
+                refuse(context, .connectRefused, head: h)
+            } else if let declared = h.headers.first(name: "content-length").flatMap(Int.init), declared > limit {
+                refuse(context, tooLarge(request), head: h)
             } else if let refusal = config.httpHandler?.respondAtHead(request) {
-                // Refused from its head alone: the body is not read (the connection closes after).
-                refuse(context, refusal, version: h.version)
+                // Refused from its head alone: the body is read and dropped.
+                refuse(context, refusal, head: h)
+            } else if let declared = declaredAhead.removeValue(forKey: requestsSeen), declared > limit {
+                refuse(context, tooLarge(request), head: h)
             } else if h.version.minor >= 1, h.headers.first(name: "expect")?.lowercased() == "100-continue" {
                 // The client waits for a go-ahead before the body (curl does for bodies over 1 MiB).
                 context.writeAndFlush(wrapOutboundOut(.head(HTTPResponseHead(version: h.version, status: .continue))), promise: nil)
             }
         case .body(var chunk):
-            guard !refused, let head else { return }
+            if discard != .none { return dropped(context, chunk.readableBytes) }
+            guard let head else { return }
             let total = body.count + chunk.readableBytes
             if total > limit {
                 let request = HTTPRequest(method: head.method.rawValue, target: head.uri, headers: headerPairs, body: [], peer: peer(context))
-                return refuse(context, tooLarge(request), version: head.version)
+                return refuse(context, tooLarge(request), head: head)
             }
             let over = max(0, total - Int(HTTP2Setting.window(shared.configuration.initialWindowSize))) - charged
             if over > 0 {
                 guard shared.configuration.requestBudget.tryCharge(over, limit: shared.configuration.maxBufferedRequestBytesPerProcess) else {
-                    return refuse(context, .busy, version: head.version)
+                    return refuse(context, .busy, head: head)
                 }
                 charged += over
             }
@@ -223,7 +274,16 @@ final class HTTP1RequestHandler: RegisteredConnectionHandler, ChannelInboundHand
                 body.append(contentsOf: bytes)
             }
         case .end:
-            guard !refused, let head else { return }
+            switch discard {
+            case .none: break
+            case .keepingAlive:
+                discard = .none
+                return
+            case .lingering:
+                // The whole body was read: closing now resets nothing.
+                return closeAfterAnswer(context)
+            }
+            guard let head else { return }
             self.head = nil
             let keepAlive = head.isKeepAlive
             guard let handler = shared.configuration.httpHandler else {
@@ -336,16 +396,69 @@ final class HTTP1RequestHandler: RegisteredConnectionHandler, ChannelInboundHand
         shared.configuration.httpHandler?.bodyTooLarge(request, limit: limit) ?? .bodyTooLarge(limit: limit)
     }
 
-    /// Answers now and closes: the rest of the request is not read.
-    private func refuse(_ context: ChannelHandlerContext, _ response: HTTPResponse, version: HTTPVersion) {
-        refused = true
-        head = nil
+    /// Answers now, before the rest of the body is read; the body is then read and dropped (see
+    /// the type's comment): the connection is kept when the declared body is small, else it
+    /// lingers and closes.
+    private func refuse(_ context: ChannelHandlerContext, _ response: HTTPResponse, head: HTTPRequestHead) {
+        self.head = nil
         body = []
         releaseCharge()
-        write(context, response, keepAlive: false, version: version)
+        // A request with neither length nor chunks has no body.
+        let chunked = head.headers[canonicalForm: "transfer-encoding"].last?.lowercased() == "chunked"
+        let declared = head.headers.first(name: "content-length").flatMap(Int.init) ?? (chunked ? nil : 0)
+        let keep =
+            head.isKeepAlive && head.version.minor >= 1 && !draining && head.method != .CONNECT
+            && declared.map { $0 <= Self.keepAliveDiscardBytes } == true
+            && head.headers.first(name: "expect")?.lowercased() != "100-continue"
+        discard = keep ? .keepingAlive : .lingering
+        discarded = 0
+        answered = write(context, response, keepAlive: keep, version: head.version, close: false)
+        guard !keep else { return }
+        if head.method == .CONNECT { return closeAfterAnswer(context) }
+        // Our side is done: the FIN tells a client that waits for the connection's end that the
+        // answer is whole. A channel that cannot half-close just stays open until the close.
+        let channel = context.channel
+        answered?.whenComplete { _ in channel.close(mode: .output, promise: nil) }
+        lingerTicks = 0
+        quietLingerTicks = 0
+        readSinceLingerTick = false
+        let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        lingerTimer = context.eventLoop.scheduleRepeatedTask(initialDelay: .seconds(1), delay: .seconds(1)) { _ in
+            bound.value.lingerTick()
+        }
     }
 
-    private func write(_ context: ChannelHandlerContext, _ response: HTTPResponse, keepAlive: Bool, version: HTTPVersion) {
+    /// Body bytes after an early answer: dropped, within the linger's byte bound.
+    private func dropped(_ context: ChannelHandlerContext, _ count: Int) {
+        discarded += count
+        if discard == .lingering, discarded > Self.lingerBytes { closeAfterAnswer(context) }
+    }
+
+    private func lingerTick() {
+        lingerTicks += 1
+        quietLingerTicks = readSinceLingerTick ? 0 : quietLingerTicks + 1
+        readSinceLingerTick = false
+        guard quietLingerTicks >= Self.lingerIdle || lingerTicks >= Self.lingerTime, let context else { return }
+        shared.logger.debug("closing an HTTP/1.1 connection whose refused body did not end")
+        closeAfterAnswer(context)
+    }
+
+    private func closeAfterAnswer(_ context: ChannelHandlerContext) {
+        lingerTimer?.cancel()
+        lingerTimer = nil
+        discard = .none
+        let channel = context.channel
+        if let answered {
+            answered.whenComplete { _ in channel.close(promise: nil) }
+        } else {
+            channel.close(promise: nil)
+        }
+    }
+
+    @discardableResult
+    private func write(
+        _ context: ChannelHandlerContext, _ response: HTTPResponse, keepAlive: Bool, version: HTTPVersion, close: Bool = true
+    ) -> EventLoopFuture<Void> {
         busy = false
         let keepAlive = keepAlive && !draining
         var headers = HTTPHeaders()
@@ -360,10 +473,23 @@ final class HTTP1RequestHandler: RegisteredConnectionHandler, ChannelInboundHand
             context.write(wrapOutboundOut(.body(.byteBuffer(buffer))), promise: nil)
         }
         let done = context.writeAndFlushWithPromise(wrapOutboundOut(.end(nil)))
-        if !keepAlive {
+        if !keepAlive && close {
             let channel = context.channel
             done.whenComplete { _ in channel.close(promise: nil) }
         }
+        return done
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        guard let declared = event as? ChunkedBodyDeclared else { return context.fireUserInboundEventTriggered(event) }
+        if declared.request > requestsSeen {
+            // Its head waits in the pipelining handler: checked when it arrives.
+            if declaredAhead.count < 16 { declaredAhead[declared.request] = declared.bytes }
+            return
+        }
+        guard !broken, declared.request == requestsSeen, discard == .none, let head, declared.bytes > limit else { return }
+        let request = HTTPRequest(method: head.method.rawValue, target: head.uri, headers: headerPairs, body: [], peer: peer(context))
+        refuse(context, tooLarge(request), head: head)
     }
 }
 
@@ -400,8 +526,180 @@ extension ChannelHandlerContext {
 }
 
 extension HTTPResponse {
+    /// CONNECT: this server is no proxy.
+    static let connectRefused = HTTPResponse(
+        status: 501, headers: [("content-type", "text/plain")], body: Array("CONNECT is not supported: this server is not a proxy\n".utf8))
+
     /// 429 for a large body while the process holds its budget of request bytes.
     static let busy = HTTPResponse(
         status: 429, headers: [("content-type", "text/plain"), ("retry-after", "1")],
         body: Array("the server is busy receiving other large requests: retry shortly\n".utf8))
+}
+
+/// Follows the framing of the HTTP/1.1 requests on a connection, ahead of NIO's decoder, to
+/// report each chunked body's declared size as its chunk-size lines arrive
+/// (`ChunkedBodyDeclared`): NIO passes body bytes on but not the sizes, so a client that declares
+/// a chunk of `ffffffffffffffff` and then waits would otherwise hold its request until the idle
+/// timeout. It reads heads (lines up to the empty one), skips `content-length` bodies and chunk
+/// data, and stops following (passes bytes on unread) after a request whose framing it does not
+/// know (an upgrade, CONNECT) or a line past 64 KiB: the decoder refuses what is malformed.
+final class ChunkedBodyWatch: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = ByteBuffer
+
+    private enum State {
+        case head
+        case body(Int)
+        case chunkSize
+        case chunkLine
+        case chunkData(Int)
+        case chunkDataEnd
+        case trailers
+        case off
+    }
+    private var state = State.head
+    private var line: [UInt8] = []
+    /// Request heads seen (the n-th request's events carry n).
+    private var requests = 0
+    /// The current head: whether a request line came, and what framing its headers name.
+    private var sawRequestLine = false
+    private var chunked = false
+    private var contentLength = 0
+    private var noFraming = false
+    /// The current chunk's size so far, saturating; the body's declared total, saturating.
+    private var size = 0
+    private var sizeDigits = 0
+    private var total = 0
+    private static let maxLine = 64 * 1024
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let buffer = unwrapInboundIn(data)
+        var events: [ChunkedBodyDeclared] = []
+        buffer.withUnsafeReadableBytes { scan($0, &events) }
+        context.fireChannelRead(data)
+        for e in events { context.fireUserInboundEventTriggered(e) }
+    }
+
+    private func scan(_ bytes: UnsafeRawBufferPointer, _ events: inout [ChunkedBodyDeclared]) {
+        var i = 0
+        let n = bytes.count
+        while i < n {
+            switch state {
+            case .off:
+                return
+            case .body(let left):
+                let k = min(left, n - i)
+                i += k
+                state = left - k == 0 ? .head : .body(left - k)
+            case .chunkData(let left):
+                let k = min(left, n - i)
+                i += k
+                state = left - k == 0 ? .chunkDataEnd : .chunkData(left - k)
+            case .chunkDataEnd:
+                if bytes[i] == 10 { state = .chunkSize; size = 0; sizeDigits = 0 }
+                i += 1
+            case .chunkSize:
+                let b = bytes[i]
+                i += 1
+                if let v = Self.hex(b) {
+                    sizeDigits += 1
+                    size = size > (Int.max >> 4) ? Int.max : size << 4 | v
+                } else if sizeDigits == 0 {
+                    state = .off  // not a chunk size: the decoder refuses it
+                } else if b == 10 {
+                    endSizeLine(&events)
+                } else {
+                    state = .chunkLine  // extensions, whitespace, CR
+                }
+            case .chunkLine:
+                if bytes[i] == 10 { endSizeLine(&events) }
+                i += 1
+            case .head, .trailers:
+                let b = bytes[i]
+                i += 1
+                if b != 10 {
+                    line.append(b)
+                    if line.count > Self.maxLine { state = .off }
+                    continue
+                }
+                if line.last == 13 { line.removeLast() }
+                if case .trailers = state {
+                    if line.isEmpty { state = .head }
+                } else {
+                    headLine()
+                }
+                line.removeAll(keepingCapacity: true)
+            }
+        }
+    }
+
+    private func endSizeLine(_ events: inout [ChunkedBodyDeclared]) {
+        if size == 0 {
+            state = .trailers
+            return
+        }
+        total = total > Int.max - size ? Int.max : total + size
+        events.append(ChunkedBodyDeclared(request: requests, bytes: total))
+        state = .chunkData(size)
+    }
+
+    /// A complete line of a request head.
+    private func headLine() {
+        guard sawRequestLine else {
+            if line.isEmpty { return }  // empty lines before a request line are skipped
+            sawRequestLine = true
+            requests += 1
+            chunked = false
+            contentLength = 0
+            noFraming = Self.hasPrefix(line, "CONNECT ")
+            return
+        }
+        if line.isEmpty {
+            sawRequestLine = false
+            if noFraming {
+                state = .off
+            } else if chunked {
+                state = .chunkSize
+                size = 0
+                sizeDigits = 0
+                total = 0
+            } else if contentLength > 0 {
+                state = .body(contentLength)
+            }
+            return
+        }
+        guard let colon = line.firstIndex(of: UInt8(ascii: ":")) else { return }
+        let value = line[(colon + 1)...].filter { $0 != 32 && $0 != 9 }.map { $0 | 0x20 }
+        if Self.named(line, colon, "transfer-encoding") {
+            // The last coding decides (`gzip, chunked`); a later field overrides an earlier one.
+            chunked = value.split(separator: UInt8(ascii: ",")).last.map { Array($0) == Array("chunked".utf8) } ?? false
+        } else if Self.named(line, colon, "content-length") {
+            contentLength = Int(String(decoding: value, as: UTF8.self)) ?? 0
+        } else if Self.named(line, colon, "upgrade") {
+            noFraming = true
+        }
+    }
+
+    private static func hex(_ b: UInt8) -> Int? {
+        switch b {
+        case 48...57: Int(b - 48)
+        case 65...70: Int(b - 55)
+        case 97...102: Int(b - 87)
+        default: nil
+        }
+    }
+
+    private static func hasPrefix(_ line: [UInt8], _ prefix: String) -> Bool {
+        line.count >= prefix.utf8.count && zip(line, prefix.utf8).allSatisfy { $0 == $1 }
+    }
+
+    private static func named(_ line: [UInt8], _ colon: Int, _ name: String) -> Bool {
+        colon == name.utf8.count && zip(line, name.utf8).allSatisfy { $0 | 0x20 == $1 }
+    }
+}
+
+/// A chunked request body has declared `bytes` so far (the n-th request on the connection).
+struct ChunkedBodyDeclared: Sendable {
+    let request: Int
+    let bytes: Int
 }

@@ -831,7 +831,11 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
             let pairs = stream.rawHeaders.pairs
             stream.httpHeaderPairs = pairs
             let head = HTTPRequest(method: stream.method, target: stream.path, headers: pairs, body: [], peer: peer)
-            if let declared = stream.rawHeaders.contentLength, declared > stream.httpLimit {
+            if stream.method == "CONNECT" {
+                // This server tunnels nothing (a CONNECT stream has no end to wait for).
+                stream.phase = .done
+                respondHTTP(stream, .connectRefused)
+            } else if let declared = stream.rawHeaders.contentLength, declared > stream.httpLimit {
                 // Refused from its declared length: the body is never read.
                 stream.phase = .done
                 respondHTTP(stream, handler.bodyTooLarge(head, limit: stream.httpLimit))
@@ -1363,15 +1367,31 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         block.add(":status", String(response.status))
         for (n, v) in response.headers where HeaderBlock.isValidName(n) { block.add(n, HeaderBlock.sanitize(v)) }
         block.add("content-length", String(response.body.count))
-        if response.body.isEmpty || stream.method == "HEAD" {
+        let bodiless = response.body.isEmpty || stream.method == "HEAD"
+        if bodiless && stream.inputClosed {
             _ = block.withNV { nva, n in nghttp2_submit_response(session, stream.id, nva, n, nil) }
             return
         }
-        stream.outbound.writeBytes(response.body)
+        // An answer before the request's end ends with a DATA frame even when empty: the
+        // RST_STREAM that follows it must not overtake the HEADERS (`readData`).
+        if !bodiless { stream.outbound.writeBytes(response.body) }
         stream.trailers = nil
         stream.httpComplete = true
         var provider = nghttp2_data_provider(source: nghttp2_data_source(ptr: nil), read_callback: serverReadData)
         _ = block.withNV { nva, n in nghttp2_submit_response(session, stream.id, nva, n, &provider) }
+    }
+
+    /// An answer complete before the request's end (refused from its head, a body over its
+    /// limit): RST_STREAM(NO_ERROR) asks the client to stop sending the rest without error
+    /// (RFC 9113 §8.1; nginx, httpd and Kestrel do the same), instead of sending its whole body
+    /// for nothing. Submitted as the answer's last DATA frame is read (`readData`): one submitted
+    /// beside the HEADERS goes out before them. A small declared body (64 KiB at most, what the
+    /// windows take anyway) is read and dropped instead: some clients (curl 7.88) report a
+    /// reset stream as a failure even after a whole answer.
+    private func stopRequestAfterAnswer(_ session: OpaquePointer, _ stream: ServerStream) {
+        guard !stream.inputClosed, stream.rawHeaders.contentLength.map({ $0 > 64 * 1024 }) ?? true else { return }
+        stream.inputClosed = true
+        nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), stream.id, NGHTTP2_NO_ERROR.rawValue)
     }
 
     private func respondNonGRPC(_ stream: ServerStream, status: Int, message: String) {
@@ -1514,6 +1534,8 @@ final class ServerConnectionHandler: ChannelInboundHandler, RemovableChannelHand
         }
         if stream.outbound.readableBytes == 0 && stream.httpComplete {
             flags.pointee |= NGHTTP2_DATA_FLAG_EOF.rawValue
+            // Queued after this last DATA frame.
+            stopRequestAfterAnswer(session, stream)
             return n
         }
         if n == 0 {
