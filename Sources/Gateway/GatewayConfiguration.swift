@@ -40,7 +40,7 @@ public struct GatewayConfiguration: Sendable {
     /// never holds the service credential.
     public var gatewayToken: String
 
-    /// Largest request message (gRPC) or body (Connect) of any method: RESOURCE_EXHAUSTED / 413
+    /// Largest request message (gRPC) or body (Connect) of any method: RESOURCE_EXHAUSTED (HTTP 429)
     /// past it. Each method's `(common.v1.max_request_bytes)` (64 KiB unless set) applies below
     /// it; 6 MiB lets the largest, a 5 MiB attachment, through.
     public var maxRequestBytes = 6 * 1024 * 1024

@@ -651,7 +651,7 @@ def test_grpc_web_request_errors_over_http1_and_http2(cluster):
     limit = 64 * 1024
     cases = [
         # (name, content type, body, HTTP status, grpc-status, words in grpc-message)
-        ("wrong subtype", "application/grpc-web+json", frame(), 415, 3, ["application/grpc-web+json"]),
+        ("wrong subtype", "application/grpc-web+thrift", frame(), 415, 3, ["application/grpc-web+thrift"]),
         ("truncated frame", "application/grpc-web+proto", frame(b"\x0a\x05hello")[:-2], 200, 3, ["truncated frame", "7 bytes", "5 arrived"]),
         ("truncated prefix", "application/grpc-web+proto", b"\x00\x00\x00", 200, 3, ["truncated frame"]),
         ("text not base64", "application/grpc-web-text", b"AAAA*AAA!", 200, 3, ["not base64"]),
@@ -690,7 +690,7 @@ def test_grpc_web_request_errors_over_http1_and_http2(cluster):
 
     # Through curl too (its own HTTP/2 client), the wrong subtype.
     if shutil.which("curl"):
-        r = subprocess.run(["curl", "-s", "-i", "--http2-prior-knowledge", "-X", "POST", "-H", "content-type: application/grpc-web+json",
+        r = subprocess.run(["curl", "-s", "-i", "--http2-prior-knowledge", "-X", "POST", "-H", "content-type: application/grpc-web+thrift",
                             "--data-binary", "@-", cluster["url"] + SIGNING_KEYS], input=frame(), capture_output=True, timeout=10)
         head = r.stdout.decode("latin-1").lower()
         assert head.startswith("http/2 415") and "grpc-status: 3" in head, head
@@ -761,12 +761,46 @@ def test_grpc_web_success_shapes_and_policy(cluster):
     r = H1(cluster["port"], SIGNING_KEYS + "?encoding=json&message=%7B%7D", {}, method="GET")
     assert r.status == 200 and json.loads(r.body())["keys"]
     r.close()
+    # A codec the gateway does not speak: 415, as the Connect protocol says.
+    r = H1(cluster["port"], SIGNING_KEYS + "?encoding=xml&message=%7B%7D", {}, method="GET")
+    assert r.status == 415 and json.loads(r.body())["code"] == "unimplemented", r.status
+    r.close()
     # Binary GET: base64=1 (URL-safe) of the protobuf request, here the empty message.
     from accounts.v1 import accounts_pb2
     r = H1(cluster["port"], SIGNING_KEYS + "?encoding=proto&base64=1&message=", {}, method="GET")
     assert r.status == 200 and r.headers["content-type"] == "application/proto"
     assert accounts_pb2.GetSigningKeysResponse.FromString(r.body()).keys
     r.close()
+
+
+def test_grpc_web_with_json_messages(cluster):
+    """application/grpc-web+json, as connect-es sends it with useBinaryFormat: false: gRPC-Web
+    frames holding JSON messages, unary and streaming, over HTTP/1.1 and HTTP/2 (issue 35; it was
+    refused with 415)."""
+    headers = {"Content-Type": "application/grpc-web+json", "X-Grpc-Web": "1"}
+    status, h, frames = grpc_web_unary(cluster, SIGNING_KEYS, frame(b"{}"), headers)
+    assert status == 200 and h["content-type"] == "application/grpc-web+json", h
+    assert json.loads(frames[0][1])["keys"] and trailer_block(frames[-1][1])["grpc-status"] == "0", frames
+    status, h, frames = grpc_web_unary(cluster, SIGNING_KEYS, frame(b'{"nope":1}'), headers)
+    assert h["grpc-status"] == "3" and "nope" in urllib.parse.unquote(h["grpc-message"]), h
+
+    user = sign_up(cluster, "gj")
+    r = H1(cluster["port"], NOTIFICATIONS, {**headers, "Authorization": f"Bearer {user['token']}", "Grpc-Timeout": "300m"}, frame(b"{}"))
+    try:
+        frames = r.frames_until(lambda f: f[0] & 0x80)
+    finally:
+        r.close()
+    assert json.loads(frames[0][1]) == {"started": {"settings": {}}}, frames
+    assert trailer_block(frames[-1][1])["grpc-status"] == "4", frames
+
+    h2 = H2(cluster["port"])
+    try:
+        sid = h2.request(SIGNING_KEYS, {"content-type": "application/grpc-web+json"}, frame(b"{}"))
+        st = h2.wait(sid, lambda s: s["ended"])
+        frames = Frames().push(st["data"])
+        assert json.loads(frames[0][1])["keys"] and trailer_block(frames[-1][1])["grpc-status"] == "0", st
+    finally:
+        h2.close()
 
 
 def test_connect_streaming_errors_end_the_stream_in_its_end_message(cluster):

@@ -45,9 +45,7 @@ extension ConnectHandler {
         let path = method.descriptor.path
         guard let format = GRPCWeb.format(mediaType: mediaType) else {
             return Self.grpcWebTrailersOnly(
-                RPCError(
-                    .invalidArgument, "unsupported content-type '\(mediaType)': use application/grpc-web(+proto) or application/grpc-web-text(+proto)"
-                ),
+                RPCError(.invalidArgument, "unsupported content-type '\(mediaType)': use \(GRPCWeb.supportedTypes)"),
                 format: .binary, initial: Metadata(), httpStatus: 415)
         }
         guard request.method == "POST" else {
@@ -72,12 +70,20 @@ extension ConnectHandler {
 
         switch method.handler.asyncServerStreaming {
         case let body?:
-            let relay = StreamRelay { message in format.wire(GRPCWeb.frame(message)) }
+            let outputType = method.descriptor.outputType
+            let transcoder = self.transcoder
+            let relay = StreamRelay { message in
+                format.wire(GRPCWeb.frame(format == .json ? try Self.json(message, as: outputType, transcoder) : message))
+            }
             let chain = interceptors.chain { call in
                 try await body(try self.grpcWebMessage(request, body: call.message(), method, format), call.sink(), call.context)
                 return []
             }
-            relay.start { sink in _ = try await chain(ServerCall(context: context, request: .message(request.body), responses: sink)) }
+            relay.start { sink in
+                try await Self.bounded(by: context.deadline) {
+                    _ = try await chain(ServerCall(context: context, request: .message(request.body), responses: sink))
+                }
+            }
             switch await relay.awaitHead() {
             case .ended(let error):
                 // Nothing was sent: the status goes in the headers (trailers-only).
@@ -100,9 +106,10 @@ extension ConnectHandler {
             }
             do {
                 let output = try await chain(ServerCall(context: context, request: .message(request.body)))
-                return Self.grpcWebUnaryResponse(.success(output), context, format, acceptEncoding: request.header("accept-encoding"))
+                return Self.grpcWebUnaryResponse(
+                    .success(output), context, format, acceptEncoding: request.header("accept-encoding"), transcoder: transcoder)
             } catch {
-                return Self.grpcWebUnaryResponse(.failure(error), context, format, acceptEncoding: nil)
+                return Self.grpcWebUnaryResponse(.failure(error), context, format, acceptEncoding: nil, transcoder: transcoder)
             }
         }
     }
@@ -123,7 +130,50 @@ extension ConnectHandler {
             }
             body = decoded
         }
-        return try GRPCWeb.singleMessage(body, limit: requestLimit(method), path: method.descriptor.path, encoding: request.header("grpc-encoding"))
+        let limit = requestLimit(method)
+        let path = method.descriptor.path
+        guard format == .json else {
+            return try GRPCWeb.singleMessage(body, limit: limit, path: path, encoding: request.header("grpc-encoding"))
+        }
+        // JSON spells a message out: its frame may be as large as a Connect JSON body.
+        let text = try GRPCWeb.singleMessage(
+            body, limit: Self.bodyLimit(forRequestLimit: limit), path: path, encoding: request.header("grpc-encoding"))
+        let input: [UInt8]
+        do { input = try transcoder.encode(json: text, as: method.descriptor.inputType) } catch {
+            throw Self.badRequest(error, message: method.descriptor.inputType)
+        }
+        if input.count > limit {
+            throw RPCError(.resourceExhausted, "request message of \(input.count) bytes exceeds the limit of \(limit) bytes for \(path)")
+        }
+        return input
+    }
+
+    /// A response message as JSON (gRPC-Web's `+json`).
+    static func json(_ message: [UInt8], as type: String, _ transcoder: JSONTranscoder) throws -> [UInt8] {
+        do { return try transcoder.decode(message, as: type) } catch {
+            throw RPCError(.internal, "a response could not be shown as JSON: \(error)")
+        }
+    }
+
+    /// Runs a browser stream's work until `deadline`, then ends it with DEADLINE_EXCEEDED, as the
+    /// gRPC transport's timer ends a gRPC call. A relayed call would end upstream at its deadline
+    /// anyway; the gateway's own streams (health's `Watch`) would not. Unary calls need none: the
+    /// gateway's own unary handlers answer at once. The timer sleeps on the
+    /// global executor (a sleep on the event loop's executor does not wake when cancelled).
+    static func bounded<T: Sendable>(
+        by deadline: ContinuousClock.Instant?, _ work: @escaping @Sendable () async throws -> T
+    ) async throws -> T {
+        guard let deadline else { return try await work() }
+        return try await withThrowingTaskGroup(of: T?.self) { group in
+            group.addTask { try await work() }
+            group.addTask(executorPreference: globalConcurrentExecutor) {
+                try await Task.sleep(until: deadline, clock: .continuous)
+                return nil
+            }
+            defer { group.cancelAll() }
+            guard case let value?? = try await group.next() else { throw RPCError.deadlineExceeded("deadline exceeded") }
+            return value
+        }
     }
 
     /// `grpc-timeout`: the call's deadline.
@@ -150,12 +200,18 @@ extension ConnectHandler {
 
     /// A unary call's answer: its message and the trailers frame, or trailers-only on failure.
     static func grpcWebUnaryResponse(
-        _ result: Result<[UInt8], any Error>, _ context: ServerContext, _ format: GRPCWeb.Format, acceptEncoding: String?
+        _ result: Result<[UInt8], any Error>, _ context: ServerContext, _ format: GRPCWeb.Format, acceptEncoding: String?,
+        transcoder: JSONTranscoder
     ) -> HTTPResponse {
-        let output: [UInt8]
+        var output: [UInt8]
         switch result {
         case .success(let o): output = o
         case .failure(let error): return grpcWebTrailersOnly(rpcError(error), format: format, initial: context.initialMetadata)
+        }
+        if format == .json {
+            do { output = try json(output, as: context.method.outputType, transcoder) } catch {
+                return grpcWebTrailersOnly(rpcError(error), format: format, initial: context.initialMetadata)
+            }
         }
         var body = GRPCWeb.frame(output)
         body.append(contentsOf: GRPCWeb.trailersFrame(RPCError(.ok, ""), trailers: context.trailers))
@@ -184,8 +240,7 @@ extension ConnectHandler {
         var refusal: RPCError?
         if case .grpcWeb = browser, GRPCWeb.format(mediaType: media) == nil {
             var r = Self.grpcWebTrailersOnly(
-                RPCError(
-                    .invalidArgument, "unsupported content-type '\(media)': use application/grpc-web(+proto) or application/grpc-web-text(+proto)"),
+                RPCError(.invalidArgument, "unsupported content-type '\(media)': use \(GRPCWeb.supportedTypes)"),
                 format: .binary, initial: Metadata(), httpStatus: 415)
             r.headers.append(contentsOf: cors.responseHeaders(origin: request.header("origin")))
             return r
@@ -215,7 +270,6 @@ extension ConnectHandler {
             .resourceExhausted,
             "request message exceeds the limit of \(requestLimit(method)) bytes for \(method.descriptor.path) (a body of more than \(limit) bytes)")
         var r = protocolError(e, browser)
-        if case .connectUnary = browser { r.status = 413 }
         r.headers.append(contentsOf: cors.responseHeaders(origin: request.header("origin")))
         return r
     }
@@ -269,7 +323,8 @@ extension ConnectHandler {
                 return true
             }
             let acceptEncoding = request.header("accept-encoding")
-            finish = { result in Self.grpcWebUnaryResponse(result, context, format, acceptEncoding: acceptEncoding) }
+            let transcoder = self.transcoder
+            finish = { result in Self.grpcWebUnaryResponse(result, context, format, acceptEncoding: acceptEncoding, transcoder: transcoder) }
             message = { body in try self.grpcWebMessage(request, body: body, method, format) }
         } else if media == "application/json" || media == "application/proto" {
             // The plain case only; anything else gets handle()'s detailed answer.
@@ -367,7 +422,7 @@ extension ConnectHandler {
         let transcoder = self.transcoder
         let endOnly = { (error: RPCError, metadata: Metadata) -> HTTPResponse in
             HTTPResponse(
-                status: 200, headers: [("content-type", contentType)],
+                status: 200, headers: [("content-type", contentType)] + Self.limitHeaders(error),
                 body: ConnectEnvelope.endStream(error, trailers: metadata, transcoder: transcoder))
         }
         // The policy first (as for gRPC and Connect unary), then the body is read.
@@ -403,13 +458,18 @@ extension ConnectHandler {
                 throw RPCError(.internal, "a response could not be shown as JSON: \(error)")
             }
         }
-        relay.start { sink in _ = try await chain(ServerCall(context: context, request: .message(request.body), responses: sink)) }
+        relay.start { sink in
+            try await Self.bounded(by: context.deadline) {
+                _ = try await chain(ServerCall(context: context, request: .message(request.body), responses: sink))
+            }
+        }
         let head = await relay.awaitHead()
         var headers: [(name: String, value: String)] = [("content-type", contentType)]
         Self.append(context.initialMetadata, to: &headers, prefix: "")
         if case .ended(let error) = head {
-            var r = endOnly(error.map { Self.rpcError($0) } ?? RPCError(.ok, ""), context.trailers)
-            r.headers = headers
+            let status = error.map { Self.rpcError($0) } ?? RPCError(.ok, "")
+            var r = endOnly(status, context.trailers)
+            r.headers = headers + Self.limitHeaders(status)
             return r
         }
         return HTTPResponse(
@@ -435,8 +495,9 @@ extension ConnectHandler {
         switch query["encoding"] {
         case "json": json = true
         case "proto": json = false
-        case nil: throw RPCError(.invalidArgument, "a Connect GET needs encoding=json or encoding=proto")
-        case let other?: throw RPCError(.invalidArgument, "unsupported encoding '\(other)': use json or proto")
+        // The spec: a codec the server does not support is 415 (connect-go: a missing one too).
+        case nil: throw UnsupportedCodec(RPCError(.unimplemented, "a Connect GET needs encoding=json or encoding=proto"))
+        case let other?: throw UnsupportedCodec(RPCError(.unimplemented, "unsupported encoding '\(other)': use json or proto"))
         }
         guard let raw = query.bytes("message") else {
             throw RPCError(.invalidArgument, "a Connect GET needs the message parameter (percent-encoded)")
@@ -463,6 +524,12 @@ extension ConnectHandler {
         }
         return (body, json)
     }
+}
+
+/// A Connect GET's `encoding` the gateway does not speak: HTTP 415, as the protocol says.
+struct UnsupportedCodec: Error {
+    let error: RPCError
+    init(_ error: RPCError) { self.error = error }
 }
 
 /// Which browser protocol a request's media type speaks.

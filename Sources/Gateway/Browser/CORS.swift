@@ -34,7 +34,7 @@ public struct CORSPolicy: Sendable {
     /// Response headers a page's script may read (the rest are hidden from it by the browser).
     static let exposedHeaders =
         "grpc-status, grpc-message, grpc-status-details-bin, grpc-encoding, grpc-accept-encoding, "
-        + "connect-content-encoding, connect-accept-encoding, content-encoding, retry-after"
+        + "connect-content-encoding, connect-accept-encoding, content-encoding, retry-after, ratelimit-policy, ratelimit"
 
     public init() {}
 

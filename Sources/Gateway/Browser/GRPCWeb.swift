@@ -7,7 +7,9 @@ import RPCTransport
 /// - `application/grpc-web` and `application/grpc-web+proto`: the body is gRPC's length-prefixed
 ///   messages; `application/grpc-web-text` (`+proto`): the same, base64-encoded (the request may
 ///   be several padded base64 chunks one after the other; each response frame is its own padded
-///   chunk, as the spec allows).
+///   chunk, as the spec allows); `application/grpc-web+json` (a sub-type the spec names, what
+///   connect-es sends with `useBinaryFormat: false`): the same frames holding JSON messages,
+///   transcoded from the descriptors as Connect JSON is. Other sub-types: 415.
 /// - The response's status and trailers are its last frame, flag `0x80`, holding
 ///   `grpc-status: 0\r\ngrpc-message: ...\r\n` (HTTP/1 header lines, names lower-case, `-bin`
 ///   values base64). A call that fails before its first message is answered trailers-only: HTTP
@@ -19,31 +21,36 @@ import RPCTransport
 ///   when the request's `accept-encoding` lists gzip (browsers undo that themselves).
 enum GRPCWeb {
     /// What a request's content type selects; nil when it is not gRPC-Web (or a sub-type other
-    /// than proto).
+    /// than proto and binary JSON).
     static func format(mediaType: String) -> Format? {
         switch mediaType {
         case "application/grpc-web", "application/grpc-web+proto": .binary
         case "application/grpc-web-text", "application/grpc-web-text+proto": .text
+        case "application/grpc-web+json": .json
         default: nil
         }
     }
 
+    static let supportedTypes = "application/grpc-web(+proto), application/grpc-web-text(+proto) or application/grpc-web+json"
+
     static func isGRPCWeb(mediaType: String) -> Bool { mediaType.hasPrefix("application/grpc-web") }
 
     enum Format {
-        case binary, text
+        /// Binary frames of protobuf messages; the same in base64; binary frames of JSON messages.
+        case binary, text, json
 
         var contentType: String {
             switch self {
             case .binary: "application/grpc-web+proto"
             case .text: "application/grpc-web-text+proto"
+            case .json: "application/grpc-web+json"
             }
         }
 
         /// Response bytes as they go on the wire (text: base64, padded).
         func wire(_ bytes: [UInt8]) -> [UInt8] {
             switch self {
-            case .binary: bytes
+            case .binary, .json: bytes
             case .text: Array(Base64.encode(bytes, padded: true).utf8)
             }
         }

@@ -50,7 +50,8 @@ struct ConnectHandler: HTTPHandler {
     /// A Connect call's body may be its message limit twice over plus 4 KiB: JSON spells field
     /// names and base64-encodes bytes (4/3), so the same message is larger than its protobuf
     /// encoding. The message limit is the method's (from the contracts), within the gateway's.
-    /// Asked at the request head: a larger declared body is refused (413) before it is read.
+    /// Asked at the request head: a larger declared body is refused (`resource_exhausted`, HTTP
+    /// 429 in Connect's table) before it is read.
     /// Other requests (unknown paths, pages): the server's limit.
     func maxBodyBytes(method: String, path: Substring) -> Int? {
         if status != nil && StatusPage.serves(path) { return 0 }
@@ -63,7 +64,21 @@ struct ConnectHandler: HTTPHandler {
 
     static func bodyLimit(forRequestLimit limit: Int) -> Int { limit * 2 + 4 * 1024 }
 
+    /// The gateway's own pages (not its methods): `/`, `/healthz`, the status page, `/metrics`,
+    /// the task pages.
+    func servesPage(_ path: Substring) -> Bool {
+        path == "/" || path == "/healthz" || (status != nil && StatusPage.serves(path)) || (metrics && path == MetricsEndpoint.path[...])
+            || TaskPages.serves(path)
+    }
+
     func handle(_ request: HTTPRequest) async -> HTTPResponse {
+        if request.method == "HEAD", servesPage(request.path) {
+            // What GET would answer, length included; the transport sends no body (RFC 9110
+            // §9.3.2: a HEAD's content-length is GET's).
+            var get = request
+            get.method = "GET"
+            return await handle(get)
+        }
         let path = String(request.path)
         if request.method == "GET" || request.method == "HEAD" {
             if path == "/" || path == "/healthz" { return await page(path) }
@@ -118,6 +133,8 @@ struct ConnectHandler: HTTPHandler {
             do {
                 let (body, json) = try connectGetRequest(request, method)
                 return await serveConnectUnary(request, method, body: body, json: json)
+            } catch let unsupported as UnsupportedCodec {
+                return Self.error(unsupported.error, status: 415)
             } catch {
                 var r = Self.error(Self.rpcError(error))
                 if !sideEffectFree.contains(path) {
@@ -315,12 +332,21 @@ struct ConnectHandler: HTTPHandler {
     }
 
     /// `{"code": "...", "message": "...", "details": [{"type", "value", "debug"}]}` with the
-    /// code's HTTP status; trailers become `trailer-` headers, `retry-after` a plain one too.
+    /// code's HTTP status; trailers become `trailer-` headers, a limit's `retry-after` and
+    /// RateLimit fields plain ones too.
     static func error(_ e: RPCError, status: Int? = nil, transcoder: JSONTranscoder? = nil) -> HTTPResponse {
         var headers: [(name: String, value: String)] = [("content-type", "application/json")]
         append(e.trailers, to: &headers, prefix: "trailer-")
-        if let retry = e.trailers["retry-after"] { headers.append(("retry-after", retry)) }
+        headers.append(contentsOf: limitHeaders(e))
         return HTTPResponse(status: status ?? httpStatus(e.code), headers: headers, body: JSONWriter.serialize(errorValue(e, transcoder: transcoder)))
+    }
+
+    /// A spent limit's `retry-after`, `ratelimit-policy` and `ratelimit` (`GatewayPolicy.limited`),
+    /// as the HTTP headers they are for every protocol over HTTP (the RateLimit fields may not be
+    /// trailers).
+    static func limitHeaders(_ e: RPCError) -> [(name: String, value: String)] {
+        guard e.code == .resourceExhausted else { return [] }
+        return ["retry-after", "ratelimit-policy", "ratelimit"].compactMap { name in e.trailers[name].map { (name, $0) } }
     }
 
     /// `{"code": "...", "message": "...", "details": [...]}`: a unary error's body, a streaming

@@ -149,7 +149,9 @@ struct TaskPages: Sendable {
             case .invalidArgument:
                 return Self.uploadForm(token: token, problem: "The file cannot be attached: \(Self.reasons(e.message)).", status: 400)
             case .resourceExhausted:
-                return Self.uploadForm(token: token, problem: Self.sentence(e.message), status: 429)
+                var r = Self.uploadForm(token: token, problem: Self.sentence(e.message), status: 429)
+                r.headers.append(contentsOf: ConnectHandler.limitHeaders(e))
+                return r
             default:
                 return Self.failure(e)
             }
@@ -174,12 +176,14 @@ struct TaskPages: Sendable {
     /// A page for a failure that is not the visitor's (the service cannot be reached, …).
     static func failure(_ e: RPCError) -> HTTPResponse {
         let status = e.code == .unavailable || e.code == .deadlineExceeded ? 503 : e.code == .resourceExhausted ? 429 : 500
-        return HTMLPage.response(
+        var r = HTMLPage.response(
             status, title: "Try again later",
             body: """
                 <div class="card"><h1>Something went wrong</h1>
                 <p>The page cannot be shown right now. Please try again in a moment.</p></div>
                 """)
+        r.headers.append(contentsOf: ConnectHandler.limitHeaders(e))
+        return r
     }
 
     static func methodNotAllowed(_ allow: String) -> HTTPResponse {

@@ -1,3 +1,4 @@
+import Contracts
 import Logging
 import Observability
 import Prometheus
@@ -144,7 +145,7 @@ public final class GatewayPolicy: CallCheck {
         if notesIdentity, let identity, let context { context.noteIdentity(identity) }
         if let identity, let limiter = userLimiter, let wait = limiter.acquire(identity.userID) {
             userRejections.increment()
-            throw RPCError.retryLater("too many requests for this user: retry in \(Self.describe(wait))", after: wait)
+            throw Self.limited("user", limiter, wait: wait, "too many requests for this user: retry in \(Self.describe(wait))")
         }
     }
 
@@ -152,8 +153,37 @@ public final class GatewayPolicy: CallCheck {
         guard let limiter = addressLimiter else { return }
         if let wait = limiter.acquire(address) {
             addressRejections.increment()
-            throw RPCError.retryLater("too many requests from \(address): retry in \(Self.describe(wait))", after: wait)
+            throw Self.limited("address", limiter, wait: wait, "too many requests from \(address): retry in \(Self.describe(wait))")
         }
+    }
+
+    /// A spent limit: RESOURCE_EXHAUSTED with a `google.rpc.RetryInfo` holding the wait, and, as
+    /// metadata the HTTP protocols turn into headers (`ConnectHandler.limitHeaders`),
+    /// `retry-after` (whole seconds, rounded up) and the RateLimit fields of the IETF draft
+    /// (draft-ietf-httpapi-ratelimit-headers-10): `ratelimit-policy: "user";q=50;w=1` (the rate;
+    /// the burst is not expressible there) and `ratelimit: "user";r=0;t=1` (nothing left, more in
+    /// `t` seconds).
+    static func limited(_ scope: String, _ limiter: RateLimiter, wait: Duration, _ message: String) -> RPCError {
+        var info = Google_Rpc_RetryInfo()
+        var delay = Google_Protobuf_Duration()
+        let (seconds, attoseconds) = wait.components
+        delay.seconds = seconds
+        delay.nanos = Int32(attoseconds / 1_000_000_000)
+        info.retryDelay = delay
+        var error = RPCError.withDetails(
+            .resourceExhausted, message, details: [("type.googleapis.com/google.rpc.RetryInfo", info.serializedBytes())])
+        let after = max(1, seconds + (attoseconds > 0 ? 1 : 0))
+        error.trailers.add("retry-after", String(after))
+        error.trailers.add("ratelimit-policy", policy(scope, limiter))
+        error.trailers.add("ratelimit", "\"\(scope)\";r=0;t=\(after)")
+        return error
+    }
+
+    /// The limit as a quota policy: whole requests (`q`) per whole seconds (`w`).
+    static func policy(_ scope: String, _ limiter: RateLimiter) -> String {
+        let rate = limiter.rate
+        if rate >= 1 { return "\"\(scope)\";q=\(Int(min(rate, 1e9)));w=1" }
+        return "\"\(scope)\";q=1;w=\(Int((1 / rate).rounded(.up)))"
     }
 
     static func describe(_ d: Duration) -> String {

@@ -20,16 +20,13 @@ enum StatusPage {
                 body: Array("\(request.path) answers GET and HEAD only\n".utf8))
         }
         let report = board.report()
-        var response: HTTPResponse
         if request.path == jsonPath {
-            response = HTTPResponse(
+            return HTTPResponse(
                 status: 200, headers: [("content-type", "application/json"), ("cache-control", "no-store"), ("x-content-type-options", "nosniff")],
                 body: json(report))
-        } else {
-            response = HTMLPage.response(200, title: "Backend status", body: html(report), head: refreshMeta, wide: true)
         }
-        if request.method == "HEAD" { response.body = [] }
-        return response
+        // HEAD gets GET's body too: the transport sends its length and not the bytes (RFC 9110 §9.3.2).
+        return HTMLPage.response(200, title: "Backend status", body: html(report), head: refreshMeta, wide: true)
     }
 
     static let refreshMeta = "<meta http-equiv=\"refresh\" content=\"\(refreshSeconds)\">"
