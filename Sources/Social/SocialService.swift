@@ -61,15 +61,28 @@ public struct SocialService: Social_V1_SocialService {
 
         let me = try await me(caller)
         let resolved = try await core.directory.users(usernames: usernames.map(\.name))
-        var unknown = FieldErrors()
-        for (i, n) in usernames where resolved.found[n] == nil { unknown.add("member_usernames[\(i)]", "no such user") }
-        try unknown.throwIfAny(summary: "unknown usernames")
         // Duplicates and the caller's own username are ignored; the first mention is the index.
         var members: [(index: Int, user: Common_V1_UserRef)] = []
+        var unknown = FieldErrors()
         var seen: Set<String> = [me.userId]
         for (i, n) in usernames {
-            let u = resolved.found[n]!
-            if seen.insert(u.userId).inserted { members.append((i, u)) }
+            if let u = resolved.found[n] {
+                if seen.insert(u.userId).inserted { members.append((i, u)) }
+            } else {
+                unknown.add("member_usernames[\(i)]", "no such user")
+            }
+        }
+        if !unknown.isEmpty {
+            // One answer names every member who cannot be added, unknown or not: the client fixes
+            // the list once instead of learning of the taken members on the next try.
+            let known = members
+            let taken = try await core.store.read { c in
+                var e = FieldErrors()
+                try Self.unjoinable(c, me: me.userId, known, into: &e)
+                return e
+            }
+            for v in taken.violations { unknown.add(v.field, v.description) }
+            throw unknown.error(summary: taken.isEmpty ? "unknown usernames" : "unknown usernames and members who cannot join this team")
         }
 
         let others = members
@@ -81,16 +94,7 @@ public struct SocialService: Social_V1_SocialService {
                     throw RPCError(.failedPrecondition, "you are already in a team: leave it first")
                 }
                 var taken = FieldErrors()
-                for m in others {
-                    if try tx.queryOne("SELECT 1 FROM team_members WHERE user_id = ?", m.user.userId) != nil {
-                        taken.add("member_usernames[\(m.index)]", "\(m.user.username) is already in a team")
-                    } else if try Self.blockedEitherWay(tx, me.userId, m.user.userId)
-                        || tx.queryOne("SELECT 1 FROM erased_users WHERE id = ?", m.user.userId) != nil
-                    {
-                        // A block (either way) keeps users apart; which side blocked is not told.
-                        taken.add("member_usernames[\(m.index)]", "\(m.user.username) cannot be added to your team")
-                    }
-                }
+                try Self.unjoinable(tx, me: me.userId, others, into: &taken)
                 try taken.throwIfAny(.failedPrecondition, summary: "members who cannot join this team")
                 try tx.execute(
                     "INSERT INTO teams (id, name, score, score_reached_at, created_by, created_at) VALUES (?, ?, 0, ?, ?, ?)",
@@ -113,6 +117,23 @@ public struct SocialService: Social_V1_SocialService {
                 var response = Social_V1_CreateTeamResponse()
                 response.team = try Teams.team(tx, id: teamID)!
                 return response
+            }
+        }
+    }
+
+    /// Names each of `members` who cannot join the caller's new team: already in a team, blocked
+    /// either way, or erased.
+    static func unjoinable(
+        _ db: some SQLReader, me: String, _ members: [(index: Int, user: Common_V1_UserRef)], into errors: inout FieldErrors
+    ) throws {
+        for m in members {
+            if try db.queryOne("SELECT 1 FROM team_members WHERE user_id = ?", m.user.userId) != nil {
+                errors.add("member_usernames[\(m.index)]", "\(m.user.username) is already in a team")
+            } else if try blockedEitherWay(db, me, m.user.userId)
+                || db.queryOne("SELECT 1 FROM erased_users WHERE id = ?", m.user.userId) != nil
+            {
+                // A block (either way) keeps users apart; which side blocked is not told.
+                errors.add("member_usernames[\(m.index)]", "\(m.user.username) cannot be added to your team")
             }
         }
     }

@@ -41,6 +41,13 @@ struct TeamsTests {
             await expectFailure(.failedPrecondition, fields: ["member_usernames[0]", "member_usernames[2]"]) {
                 _ = try await Self.create(env, dave, members: [bob.username, erin.username, carol.username])
             }
+            // Both kinds at once: one INVALID_ARGUMENT names the unknown and the already-teamed
+            // members (it used to name only the unknown one).
+            let both = await expectFailure(.invalidArgument, fields: ["member_usernames[0]", "member_usernames[1]", "member_usernames[3]"]) {
+                _ = try await Self.create(env, dave, members: [bob.username, "nobody_3", erin.username, carol.username])
+            }
+            #expect(
+                both?.message.contains("no such user") == true && both?.message.contains("is already in a team") == true, "\(both?.message ?? "")")
             // Members were told (TEAM_JOINED) — the creator was not.
             let inbox = try await env.social.listNotifications(Social_V1_ListNotificationsRequest(), options: bob.options)
             #expect(inbox.notifications.map(\.kind) == [.teamJoined])

@@ -4154,7 +4154,9 @@ public enum Social_V1_SocialMethods {
     /// Creates a team with the caller and the named users (A UC9). A user is in at most one team:
     /// caller already in a team → FAILED_PRECONDITION; members already in a team → FAILED_PRECONDITION
     /// whose google.rpc.BadRequest names every such "member_usernames[i]" (all of them, not the
-    /// first); unknown usernames → INVALID_ARGUMENT naming each. Members are notified
+    /// first); unknown usernames → INVALID_ARGUMENT naming each, and in the same answer every
+    /// member who cannot join (already in a team, or blocked either way), so one error lists all
+    /// that is wrong with the list. Members are notified
     /// (NOTIFICATION_KIND_TEAM_JOINED). Retrying with the same idempotency_key returns the first
     /// answer and creates nothing.
     public static let createTeam = RPCCore.MethodDescriptor(
@@ -4332,7 +4334,9 @@ public protocol Social_V1_SocialService: RPCCore.RPCService {
     /// Creates a team with the caller and the named users (A UC9). A user is in at most one team:
     /// caller already in a team → FAILED_PRECONDITION; members already in a team → FAILED_PRECONDITION
     /// whose google.rpc.BadRequest names every such "member_usernames[i]" (all of them, not the
-    /// first); unknown usernames → INVALID_ARGUMENT naming each. Members are notified
+    /// first); unknown usernames → INVALID_ARGUMENT naming each, and in the same answer every
+    /// member who cannot join (already in a team, or blocked either way), so one error lists all
+    /// that is wrong with the list. Members are notified
     /// (NOTIFICATION_KIND_TEAM_JOINED). Retrying with the same idempotency_key returns the first
     /// answer and creates nothing.
     func createTeam(request: Social_V1_CreateTeamRequest, context: RPCCore.ServerContext) async throws -> Social_V1_CreateTeamResponse
@@ -4485,7 +4489,9 @@ public struct Social_V1_SocialClient: Sendable {
     /// Creates a team with the caller and the named users (A UC9). A user is in at most one team:
     /// caller already in a team → FAILED_PRECONDITION; members already in a team → FAILED_PRECONDITION
     /// whose google.rpc.BadRequest names every such "member_usernames[i]" (all of them, not the
-    /// first); unknown usernames → INVALID_ARGUMENT naming each. Members are notified
+    /// first); unknown usernames → INVALID_ARGUMENT naming each, and in the same answer every
+    /// member who cannot join (already in a team, or blocked either way), so one error lists all
+    /// that is wrong with the list. Members are notified
     /// (NOTIFICATION_KIND_TEAM_JOINED). Retrying with the same idempotency_key returns the first
     /// answer and creates nothing.
     public func createTeam(_ request: Social_V1_CreateTeamRequest, options: RPCCore.CallOptions = .defaults) async throws -> Social_V1_CreateTeamResponse {
