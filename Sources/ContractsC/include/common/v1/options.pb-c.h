@@ -23,6 +23,16 @@ PROTOBUF_C__BEGIN_DECLS
 /*
  * Who may call an RPC. The gateway reads this from the descriptors (no per-method code): a method
  * without the option is treated as ACCESS_INTERNAL, so forgetting it never exposes anything.
+ * Limits of every call through the gateway (ACCESS_PUBLIC and ACCESS_AUTHENTICATED methods alike,
+ * over gRPC, gRPC-Web and Connect; operators may change them, see docs/gateway.md):
+ * - per client address: 100 calls per second, bursts of 200;
+ * - per user (the access token's user, when a valid one is sent): 50 calls per second, bursts of
+ *   100.
+ * Past either: RESOURCE_EXHAUSTED with a google.rpc.RetryInfo holding the wait, a `retry-after`
+ * (whole seconds) and, over HTTP (Connect and gRPC-Web, also as response headers), the IETF
+ * draft's `ratelimit-policy: "user";q=50;w=1` (or "address") and `ratelimit: "user";r=0;t=<seconds>`.
+ * Deadlines: unary calls at most 30 s (also when none is set), streams at most one hour; an
+ * access token that belongs to a deleted account → UNAUTHENTICATED in every service.
  */
 typedef enum _Common__V1__Access {
   /*
