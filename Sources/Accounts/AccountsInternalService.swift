@@ -148,6 +148,7 @@ public struct AccountsInternalService: Accounts_V1_AccountsInternalService {
         let to = AccountRules.key(AccountRules.trimmed(request.toEmail))
         let pageSize = AccountRules.pageSize(request.pageSize, into: &errors)
         let kind = request.kind
+        if case .unrecognized = kind { errors.add("kind", "unknown mail kind") }
         let filters = "sent-mail:\(kind.rawValue):\(to)"
         var after: String?
         if !request.pageToken.isEmpty {

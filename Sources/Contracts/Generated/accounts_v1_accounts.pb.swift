@@ -806,7 +806,8 @@ public struct Accounts_V1_UpdateProfileResponse: Sendable, Equatable {
 public struct Accounts_V1_SearchUsersRequest: Sendable, Equatable {
     /// 0..32 characters, case-insensitive; empty lists every full account.
     public var usernamePrefix: String = ""
-    /// Maximum results, 0..100; 0 = 20. Larger values are clamped to 100.
+    /// Maximum results, 0..100; 0 = 20. Larger values are clamped to 100; negative →
+    /// INVALID_ARGUMENT naming "page_size".
     public var pageSize: Int32 = 0
     /// next_page_token of the previous page; empty for the first page.
     public var pageToken: String = ""
@@ -1116,9 +1117,11 @@ public struct Accounts_V1_SendMailResponse: Sendable, Equatable {
 public struct Accounts_V1_ListSentMailRequest: Sendable, Equatable {
     /// Only mails to this address (case-insensitive); empty = all.
     public var toEmail: String = ""
-    /// Only mails of this kind; MAIL_KIND_UNSPECIFIED = all kinds.
+    /// Only mails of this kind; MAIL_KIND_UNSPECIFIED = all kinds. A number that is no MailKind →
+    /// INVALID_ARGUMENT naming "kind".
     public var kind: Accounts_V1_MailKind = .unspecified
-    /// Maximum results, 0..100; 0 = 20.
+    /// Maximum results, 0..100; 0 = 20. Larger values are clamped to 100; negative →
+    /// INVALID_ARGUMENT naming "page_size".
     public var pageSize: Int32 = 0
     /// next_page_token of the previous page; empty for the first page.
     public var pageToken: String = ""

@@ -946,7 +946,8 @@ struct  Accounts__V1__SearchUsersRequest
    */
   char *username_prefix;
   /*
-   * Maximum results, 0..100; 0 = 20. Larger values are clamped to 100.
+   * Maximum results, 0..100; 0 = 20. Larger values are clamped to 100; negative →
+   * INVALID_ARGUMENT naming "page_size".
    */
   int32_t page_size;
   /*
@@ -1503,11 +1504,13 @@ struct  Accounts__V1__ListSentMailRequest
    */
   char *to_email;
   /*
-   * Only mails of this kind; MAIL_KIND_UNSPECIFIED = all kinds.
+   * Only mails of this kind; MAIL_KIND_UNSPECIFIED = all kinds. A number that is no MailKind →
+   * INVALID_ARGUMENT naming "kind".
    */
   Accounts__V1__MailKind kind;
   /*
-   * Maximum results, 0..100; 0 = 20.
+   * Maximum results, 0..100; 0 = 20. Larger values are clamped to 100; negative →
+   * INVALID_ARGUMENT naming "page_size".
    */
   int32_t page_size;
   /*
