@@ -115,6 +115,10 @@ public struct Tasks_V1_Habit: Sendable, Equatable {
 }
 
 /// Completion metrics of a habit ("visual status" and "completion metrics over time").
+/// "Today" is the request's date in its time zone, except that an event dated up to two days after
+/// it (added where the date was already later: the owner has since flown west) extends the metrics
+/// through that event's day, so travelling never hides an event; the counts and streaks below then
+/// run through that day. due_today and done_today always speak of the request's own date.
 public struct Tasks_V1_HabitMetrics: Sendable, Equatable {
     /// Scheduled days from start_date through today (inclusive).
     public var scheduledDays: Int32 = 0

@@ -575,6 +575,8 @@ public struct Tasks_V1_SearchMarketTasksResponse: Sendable, Equatable {
 /// D 5.a: bid on a REQUESTED or BIDDED task (not one's own: PERMISSION_DENIED). A provider has at
 /// most one active bid per task: bidding again replaces the amount. The first bid moves the task to
 /// BIDDED; the requester is notified (social.v1.SocialInternal/SendNotification, kind NEW_BID).
+/// A provider whose bid the requester declined on this task may not bid on it again:
+/// FAILED_PRECONDITION ("the requester declined your bid on this task").
 public struct Tasks_V1_PlaceBidRequest: Sendable, Equatable {
     /// Required, 1..64 printable ASCII characters, chosen by the client per logical request (e.g. a
     /// UUID) and reused on retries. Scoped to the caller: a retry returns the original result with
@@ -684,7 +686,8 @@ public struct Tasks_V1_AcceptBidResponse: Sendable, Equatable {
 }
 
 /// D 5.g: decline a bid: it is removed from the list (the provider is notified, kind BID_DECLINED). Only the requester;
-/// task must be REQUESTED or BIDDED. Declining the last active bid → REQUESTED.
+/// task must be REQUESTED or BIDDED. Declining the last active bid → REQUESTED. The declined provider
+/// may not bid on this task again (PlaceBid → FAILED_PRECONDITION).
 public struct Tasks_V1_DeclineBidRequest: Sendable, Equatable {
     /// Bid id.
     public var bidId: String = ""

@@ -131,6 +131,10 @@ struct  Tasks__V1__Habit
 
 /*
  * Completion metrics of a habit ("visual status" and "completion metrics over time").
+ * "Today" is the request's date in its time zone, except that an event dated up to two days after
+ * it (added where the date was already later: the owner has since flown west) extends the metrics
+ * through that event's day, so travelling never hides an event; the counts and streaks below then
+ * run through that day. due_today and done_today always speak of the request's own date.
  */
 struct  Tasks__V1__HabitMetrics
 {

@@ -619,6 +619,8 @@ struct  Tasks__V1__SearchMarketTasksResponse
  * D 5.a: bid on a REQUESTED or BIDDED task (not one's own: PERMISSION_DENIED). A provider has at
  * most one active bid per task: bidding again replaces the amount. The first bid moves the task to
  * BIDDED; the requester is notified (social.v1.SocialInternal/SendNotification, kind NEW_BID).
+ * A provider whose bid the requester declined on this task may not bid on it again:
+ * FAILED_PRECONDITION ("the requester declined your bid on this task").
  */
 struct  Tasks__V1__PlaceBidRequest
 {
@@ -783,7 +785,8 @@ struct  Tasks__V1__AcceptBidResponse
 
 /*
  * D 5.g: decline a bid: it is removed from the list (the provider is notified, kind BID_DECLINED). Only the requester;
- * task must be REQUESTED or BIDDED. Declining the last active bid → REQUESTED.
+ * task must be REQUESTED or BIDDED. Declining the last active bid → REQUESTED. The declined provider
+ * may not bid on this task again (PlaceBid → FAILED_PRECONDITION).
  */
 struct  Tasks__V1__DeclineBidRequest
 {
