@@ -76,6 +76,14 @@ public final class AccountsCore: Sendable {
             name: "sign_ups_per_address", limit: configuration.maxSignUpsPerAddress, window: configuration.signUpWindow)
         guestsByAddress = SlidingWindowThrottle(
             name: "guests_per_address", limit: configuration.maxGuestsPerAddress, window: configuration.signUpWindow)
+        // The accounts made within the window count after a restart too.
+        let since = SystemClock.nowMilliseconds() - configuration.signUpWindow.milliseconds
+        let made = try database.readSync { c in
+            try c.query("SELECT address, guest, made_at FROM accounts_by_address WHERE made_at > ? ORDER BY made_at", since).map {
+                (try $0.get(0, as: String.self), try $0.get(1, as: Int64.self) != 0, try $0.get(2, as: Int64.self))
+            }
+        }
+        for (address, guest, at) in made { (guest ? guestsByAddress : signUpsByAddress).record(address, at: at) }
         resetMailer = ResetMailer()
     }
 
@@ -225,6 +233,7 @@ public final class AccountsCore: Sendable {
                 try await MailIO.run { try keys.maintain(maxAge: maxAge) }
                 let now = SystemClock.nowMilliseconds()
                 let idle = configuration.refreshTokenLifetime.milliseconds
+                let window = configuration.signUpWindow.milliseconds
                 try await database.write { tx in
                     // A session whose latest refresh token expired is over; its rows go a month later.
                     try tx.execute(
@@ -235,6 +244,7 @@ public final class AccountsCore: Sendable {
                         "DELETE FROM sessions WHERE revoked_at < ? AND NOT EXISTS (SELECT 1 FROM refresh_tokens r WHERE r.session_id = sessions.id)",
                         now - 31 * 24 * 3600 * 1000)
                     try tx.execute("DELETE FROM password_resets WHERE expires_at < ?", now - 24 * 3600 * 1000)
+                    try tx.execute("DELETE FROM accounts_by_address WHERE made_at <= ?", now - window)
                 }
                 try await store.purgeKitTables(now: now)
                 let expired = try await expireUnusedGuests(now: now)

@@ -107,6 +107,18 @@ public enum AccountsSchema {
         .idempotency,
         .outboxParking,
         .outboxTraceContext,
+        Migration(
+            name: "accounts.003-accounts-by-address",
+            sql: """
+                -- Accounts made per client address (sign-ups, guests), kept for the limits' window so
+                -- that a restart does not reset them; older rows are purged hourly.
+                CREATE TABLE accounts_by_address (
+                    address TEXT NOT NULL,
+                    guest INTEGER NOT NULL,
+                    made_at INTEGER NOT NULL
+                );
+                CREATE INDEX accounts_by_address_made_at ON accounts_by_address(made_at);
+                """),
     ]
 }
 

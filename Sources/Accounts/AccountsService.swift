@@ -33,7 +33,8 @@ public struct AccountsService: Accounts_V1_AccountsService {
         // Sign-ups per client address, counted before the hash (a flood from one address must
         // not fill the hashing queue); one that fails for another reason is not counted.
         let signUp: SlidingWindowThrottle.Reservation
-        switch core.signUpsByAddress.reserve(core.clientAddress(context)) {
+        let address = core.clientAddress(context)
+        switch core.signUpsByAddress.reserve(address) {
         case .success(let r): signUp = r
         case .failure(let wait): throw RPCError.throttled("too many sign-ups from this address", wait: wait)
         }
@@ -60,6 +61,7 @@ public struct AccountsService: Accounts_V1_AccountsService {
                     contact?.phoneNumber ?? "", contact?.publicEmail ?? "", contact != nil, session.now, session.now
                 )
                 try session.insert(tx)
+                try tx.execute("INSERT INTO accounts_by_address (address, guest, made_at) VALUES (?, 0, ?)", address, session.now)
                 return try UserQueries.byID(tx, userID)!
             }
         } catch {
@@ -218,7 +220,8 @@ public struct AccountsService: Accounts_V1_AccountsService {
         var displayName = AccountRules.displayName(request.displayName, into: &errors)
         try errors.throwIfAny()
         if displayName.isEmpty { displayName = "Guest" }
-        if let wait = core.guestsByAddress.attempt(core.clientAddress(context)) {
+        let address = core.clientAddress(context)
+        if let wait = core.guestsByAddress.attempt(address) {
             throw AccountsCore.throttled("too many guest accounts from this address", waitMilliseconds: wait)
         }
 
@@ -235,6 +238,7 @@ public struct AccountsService: Accounts_V1_AccountsService {
                 userID, username, username, name, session.now, session.now
             )
             try session.insert(tx)
+            try tx.execute("INSERT INTO accounts_by_address (address, guest, made_at) VALUES (?, 1, ?)", address, session.now)
             return try UserQueries.byID(tx, userID)!
         }
         var response = Accounts_V1_CreateGuestResponse()

@@ -132,6 +132,15 @@ public final class SlidingWindowThrottle: Sendable {
         }
     }
 
+    /// Counts an attempt made at `at` (Unix ms) earlier: a limit kept in storage, loaded at start.
+    public func record(_ key: String, at: Int64) {
+        state.withLock { s in
+            var list = s.events[key] ?? []
+            list.insert(at, at: list.firstIndex { $0 > at } ?? list.count)
+            s.events[key] = list
+        }
+    }
+
     /// Forgets `key` (a successful log-in clears the account's failures).
     public func reset(_ key: String) {
         _ = state.withLock { $0.events.removeValue(forKey: key) }

@@ -177,6 +177,39 @@ import Testing
         }
     }
 
+    /// The sign-up and guest limits are kept in storage: a restart does not give an address a new
+    /// allowance (it used to: the counts were in memory only).
+    @Test func signUpLimitsSurviveARestart() async throws {
+        let limits: (inout AccountsConfiguration) -> Void = { c in
+            c.maxSignUpsPerAddress = 2
+            c.maxGuestsPerAddress = 1
+        }
+        let first = try await TestAccounts.start(limits)
+        do {
+            for _ in 0..<2 { _ = try await first.accounts.signUp(signUpRequest(uniqueName())) }
+            _ = try await first.accounts.createGuest(Accounts_V1_CreateGuestRequest())
+        } catch {
+            await first.stop()
+            throw error
+        }
+        await first.stop(keepingData: true)
+        let again = try await TestAccounts.start(directory: first.directory, limits)
+        do {
+            let refused = await expectFailure(.resourceExhausted) { _ = try await again.accounts.signUp(signUpRequest(uniqueName())) }
+            #expect((refused?.retryDelaySeconds ?? 0) > 3000, "the hour's window runs from the first sign-up: \(refused?.retryDelaySeconds ?? 0)")
+            await expectFailure(.resourceExhausted) { _ = try await again.accounts.createGuest(Accounts_V1_CreateGuestRequest()) }
+            // Another address has its own allowance.
+            let viaGateway = Accounts_V1_AccountsClient(
+                RPCClient(transport: CredentialedTransport(base: again.channel, gatewayToken: testGatewayToken)))
+            _ = try await viaGateway.signUp(
+                signUpRequest(uniqueName()), options: CallOptions(metadata: Metadata([("x-forwarded-for", "192.0.2.45")])))
+        } catch {
+            await again.stop()
+            throw error
+        }
+        await again.stop()
+    }
+
     /// A guest nobody can use any more (its last refresh token expired) is deleted like any
     /// account: tombstoned, and erased in every other service through the outbox.
     @Test func unusedGuestsExpire() async throws {

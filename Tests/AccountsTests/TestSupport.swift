@@ -75,11 +75,12 @@ final class TestAccounts: Sendable {
         channel = RPCChannel(configuration: channelConfig)
     }
 
+    /// `directory`: an earlier server's data (a restart); a fresh one when nil.
     static func start(
-        background: Bool = true,
+        background: Bool = true, directory: String? = nil,
         _ configure: (inout AccountsConfiguration) -> Void = { _ in }
     ) async throws -> TestAccounts {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("accounts-tests-\(UUID().uuidString)").path
+        let directory = directory ?? FileManager.default.temporaryDirectory.appendingPathComponent("accounts-tests-\(UUID().uuidString)").path
         var configuration = testConfiguration(directory)
         configure(&configuration)
         let logs = CapturedLogs()
@@ -97,13 +98,14 @@ final class TestAccounts: Sendable {
         return TestAccounts(directory: directory, core: core, server: server, port: port, logs: logs, jobs: jobs)
     }
 
-    func stop() async {
+    /// Stops the server; `keepingData` leaves the data directory for a restart.
+    func stop(keepingData: Bool = false) async {
         jobs.cancel()
         await channel.close()
         await server.shutdownGracefully()
         _ = await jobs.value
         core.close()
-        try? FileManager.default.removeItem(atPath: directory)
+        if !keepingData { try? FileManager.default.removeItem(atPath: directory) }
     }
 }
 

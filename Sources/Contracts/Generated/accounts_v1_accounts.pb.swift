@@ -2794,7 +2794,10 @@ public enum Accounts_V1_AccountsMethods {
     public static let serviceName = "accounts.v1.Accounts"
     /// Creates a full account and logs it in (A UC1, B UC-1, D 3.a, E 1.1).
     /// INVALID_ARGUMENT names every rejected field at once; ALREADY_EXISTS names "username" and/or
-    /// "email" when taken (both compared case-insensitively).
+    /// "email" when taken (both compared case-insensitively). At most 100 accounts are made per
+    /// client address per hour (a restart does not reset the count; a sign-up refused for another
+    /// reason does not count): past it → RESOURCE_EXHAUSTED with a google.rpc.RetryInfo saying when
+    /// the oldest leaves the hour.
     public static let signUp = RPCCore.MethodDescriptor(
         service: serviceName, method: "SignUp", kind: .unary, visibility: .publicAnonymous,
         inputType: "accounts.v1.SignUpRequest", outputType: "accounts.v1.SignUpResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
@@ -2818,7 +2821,8 @@ public enum Accounts_V1_AccountsMethods {
         inputType: "accounts.v1.LogOutRequest", outputType: "accounts.v1.LogOutResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Creates a guest account without credentials and logs it in (E 1.5). Guests do not appear in
     /// SearchUsers; a guest whose refresh token is lost cannot log in again, so clients offer
-    /// UpgradeGuest.
+    /// UpgradeGuest. At most 100 guest accounts per client address per hour, as for SignUp →
+    /// RESOURCE_EXHAUSTED with a google.rpc.RetryInfo.
     public static let createGuest = RPCCore.MethodDescriptor(
         service: serviceName, method: "CreateGuest", kind: .unary, visibility: .publicAnonymous,
         inputType: "accounts.v1.CreateGuestRequest", outputType: "accounts.v1.CreateGuestResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
@@ -2906,7 +2910,10 @@ public enum Accounts_V1_AccountsMethods {
 public protocol Accounts_V1_AccountsService: RPCCore.RPCService {
     /// Creates a full account and logs it in (A UC1, B UC-1, D 3.a, E 1.1).
     /// INVALID_ARGUMENT names every rejected field at once; ALREADY_EXISTS names "username" and/or
-    /// "email" when taken (both compared case-insensitively).
+    /// "email" when taken (both compared case-insensitively). At most 100 accounts are made per
+    /// client address per hour (a restart does not reset the count; a sign-up refused for another
+    /// reason does not count): past it → RESOURCE_EXHAUSTED with a google.rpc.RetryInfo saying when
+    /// the oldest leaves the hour.
     func signUp(request: Accounts_V1_SignUpRequest, context: RPCCore.ServerContext) async throws -> Accounts_V1_SignUpResponse
     /// Logs in with a username or an email and the password (A UC2, B UC-2, D 1.a, E 1.2).
     /// Wrong credentials → UNAUTHENTICATED with one generic message whatever was wrong (no user
@@ -2922,7 +2929,8 @@ public protocol Accounts_V1_AccountsService: RPCCore.RPCService {
     func logOut(request: Accounts_V1_LogOutRequest, context: RPCCore.ServerContext) async throws -> Accounts_V1_LogOutResponse
     /// Creates a guest account without credentials and logs it in (E 1.5). Guests do not appear in
     /// SearchUsers; a guest whose refresh token is lost cannot log in again, so clients offer
-    /// UpgradeGuest.
+    /// UpgradeGuest. At most 100 guest accounts per client address per hour, as for SignUp →
+    /// RESOURCE_EXHAUSTED with a google.rpc.RetryInfo.
     func createGuest(request: Accounts_V1_CreateGuestRequest, context: RPCCore.ServerContext) async throws -> Accounts_V1_CreateGuestResponse
     /// Turns the calling guest into a full account with the same user_id, so every service keeps its
     /// data (E 1.5). Same field rules as SignUp. FAILED_PRECONDITION when the caller is not a guest.
@@ -3007,7 +3015,10 @@ public struct Accounts_V1_AccountsClient: Sendable {
 
     /// Creates a full account and logs it in (A UC1, B UC-1, D 3.a, E 1.1).
     /// INVALID_ARGUMENT names every rejected field at once; ALREADY_EXISTS names "username" and/or
-    /// "email" when taken (both compared case-insensitively).
+    /// "email" when taken (both compared case-insensitively). At most 100 accounts are made per
+    /// client address per hour (a restart does not reset the count; a sign-up refused for another
+    /// reason does not count): past it → RESOURCE_EXHAUSTED with a google.rpc.RetryInfo saying when
+    /// the oldest leaves the hour.
     public func signUp(_ request: Accounts_V1_SignUpRequest, options: RPCCore.CallOptions = .defaults) async throws -> Accounts_V1_SignUpResponse {
         try await client.unary(Accounts_V1_AccountsMethods.signUp, request, as: Accounts_V1_SignUpResponse.self, options: options).message
     }
@@ -3051,7 +3062,8 @@ public struct Accounts_V1_AccountsClient: Sendable {
 
     /// Creates a guest account without credentials and logs it in (E 1.5). Guests do not appear in
     /// SearchUsers; a guest whose refresh token is lost cannot log in again, so clients offer
-    /// UpgradeGuest.
+    /// UpgradeGuest. At most 100 guest accounts per client address per hour, as for SignUp →
+    /// RESOURCE_EXHAUSTED with a google.rpc.RetryInfo.
     public func createGuest(_ request: Accounts_V1_CreateGuestRequest, options: RPCCore.CallOptions = .defaults) async throws -> Accounts_V1_CreateGuestResponse {
         try await client.unary(Accounts_V1_AccountsMethods.createGuest, request, as: Accounts_V1_CreateGuestResponse.self, options: options).message
     }
