@@ -294,11 +294,14 @@ public struct Finance_V1_CreatePaymentRequest: Sendable, Equatable {
     /// Whether `amount` is set (proto3 tracks presence of message fields).
     public var hasAmount: Bool { _amount != nil }
     public mutating func clearAmount() { _amount = nil }
-    /// How amount is divided; required.
+    /// How amount is divided; required. A number that is no SplitMode → INVALID_ARGUMENT naming
+    /// "split_mode".
     public var splitMode: Finance_V1_SplitMode = .unspecified
     /// EQUAL and EACH: 1..20 distinct housemates, not the caller. Must be empty for CUSTOM.
     public var housemateUserIds: [String] = []
     /// CUSTOM only: 1..20 shares with distinct housemates, not the caller; amounts sum to amount.
+    /// Each share is checked (> 0, at most 1 000 000 000 cents: INVALID_ARGUMENT naming
+    /// "custom_shares[i].amount") before they are added up.
     public var customShares: [Finance_V1_Share] = []
     /// Required, 1..64 printable ASCII characters, chosen by the client per logical request (e.g. a
     /// UUID) and reused on retries. Scoped to the caller; the same key with a different request →
@@ -399,7 +402,8 @@ public struct Finance_V1_ListTransactionsRequest: Sendable, Equatable {
     public var householdId: String = ""
     /// The other user; required, not the caller.
     public var counterpartUserId: String = ""
-    /// Maximum entries, 0..100; 0 = 20.
+    /// Maximum entries, 0..100; 0 = 20. Larger values are clamped to 100; negative →
+    /// INVALID_ARGUMENT naming "page_size".
     public var pageSize: Int32 = 0
     /// next_page_token of the previous page; empty for the first page.
     public var pageToken: String = ""
@@ -521,7 +525,8 @@ public struct Finance_V1_RecordTaskSettlementRequest: Sendable, Equatable {
     public var requesterUserId: String = ""
     /// Who did it, the accepted bidder (the creditor); different from the requester.
     public var providerUserId: String = ""
-    /// The accepted bid, > 0 cents.
+    /// The accepted bid, > 0 cents, at most 1 000 000 000 cents (as every amount a request carries);
+    /// outside → INVALID_ARGUMENT naming "amount".
     public var amount: Common_V1_Money {
         get { _amount ?? Common_V1_Money() }
         set { _amount = newValue }

@@ -294,7 +294,8 @@ struct  Finance__V1__CreatePaymentRequest
    */
   Common__V1__Money *amount;
   /*
-   * How amount is divided; required.
+   * How amount is divided; required. A number that is no SplitMode → INVALID_ARGUMENT naming
+   * "split_mode".
    */
   Finance__V1__SplitMode split_mode;
   /*
@@ -304,6 +305,8 @@ struct  Finance__V1__CreatePaymentRequest
   char **housemate_user_ids;
   /*
    * CUSTOM only: 1..20 shares with distinct housemates, not the caller; amounts sum to amount.
+   * Each share is checked (> 0, at most 1 000 000 000 cents: INVALID_ARGUMENT naming
+   * "custom_shares[i].amount") before they are added up.
    */
   size_t n_custom_shares;
   Finance__V1__Share **custom_shares;
@@ -452,7 +455,8 @@ struct  Finance__V1__ListTransactionsRequest
    */
   char *counterpart_user_id;
   /*
-   * Maximum entries, 0..100; 0 = 20.
+   * Maximum entries, 0..100; 0 = 20. Larger values are clamped to 100; negative →
+   * INVALID_ARGUMENT naming "page_size".
    */
   int32_t page_size;
   /*
@@ -620,7 +624,8 @@ struct  Finance__V1__RecordTaskSettlementRequest
    */
   char *provider_user_id;
   /*
-   * The accepted bid, > 0 cents.
+   * The accepted bid, > 0 cents, at most 1 000 000 000 cents (as every amount a request carries);
+   * outside → INVALID_ARGUMENT naming "amount".
    */
   Common__V1__Money *amount;
   /*
