@@ -251,6 +251,18 @@ async function grpcWebUnary() {
   return result;
 }
 
+// An upload over the method's limit, the whole body sent after the head (what fetch does): the
+// page must read the refusal, not a network error (issue 35: net::ERR_CONNECTION_RESET before).
+async function uploadTooLarge(bytes, withToken) {
+  const headers = { "content-type": "application/grpc-web+proto", "x-grpc-web": "1" };
+  if (withToken) headers.authorization = `Bearer ${pageState.token}`;
+  const r = await fetch(`${GATEWAY}/accounts.v1.Accounts/UploadAvatar`, { method: "POST", headers, body: new Uint8Array(bytes) });
+  await r.arrayBuffer();
+  const result = { httpStatus: r.status, grpcStatus: r.headers.get("grpc-status"), grpcMessage: r.headers.get("grpc-message") };
+  log(`UploadAvatar of ${bytes} bytes: HTTP ${result.httpStatus}, grpc-status ${result.grpcStatus}`, "ok");
+  return result;
+}
+
 function closeAll() {
   for (const s of Object.values(pageState.streams)) if (s.abort) s.abort();
   log("streams closed by the page", "note");
@@ -274,7 +286,7 @@ async function tryCall() {
 
 // Selenium calls these through execute_async_script: run(name, args...) resolves with a plain value.
 window.demo = {
-  signUp, getMyProfile, grpcWebUnary, openGrpcWeb, openConnect, waitForNotifications, closeAll, tryCall,
+  signUp, getMyProfile, grpcWebUnary, uploadTooLarge, openGrpcWeb, openConnect, waitForNotifications, closeAll, tryCall,
   run(fn, args, done) {
     Promise.resolve()
       .then(() => this[fn](...args))
