@@ -127,7 +127,11 @@ public struct MatchmakingService: Matchmaking_V1_MatchmakingService {
         let caller = try core.caller(context)
         var errors = FieldErrors()
         let id = Self.matchID(request.matchId, into: &errors)
-        if request.turnNumber < 1 { errors.add("turn_number", "required: the turn being played (Match.turn_number)") }
+        if request.turnNumber < 1 {
+            errors.add("turn_number", "required: the turn being played (Match.turn_number)")
+        } else if request.turnNumber > 2 * GameState.turnsPerSeat {
+            errors.add("turn_number", "must be 1 to \(2 * GameState.turnsPerSeat): a match has at most that many turns")
+        }
         let input = Self.moveInput(request, into: &errors)
         try errors.throwIfAny()
         let now = core.now(), configuration = core.configuration, hub = core.hub

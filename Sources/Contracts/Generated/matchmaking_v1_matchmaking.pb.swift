@@ -1034,9 +1034,11 @@ public struct Matchmaking_V1_CancelChallengeResponse: Sendable, Equatable {
 
 /// E 2.5: the caller's challenges, newest first.
 public struct Matchmaking_V1_ListChallengesRequest: Sendable, Equatable {
-    /// Incoming, outgoing or both.
+    /// Incoming, outgoing or both. A number that is no ChallengeDirection → INVALID_ARGUMENT naming
+    /// "direction".
     public var direction: Matchmaking_V1_ChallengeDirection = .unspecified
-    /// Status filter; empty = PENDING only.
+    /// Status filter; empty = PENDING only. A number that is no ChallengeStatus → INVALID_ARGUMENT
+    /// naming "statuses[i]".
     public var statuses: [Matchmaking_V1_ChallengeStatus] = []
     /// 1..100; 0 means 20.
     public var pageSize: Int32 = 0
@@ -1134,9 +1136,9 @@ public struct Matchmaking_V1_StartLocalMatchRequest: Sendable, Equatable {
     /// replayed = true; the same key with a different request → FAILED_PRECONDITION naming
     /// "idempotency_key".
     public var idempotencyKey: String = ""
-    /// Board width 5..15; 0 means 9.
+    /// Board width 5..15; 0 means 9. Anything else → INVALID_ARGUMENT naming "columns".
     public var columns: Int32 = 0
-    /// Board height 5..15; 0 means 9.
+    /// Board height 5..15; 0 means 9. Anything else → INVALID_ARGUMENT naming "rows".
     public var rows: Int32 = 0
 
     public init() {}
@@ -1190,9 +1192,10 @@ public struct Matchmaking_V1_ListMyMatchesRequest: Sendable, Equatable {
     public var pageSize: Int32 = 0
     /// From a previous response.
     public var pageToken: String = ""
-    /// Status filter; UNSPECIFIED = any.
+    /// Status filter; UNSPECIFIED = any. A number that is no MatchStatus → INVALID_ARGUMENT naming
+    /// "status".
     public var status: Matchmaking_V1_MatchStatus = .unspecified
-    /// Kind filter; UNSPECIFIED = any.
+    /// Kind filter; UNSPECIFIED = any. A number that is no MatchKind → INVALID_ARGUMENT naming "kind".
     public var kind: Matchmaking_V1_MatchKind = .unspecified
     /// Only matches against this user; empty = any.
     public var opponentUserId: String = ""
@@ -1216,7 +1219,9 @@ public struct Matchmaking_V1_ListMyMatchesResponse: Sendable, Equatable {
 public struct Matchmaking_V1_SubmitMoveRequest: Sendable, Equatable {
     /// Match id; must be ACTIVE.
     public var matchId: String = ""
-    /// The turn being played (must equal Match.turn_number).
+    /// The turn being played (must equal Match.turn_number). 1..200 (a match has at most 200
+    /// turns): outside → INVALID_ARGUMENT naming "turn_number"; another turn within it →
+    /// FAILED_PRECONDITION as above.
     public var turnNumber: Int32 = 0
     /// The dealt shape's placement; unset only when it has no legal position.
     public var placement: Matchmaking_V1_ShapePlacement {
@@ -1269,7 +1274,8 @@ public struct Matchmaking_V1_WatchMatchRequest: Sendable, Equatable {
     /// Match id.
     public var matchId: String = ""
     /// 0: start with a snapshot. Otherwise resume after this event sequence number; if those events
-    /// are no longer kept, the stream starts with a snapshot instead.
+    /// are no longer kept, the stream starts with a snapshot instead (also for a number past the
+    /// match's last event). Negative → INVALID_ARGUMENT naming "after_sequence".
     public var afterSequence: Int64 = 0
 
     public init() {}

@@ -927,11 +927,13 @@ struct  Matchmaking__V1__ListChallengesRequest
 {
   ProtobufCMessage base;
   /*
-   * Incoming, outgoing or both.
+   * Incoming, outgoing or both. A number that is no ChallengeDirection → INVALID_ARGUMENT naming
+   * "direction".
    */
   Matchmaking__V1__ChallengeDirection direction;
   /*
-   * Status filter; empty = PENDING only.
+   * Status filter; empty = PENDING only. A number that is no ChallengeStatus → INVALID_ARGUMENT
+   * naming "statuses[i]".
    */
   size_t n_statuses;
   Matchmaking__V1__ChallengeStatus *statuses;
@@ -1088,11 +1090,11 @@ struct  Matchmaking__V1__StartLocalMatchRequest
    */
   char *idempotency_key;
   /*
-   * Board width 5..15; 0 means 9.
+   * Board width 5..15; 0 means 9. Anything else → INVALID_ARGUMENT naming "columns".
    */
   int32_t columns;
   /*
-   * Board height 5..15; 0 means 9.
+   * Board height 5..15; 0 means 9. Anything else → INVALID_ARGUMENT naming "rows".
    */
   int32_t rows;
 };
@@ -1168,11 +1170,12 @@ struct  Matchmaking__V1__ListMyMatchesRequest
    */
   char *page_token;
   /*
-   * Status filter; UNSPECIFIED = any.
+   * Status filter; UNSPECIFIED = any. A number that is no MatchStatus → INVALID_ARGUMENT naming
+   * "status".
    */
   Matchmaking__V1__MatchStatus status;
   /*
-   * Kind filter; UNSPECIFIED = any.
+   * Kind filter; UNSPECIFIED = any. A number that is no MatchKind → INVALID_ARGUMENT naming "kind".
    */
   Matchmaking__V1__MatchKind kind;
   /*
@@ -1219,7 +1222,9 @@ struct  Matchmaking__V1__SubmitMoveRequest
    */
   char *match_id;
   /*
-   * The turn being played (must equal Match.turn_number).
+   * The turn being played (must equal Match.turn_number). 1..200 (a match has at most 200
+   * turns): outside → INVALID_ARGUMENT naming "turn_number"; another turn within it →
+   * FAILED_PRECONDITION as above.
    */
   int32_t turn_number;
   /*
@@ -1276,7 +1281,8 @@ struct  Matchmaking__V1__WatchMatchRequest
   char *match_id;
   /*
    * 0: start with a snapshot. Otherwise resume after this event sequence number; if those events
-   * are no longer kept, the stream starts with a snapshot instead.
+   * are no longer kept, the stream starts with a snapshot instead (also for a number past the
+   * match's last event). Negative → INVALID_ARGUMENT naming "after_sequence".
    */
   int64_t after_sequence;
 };
