@@ -91,10 +91,24 @@ def test_services_speak_mutual_tls_with_certificates_from_the_certs_volume():
     assert "certs:/certs:ro" in gw["volumes"]
 
 
-def test_dockerfile_copies_every_executable_that_the_package_declares():
+def test_dockerfile_copies_every_shipped_executable_and_fails_without_one():
+    """The image holds what scripts/swift-release builds (its --shipped list: every service, the
+    gateway, health-probe, dev-certs) and its build fails when one is missing: no stand-in that
+    would start and print "not built" in a deployed image."""
     package = (ROOT / "Package.swift").read_text()
     declared = set(re.findall(r'\.executable\(name: "([a-z-]+)"', package))
     wanted = {e for e in declared if e.endswith("-service") or e in ("gateway", "health-probe", "dev-certs")}
+    shipped = set(subprocess.run([str(ROOT / "scripts" / "swift-release"), "--shipped"], capture_output=True, text=True,
+                                 check=True).stdout.split())
+    assert wanted | {f"{s}-service" for s in SERVICES} | {"gateway", "health-probe", "dev-certs"} <= shipped
+    assert shipped <= declared, "a shipped executable the package does not declare"
     docker = DOCKERFILE.read_text()
-    for exe in wanted | {f"{s}-service" for s in SERVICES} | {"gateway", "health-probe", "dev-certs"}:
-        assert exe in docker, f"Dockerfile does not install {exe}"
+    assert "RUN scripts/swift-release" in docker and "$(scripts/swift-release --shipped)" in docker
+    assert "COPY scripts/swift-release" in docker
+    assert "not built yet" not in docker and "printf" not in docker, "the image must not write stand-ins"
+    assert 'exit 1' in docker
+    # Everything compose runs is in the image.
+    doc = yaml.safe_load(COMPOSE.read_text())
+    for name, svc in doc["services"].items():
+        if svc.get("command"):
+            assert svc["command"][0] in shipped, name
