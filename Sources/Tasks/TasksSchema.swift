@@ -150,6 +150,8 @@ public enum TasksSchema {
                     -- day. NULL for events added before: their utc_offset alone is known.
                     ALTER TABLE habit_events ADD COLUMN time_zone TEXT;
                     """),
+            MarketStore.foldedText,
+            HabitStore.foldedComment,
         ]
 }
 

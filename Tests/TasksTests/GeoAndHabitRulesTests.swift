@@ -70,7 +70,6 @@ struct GeoTests {
         #expect(words == ["Desk", "ASSEMBLE", "a\"b"])
         #expect(MarketRules.ftsQuery(words) == "\"Desk\" AND \"ASSEMBLE\" AND \"a\"\"b\"")
         #expect(MarketRules.ftsQuery(["ab", "x"]) == nil)
-        #expect(MarketRules.likePattern("50%_\\") == "%50\\%\\_\\\\%")
     }
 }
 

@@ -565,9 +565,12 @@ struct MarketplaceTests {
                     let title = words[i % 5] + " " + words[(i / 5) % 5]
                     try tx.execute(
                         """
-                        INSERT INTO market_tasks (id, requester_id, title, description, latitude, longitude, status, created_at, updated_at)
-                        VALUES (?, ?, ?, '', ?, ?, ?, ?, ?)
-                        """, ULID.make(now: base + Int64(i)), alice.id, title, la, lo, Int64(i % 20 == 7 ? 3 : 1), base + Int64(i), base + Int64(i))
+                        INSERT INTO market_tasks (id, requester_id, title, description, title_folded, latitude, longitude, status, created_at,
+                            updated_at)
+                        VALUES (?, ?, ?, '', ?, ?, ?, ?, ?, ?)
+                        """, ULID.make(now: base + Int64(i)), alice.id, title, TextFold.fold(title), la, lo, Int64(i % 20 == 7 ? 3 : 1),
+                        base + Int64(i),
+                        base + Int64(i))
                 }
             }
             for (lat, lon) in [(53.54, -113.49), (0.0, 0.0), (-89.9, 170.0)] {

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import threading
 import time
+import unicodedata
 import uuid
 
 ARGS = sys.argv[1:]
@@ -97,6 +98,12 @@ def ulid(ms, rng):
     return t + "".join(rng.choice(alphabet) for _ in range(16))
 
 
+def fold(text):
+    """TextFold.fold (Sources/ServiceKit/TextFold.swift): NFKC, full case folding, NFKC. The
+    service matches words against these stored copies, so rows seeded here carry them too."""
+    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
+
+
 def pct(xs, p):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
@@ -131,10 +138,10 @@ def main():
         for i in range(N_TASKS):
             lat, lon = place(rng)
             at = now - (N_TASKS - i) * 1000
-            rows.append((ulid(at, rng), alice_id, " ".join(rng.sample(WORDS, 3)).capitalize()[:30], " ".join(rng.sample(WORDS, 8)),
-                         lat, lon, at, at))
-        db.executemany("INSERT INTO market_tasks (id, requester_id, title, description, latitude, longitude, status, created_at, updated_at) "
-                       "VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?)", rows)
+            title, description = " ".join(rng.sample(WORDS, 3)).capitalize()[:30], " ".join(rng.sample(WORDS, 8))
+            rows.append((ulid(at, rng), alice_id, title, description, fold(title), fold(description), lat, lon, at, at))
+        db.executemany("INSERT INTO market_tasks (id, requester_id, title, description, title_folded, description_folded, latitude, longitude, "
+                       "status, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)", rows)
         habits = max(1, N_EVENTS // 365 + 1)
         today = (now // 86_400_000)
         for h in range(habits):
@@ -147,9 +154,10 @@ def main():
                 key = day.tm_year * 10000 + day.tm_mon * 100 + day.tm_mday
                 lat, lon = place(rng)
                 at = (today - d) * 86_400_000 + 3_600_000
-                evs.append((ulid(at, rng), hid, bob_id, key, rng.choice(WORDS), lat, lon, at, at))
-            db.executemany("INSERT INTO habit_events (id, habit_id, owner_id, day, comment, latitude, longitude, utc_offset, created_at, "
-                           "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?)", evs)
+                comment = rng.choice(WORDS)
+                evs.append((ulid(at, rng), hid, bob_id, key, comment, fold(comment), lat, lon, at, at))
+            db.executemany("INSERT INTO habit_events (id, habit_id, owner_id, day, comment, comment_folded, latitude, longitude, utc_offset, "
+                           "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)", evs)
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     db.close()
     print(f"seed_seconds={time.perf_counter() - t0:.1f}", flush=True)

@@ -55,6 +55,21 @@ enum HabitStore {
             END;
             """)
 
+    /// The folded comment (`TextFold`) stored beside it: `comment_contains` matches it with
+    /// `instr`, in every script (`LIKE` folds ASCII only). Existing events are folded here.
+    static let foldedComment = Migration(name: "habits.003-folded-comment") { tx in
+        try tx.execute("ALTER TABLE habit_events ADD COLUMN comment_folded TEXT NOT NULL DEFAULT ''")
+        var last: Int64 = 0
+        while true {
+            let rows = try tx.query("SELECT n, comment FROM habit_events WHERE n > ? ORDER BY n LIMIT 1000", last)
+            for r in rows {
+                last = try r.get("n")
+                try tx.execute("UPDATE habit_events SET comment_folded = ? WHERE n = ?", TextFold.fold(try r.get("comment")), last)
+            }
+            if rows.count < 1000 { break }
+        }
+    }
+
     struct Habit: Sendable {
         var id: String
         var ownerID: String

@@ -335,10 +335,10 @@ extension TasksService {
                 let id = ULID.make(now: now)
                 try tx.execute(
                     """
-                    INSERT INTO habit_events (id, habit_id, owner_id, day, comment, latitude, longitude, utc_offset, excused_from, created_at,
-                        updated_at, photo_size, photo, time_zone) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    """, id, habitID, me, today.key, comment, location?.latitude, location?.longitude, Int64(offset), excused?.key, now, now,
-                    Int64(photo.count), photo.isEmpty ? nil : photo, zone.identifier)
+                    INSERT INTO habit_events (id, habit_id, owner_id, day, comment, comment_folded, latitude, longitude, utc_offset, excused_from,
+                        created_at, updated_at, photo_size, photo, time_zone) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """, id, habitID, me, today.key, comment, TextFold.fold(comment), location?.latitude, location?.longitude, Int64(offset),
+                    excused?.key, now, now, Int64(photo.count), photo.isEmpty ? nil : photo, zone.identifier)
                 guard let e = try HabitStore.oneEvent(tx, id: id) else { throw RPCError(.internal, "event vanished") }
                 var out = Tasks_V1_CreateHabitEventResponse()
                 out.event = HabitStore.proto(e, users: try UserDirectory.cached(tx, [me]))
@@ -390,7 +390,9 @@ extension TasksService {
         let now = core.now
         let photo: [UInt8]? = request.hasPhoto ? request.photo.photo : nil
         let e = try await core.write { tx -> HabitStore.Event in
-            if let comment { try tx.execute("UPDATE habit_events SET comment = ? WHERE id = ?", comment, id) }
+            if let comment {
+                try tx.execute("UPDATE habit_events SET comment = ?, comment_folded = ? WHERE id = ?", comment, TextFold.fold(comment), id)
+            }
             if let photo {
                 try tx.execute(
                     "UPDATE habit_events SET photo = ?, photo_size = ? WHERE id = ?", photo.isEmpty ? nil : photo, Int64(photo.count), id)
@@ -437,8 +439,8 @@ extension TasksService {
         var args: [DatabaseValue] = []
         var latest = "SELECT l.id FROM habit_events l WHERE l.habit_id = h.id"
         if let comment {
-            latest += " AND l.comment LIKE ? ESCAPE '\\'"
-            args.append(.text(MarketRules.likePattern(comment)))
+            latest += " AND instr(l.comment_folded, ?) > 0"
+            args.append(.text(TextFold.fold(comment)))
         }
         latest += " ORDER BY l.day DESC LIMIT 1"
         var conditions = ["h.owner_id IN (\(owners.map { _ in "?" }.joined(separator: ",")))"]
@@ -534,8 +536,9 @@ extension TasksService {
                 args += habitIDs.map { .text($0) }
             }
             if let comment {
-                conditions.append("e.comment LIKE ? ESCAPE '\\'")
-                args.append(.text(MarketRules.likePattern(comment)))
+                // TextFold's rule: the folded filter, a substring of the folded comment (instr: no LIKE wildcards).
+                conditions.append("instr(e.comment_folded, ?) > 0")
+                args.append(.text(TextFold.fold(comment)))
             }
             if let (center, r) = circle {
                 // Start from the R*Tree (CROSS JOIN keeps SQLite from scanning the owner's events).

@@ -62,28 +62,23 @@ enum MarketRules {
         return ok ? (m.amountCents, m.currency) : nil
     }
 
-    /// Keywords: 0..10 space-separated words of 1..30 characters.
+    /// Keywords: 0..10 space-separated words of 1..30 characters, as sent; a word equal to an
+    /// earlier one once folded (`TextFold`) is dropped.
     static func keywords(_ raw: String, into errors: inout FieldErrors) -> [String] {
         let words = raw.split(whereSeparator: { $0.isWhitespace }).map(String.init)
         if words.count > 10 { errors.add("keywords", "at most 10 words") }
         if words.contains(where: { FieldRules.length($0) > 30 }) { errors.add("keywords", "each word must be at most 30 characters") }
         if FieldRules.hasControlCharacters(raw.filter { !$0.isWhitespace }) { errors.add("keywords", "must not contain control characters") }
         var seen = Set<String>()
-        return words.prefix(10).filter { seen.insert($0.lowercased()).inserted }
+        return words.prefix(10).filter { seen.insert(TextFold.fold($0)).inserted }
     }
 
-    /// The FTS5 query of the words of three or more characters (each a quoted phrase: a substring
-    /// under the trigram tokenizer), or nil when none is that long.
+    /// The FTS5 query of the (folded) words of three or more Unicode scalars (each a quoted
+    /// phrase: a substring under the trigram tokenizer), or nil when none is that long.
     static func ftsQuery(_ words: [String]) -> String? {
         let long = words.filter { $0.unicodeScalars.count >= 3 }
         guard !long.isEmpty else { return nil }
         return long.map { "\"" + $0.replacingOccurrences(of: "\"", with: "\"\"") + "\"" }.joined(separator: " AND ")
-    }
-
-    /// A LIKE pattern matching `word` anywhere (`\` escapes).
-    static func likePattern(_ word: String) -> String {
-        "%" + word.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "%", with: "\\%").replacingOccurrences(of: "_", with: "\\_")
-            + "%"
     }
 
     /// Statuses of a filter: `allowed` only, no UNSPECIFIED; empty → `defaults`.

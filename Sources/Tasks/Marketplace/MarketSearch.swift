@@ -3,9 +3,10 @@ import RPCCore
 import ServiceKit
 import Storage
 
-/// SearchMarketTasks as SQL over what SQLite already has: the FTS5 trigram index finds the tasks
-/// containing every keyword of three or more characters (shorter ones are checked with LIKE on
-/// those rows), the R*Tree narrows a distance search to the bounding box of the circle (split at
+/// SearchMarketTasks as SQL over what SQLite already has: the FTS5 trigram index of the folded
+/// title and description (`TextFold`) finds the tasks containing every keyword of three or more
+/// characters (shorter ones, which trigrams cannot index, are checked with `instr` on the same
+/// folded columns of those rows: one rule for both), the R*Tree narrows a distance search to the bounding box of the circle (split at
 /// the antimeridian, every longitude around a pole), and the exact great-circle distance is
 /// computed for those candidates only. Results: by distance, ties newest first (ids are ULIDs in
 /// creation order), or newest first without a point.
@@ -14,6 +15,7 @@ import Storage
 /// every open task: the reference of the tests and of the bench.
 enum MarketSearch {
     struct Query: Sendable {
+        /// Folded (`TextFold.fold`): matched as they are against the folded title and description.
         var words: [String]
         var statuses: [Int64]
         var near: GeoPoint?
@@ -22,7 +24,7 @@ enum MarketSearch {
         /// What a page token is bound to.
         var fingerprint: String {
             let place = near.map { "\($0.latitude.bitPattern):\($0.longitude.bitPattern)" } ?? "-"
-            return "\(words.map { $0.lowercased() }.joined(separator: "\u{1}")):\(statuses):\(place):\(radiusKm?.bitPattern ?? 0)"
+            return "\(words.joined(separator: "\u{1}")):\(statuses):\(place):\(radiusKm?.bitPattern ?? 0)"
         }
     }
 
@@ -40,7 +42,7 @@ enum MarketSearch {
     static let boxCandidatesForWordIndex = 20_000
 
     /// Up to this many places in the circle's bounding box, their rows are read and their words
-    /// checked here (Unicode case folding for every word); above it, SQLite orders the candidates
+    /// checked here (`TextFold.contains` on the folded columns); above it, SQLite orders the candidates
     /// and returns one page only (`LIMIT`), the words checked in SQL — the cost of a page never
     /// grows with the rows a huge circle (up to the contract's 20,000 km: the whole Earth) holds.
     static let boxCandidatesReadHere = 5_000
@@ -76,7 +78,7 @@ enum MarketSearch {
 
     /// Words and a circle: the R*Tree's candidates (the circle's bounding box, a CROSS JOIN so that
     /// SQLite starts from it), their exact distance in SQL, every word checked on those rows
-    /// (case-insensitive substring, as the trigram index matches). A box holding very many places
+    /// (a substring of the folded title or description, as the trigram index matches). A box holding very many places
     /// (a large radius in a dense area) is first narrowed by the FTS5 index.
     static func runInCircle(
         _ c: Connection, _ q: Query, near: GeoPoint, radius: Double, after cursor: [String]?, limit: Int
@@ -90,18 +92,17 @@ enum MarketSearch {
             return try nearestInSQL(c, q, box: box, distance: distance, radius: radius, narrowedByWords: narrowed, after: cursor, limit: limit)
         }
         let sql = """
-            SELECT id, title, description, dist FROM (
-                SELECT t.id AS id, t.title AS title, t.description AS description, \(distance) AS dist
+            SELECT id, title_folded, description_folded, dist FROM (
+                SELECT t.id AS id, t.title_folded AS title_folded, t.description_folded AS description_folded, \(distance) AS dist
                 FROM market_task_geo g CROSS JOIN market_tasks t ON t.n = g.id
                 WHERE \(box.sql) AND t.status IN (\(q.statuses.map { _ in "?" }.joined(separator: ",")))
             ) WHERE dist <= ?
             """
         let args = box.args + q.statuses.map { DatabaseValue.integer($0) } + [.real(radius)]
-        let words = q.words.map { $0.lowercased() }
         var hits: [Hit] = []
         for row in try c.query(sql, arguments: args) {
-            let title = try row.get("title", as: String.self).lowercased(), description = try row.get("description", as: String.self).lowercased()
-            guard words.allSatisfy({ title.contains($0) || description.contains($0) }) else { continue }
+            let title = try row.get("title_folded", as: String.self), description = try row.get("description_folded", as: String.self)
+            guard q.words.allSatisfy({ TextFold.contains(title, $0) || TextFold.contains(description, $0) }) else { continue }
             let id: String = try row.get("id"), d: Double = try row.get("dist")
             hits.append(Hit(id: id, distance: d, cursor: [String(d.bitPattern), id]))
         }
@@ -114,7 +115,7 @@ enum MarketSearch {
     }
 
     /// A circle holding many places: the candidates of the bounding box, the words checked in SQL
-    /// (FTS5 for those of three or more characters, LIKE for shorter ones, as without a circle),
+    /// (FTS5 for those of three or more characters, `instr` for shorter ones, as without a circle),
     /// ordered by (distance, newest) after the page token, one page (`LIMIT`) read: SQLite keeps
     /// only the page's rows while it sorts.
     static func nearestInSQL(
@@ -123,9 +124,9 @@ enum MarketSearch {
     ) throws -> ([Hit], Bool) {
         var conditions = [box.sql, "t.status IN (\(q.statuses.map { _ in "?" }.joined(separator: ",")))"]
         var args = box.args + q.statuses.map { DatabaseValue.integer($0) }
-        var likeWords = q.words
+        var shortWords = q.words
         if let fts = MarketRules.ftsQuery(q.words) {
-            likeWords = q.words.filter { $0.unicodeScalars.count < 3 }
+            shortWords = q.words.filter { $0.unicodeScalars.count < 3 }
             if narrowedByWords {
                 conditions.append("t.n IN (SELECT rowid FROM market_task_text WHERE market_task_text MATCH ?)")
             } else {
@@ -133,10 +134,9 @@ enum MarketSearch {
             }
             args.append(.text(fts))
         }
-        for w in likeWords {
-            conditions.append("(t.title LIKE ? ESCAPE '\\' OR t.description LIKE ? ESCAPE '\\')")
-            let p = MarketRules.likePattern(w)
-            args += [.text(p), .text(p)]
+        for w in shortWords {
+            conditions.append("(instr(t.title_folded, ?) > 0 OR instr(t.description_folded, ?) > 0)")
+            args += [.text(w), .text(w)]
         }
         var sql = """
             SELECT id, dist FROM (
@@ -169,20 +169,19 @@ enum MarketSearch {
         args += q.statuses.map { .integer($0) }
         if q.near != nil { conditions.append("t.latitude IS NOT NULL") }
 
-        var likeWords = q.words
+        var shortWords = q.words
         if useIndexes {
             let fts = MarketRules.ftsQuery(q.words)
-            likeWords = q.words.filter { $0.unicodeScalars.count < 3 }
+            shortWords = q.words.filter { $0.unicodeScalars.count < 3 }
             if let fts {
                 from = "market_task_text CROSS JOIN market_tasks t ON t.n = market_task_text.rowid"
                 conditions.insert("market_task_text MATCH ?", at: 0)
                 args.insert(.text(fts), at: 0)
             }
         }
-        for w in likeWords {
-            conditions.append("(t.title LIKE ? ESCAPE '\\' OR t.description LIKE ? ESCAPE '\\')")
-            let p = MarketRules.likePattern(w)
-            args += [.text(p), .text(p)]
+        for w in shortWords {
+            conditions.append("(instr(t.title_folded, ?) > 0 OR instr(t.description_folded, ?) > 0)")
+            args += [.text(w), .text(w)]
         }
         let distance =
             q.near.map { Geo.sqlDistance(lat: "t.latitude", lon: "t.longitude", latParam: literal($0.latitude), lonParam: literal($0.longitude)) }

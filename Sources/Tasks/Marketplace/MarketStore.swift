@@ -77,6 +77,55 @@ enum MarketStore {
             END;
             """)
 
+    /// Words in every script: the folded title and description (`TextFold`) stored beside them,
+    /// and the trigram index over those instead of the text (its own folding off): a keyword of
+    /// three or more characters (FTS5) and a shorter one (`instr` on the same columns) match by
+    /// the one rule. Existing rows are folded here.
+    static let foldedText = Migration(name: "marketplace.003-folded-text") { tx in
+        try tx.executeScript(
+            """
+            DROP TRIGGER market_tasks_insert;
+            DROP TRIGGER market_tasks_delete;
+            DROP TRIGGER market_tasks_text;
+            DROP TABLE market_task_text;
+            ALTER TABLE market_tasks ADD COLUMN title_folded TEXT NOT NULL DEFAULT '';
+            ALTER TABLE market_tasks ADD COLUMN description_folded TEXT NOT NULL DEFAULT '';
+            """)
+        var last: Int64 = 0
+        while true {
+            let rows = try tx.query("SELECT n, title, description FROM market_tasks WHERE n > ? ORDER BY n LIMIT 1000", last)
+            for r in rows {
+                last = try r.get("n")
+                try tx.execute(
+                    "UPDATE market_tasks SET title_folded = ?, description_folded = ? WHERE n = ?",
+                    TextFold.fold(try r.get("title")), TextFold.fold(try r.get("description")), last)
+            }
+            if rows.count < 1000 { break }
+        }
+        try tx.executeScript(
+            """
+            -- Trigrams of the folded text: every keyword a substring match, TextFold's rule.
+            CREATE VIRTUAL TABLE market_task_text USING fts5(
+                title_folded, description_folded, content='market_tasks', content_rowid='n', tokenize='trigram case_sensitive 1');
+            INSERT INTO market_task_text (market_task_text) VALUES ('rebuild');
+            CREATE TRIGGER market_tasks_insert AFTER INSERT ON market_tasks BEGIN
+                INSERT INTO market_task_text (rowid, title_folded, description_folded) VALUES (new.n, new.title_folded, new.description_folded);
+                INSERT INTO market_task_geo (id, min_lat, max_lat, min_lon, max_lon)
+                    SELECT new.n, new.latitude, new.latitude, new.longitude, new.longitude WHERE new.latitude IS NOT NULL;
+            END;
+            CREATE TRIGGER market_tasks_delete AFTER DELETE ON market_tasks BEGIN
+                INSERT INTO market_task_text (market_task_text, rowid, title_folded, description_folded)
+                    VALUES ('delete', old.n, old.title_folded, old.description_folded);
+                DELETE FROM market_task_geo WHERE id = old.n;
+            END;
+            CREATE TRIGGER market_tasks_text AFTER UPDATE OF title_folded, description_folded ON market_tasks BEGIN
+                INSERT INTO market_task_text (market_task_text, rowid, title_folded, description_folded)
+                    VALUES ('delete', old.n, old.title_folded, old.description_folded);
+                INSERT INTO market_task_text (rowid, title_folded, description_folded) VALUES (new.n, new.title_folded, new.description_folded);
+            END;
+            """)
+    }
+
     enum Status: Int64 {
         case requested = 1, bidded = 2, assigned = 3, done = 4
         var isOpen: Bool { self == .requested || self == .bidded }

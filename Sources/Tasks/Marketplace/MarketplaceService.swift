@@ -89,9 +89,11 @@ extension TasksService {
                 let id = ULID.make(now: now)
                 try tx.execute(
                     """
-                    INSERT INTO market_tasks (id, requester_id, title, description, latitude, longitude, status, created_at, updated_at)
-                    VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?)
-                    """, id, me, title, description, location?.latitude, location?.longitude, now, now)
+                    INSERT INTO market_tasks (id, requester_id, title, description, title_folded, description_folded, latitude, longitude, status,
+                        created_at, updated_at)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)
+                    """, id, me, title, description, TextFold.fold(title), TextFold.fold(description), location?.latitude, location?.longitude, now,
+                    now)
                 try Self.insertPhotos(tx, task: id, photos: photos, types: types.compactMap { $0 })
                 try UserDirectory.remember(tx, users.values, now: now)
                 var out = Tasks_V1_CreateMarketTaskResponse()
@@ -174,8 +176,11 @@ extension TasksService {
             }
             for p in remove { try tx.execute("DELETE FROM market_task_photos WHERE task_id = ? AND photo_id = ?", id, p) }
             try Self.insertPhotos(tx, task: id, photos: photos, types: types.compactMap { $0 })
-            if let title { try tx.execute("UPDATE market_tasks SET title = ? WHERE id = ?", title, id) }
-            if let description { try tx.execute("UPDATE market_tasks SET description = ? WHERE id = ?", description, id) }
+            if let title { try tx.execute("UPDATE market_tasks SET title = ?, title_folded = ? WHERE id = ?", title, TextFold.fold(title), id) }
+            if let description {
+                try tx.execute(
+                    "UPDATE market_tasks SET description = ?, description_folded = ? WHERE id = ?", description, TextFold.fold(description), id)
+            }
             if let location {
                 try tx.execute("UPDATE market_tasks SET latitude = ?, longitude = ? WHERE id = ?", location?.latitude, location?.longitude, id)
             }
@@ -272,7 +277,7 @@ extension TasksService {
     ) async throws -> Tasks_V1_SearchMarketTasksResponse {
         _ = try core.caller(context)
         var errors = FieldErrors()
-        let words = MarketRules.keywords(request.keywords, into: &errors)
+        let words = MarketRules.keywords(request.keywords, into: &errors).map(TextFold.fold)
         let statuses = MarketRules.statuses(
             request.statuses, allowed: [1, 2], defaults: [1, 2], what: "search covers open tasks: REQUESTED or BIDDED", into: &errors)
         let near = request.hasNear ? Geo.point(request.near, field: "near", into: &errors) : nil
