@@ -674,6 +674,14 @@ public struct Tasks_V1_ListHabitHistoryRequest: Sendable, Equatable {
     /// Only these habits (any the caller may read), 0..50 ids; empty = all.
     public var habitIds: [String] = []
     /// Case-insensitive substring of the comment, 1..20 chars; empty = no filter.
+    /// Matching rule (the same as for SearchMarketTasksRequest.keywords): comment and filter are both
+    /// normalised to NFKC, case-folded by Unicode's full, locale-independent case folding
+    /// (CaseFolding.txt without the Turkish-only mappings) and normalised to NFKC again; the
+    /// filter matches when it is a substring (of code points) of the comment. So "über" finds
+    /// "Über" and "ÜBER", "strasse" finds "Straße" (ß → "ss"), "οδος" finds "ΟΔΟΣ" (ς = σ = Σ),
+    /// and é as U+00E9 or as e + U+0301 are the same. Accents stay ("cafe" does not find "café").
+    /// Turkish: I ↔ i; İ folds to i + U+0307, so "İstanbul" is found by "İSTANBUL" or "stanbul"
+    /// but not by "istanbul"; ı matches only ı. %, _ and \ are ordinary characters.
     public var commentContains: String = ""
     /// Only events with a location within this circle (great-circle distance).
     public var near: Tasks_V1_HabitHistoryNear {

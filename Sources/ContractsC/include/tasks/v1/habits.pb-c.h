@@ -858,6 +858,14 @@ struct  Tasks__V1__ListHabitHistoryRequest
   char **habit_ids;
   /*
    * Case-insensitive substring of the comment, 1..20 chars; empty = no filter.
+   * Matching rule (the same as for SearchMarketTasksRequest.keywords): comment and filter are both
+   * normalised to NFKC, case-folded by Unicode's full, locale-independent case folding
+   * (CaseFolding.txt without the Turkish-only mappings) and normalised to NFKC again; the
+   * filter matches when it is a substring (of code points) of the comment. So "über" finds
+   * "Über" and "ÜBER", "strasse" finds "Straße" (ß → "ss"), "οδος" finds "ΟΔΟΣ" (ς = σ = Σ),
+   * and é as U+00E9 or as e + U+0301 are the same. Accents stay ("cafe" does not find "café").
+   * Turkish: I ↔ i; İ folds to i + U+0307, so "İstanbul" is found by "İSTANBUL" or "stanbul"
+   * but not by "istanbul"; ı matches only ı. %, _ and \ are ordinary characters.
    */
   char *comment_contains;
   /*

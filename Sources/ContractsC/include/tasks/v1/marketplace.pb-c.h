@@ -563,6 +563,15 @@ struct  Tasks__V1__SearchMarketTasksRequest
   /*
    * Space-separated keywords, 0..10 words of 1..30 chars; every word must occur (case-insensitive,
    * substring) in the title or description.
+   * Matching rule, the same for words of any length and for habit history's comment_contains:
+   * text and words are both normalised to NFKC, case-folded by Unicode's full, locale-independent
+   * case folding (CaseFolding.txt without the Turkish-only mappings) and normalised to NFKC
+   * again; a word matches when it is a substring (of code points) of the folded title or
+   * description. So "über" and "ÜB" find "Über", "strasse" and "ß" find
+   * "Straße" (ß → "ss"), "οδος" finds "ΟΔΟΣ" (ς = σ = Σ), é as U+00E9 or as e + U+0301 are the
+   * same. Accents stay ("cafe" does not find "café"). Turkish: I ↔ i; İ folds to i + U+0307, so
+   * "İzmir" is found by "İZMİR" or "zmir" but not by "izmir"; ı matches only ı. %, _ and \ are
+   * ordinary characters.
    */
   char *keywords;
   /*
