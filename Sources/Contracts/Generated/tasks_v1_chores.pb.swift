@@ -253,7 +253,9 @@ public struct Tasks_V1_CreateChoreRequest: Sendable, Equatable {
     public var name: String = ""
     /// 0..500 chars.
     public var description_p: String = ""
-    /// First due date; required, not before today in the household's time zone.
+    /// First due date; required, not before today in the household's time zone. A real date of the
+    /// years 2000..2100; else (year 0 or 10000, month 13, day 32, February 30, …) INVALID_ARGUMENT
+    /// naming "due_date".
     public var dueDate: Common_V1_Date {
         get { _dueDate ?? Common_V1_Date() }
         set { _dueDate = newValue }
@@ -335,7 +337,8 @@ public struct Tasks_V1_ListChoresRequest: Sendable, Equatable {
     public var pageSize: Int32 = 0
     /// From a previous response.
     public var pageToken: String = ""
-    /// Filter by status; empty means ACTIVE and WAITING.
+    /// Filter by status; empty means ACTIVE and WAITING. UNSPECIFIED or a number that is no
+    /// ChoreStatus → INVALID_ARGUMENT naming "statuses[i]".
     public var statuses: [Tasks_V1_ChoreStatus] = []
     /// When true, only chores whose current assignee is the caller.
     public var assignedToMe: Bool = false
@@ -358,6 +361,7 @@ public struct Tasks_V1_FinishChoreRequest: Sendable, Equatable {
     /// Chore id; must be ACTIVE (else FAILED_PRECONDITION).
     public var choreId: String = ""
     /// Revision the client saw; 0 skips the check. Stale → ABORTED ("the chore changed, reload").
+    /// Negative → INVALID_ARGUMENT naming "expected_revision".
     public var expectedRevision: Int64 = 0
 
     public init() {}
@@ -383,7 +387,8 @@ public struct Tasks_V1_FinishChoreResponse: Sendable, Equatable {
 public struct Tasks_V1_SkipChoreRequest: Sendable, Equatable {
     /// Chore id; must be ACTIVE and the caller its current assignee (else PERMISSION_DENIED).
     public var choreId: String = ""
-    /// Revision the client saw; 0 skips the check. Stale → ABORTED.
+    /// Revision the client saw; 0 skips the check. Stale → ABORTED. Negative → INVALID_ARGUMENT
+    /// naming "expected_revision".
     public var expectedRevision: Int64 = 0
 
     public init() {}
@@ -453,7 +458,8 @@ public struct Tasks_V1_RemindChoreAssigneeResponse: Sendable, Equatable {
 public struct Tasks_V1_RequestOnDemandChoreRequest: Sendable, Equatable {
     /// Chore id; must be an ON_DEMAND chore in status WAITING (else FAILED_PRECONDITION).
     public var choreId: String = ""
-    /// New due date, not before today.
+    /// New due date, not before today; a real date of the years 2000..2100 (else INVALID_ARGUMENT
+    /// naming "due_date").
     public var dueDate: Common_V1_Date {
         get { _dueDate ?? Common_V1_Date() }
         set { _dueDate = newValue }

@@ -310,7 +310,8 @@ public struct Tasks_V1_ListMyTeamTasksRequest: Sendable, Equatable {
     public var pageSize: Int32 = 0
     /// From a previous response; empty for the first page.
     public var pageToken: String = ""
-    /// Which section; UNSPECIFIED lists both.
+    /// Which section; UNSPECIFIED lists both. A number that is no TeamTaskView → INVALID_ARGUMENT
+    /// naming "view".
     public var view: Tasks_V1_TeamTaskView = .unspecified
 
     public init() {}

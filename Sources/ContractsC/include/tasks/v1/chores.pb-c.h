@@ -302,7 +302,9 @@ struct  Tasks__V1__CreateChoreRequest
    */
   char *description;
   /*
-   * First due date; required, not before today in the household's time zone.
+   * First due date; required, not before today in the household's time zone. A real date of the
+   * years 2000..2100; else (year 0 or 10000, month 13, day 32, February 30, …) INVALID_ARGUMENT
+   * naming "due_date".
    */
   Common__V1__Date *due_date;
   /*
@@ -400,7 +402,8 @@ struct  Tasks__V1__ListChoresRequest
    */
   char *page_token;
   /*
-   * Filter by status; empty means ACTIVE and WAITING.
+   * Filter by status; empty means ACTIVE and WAITING. UNSPECIFIED or a number that is no
+   * ChoreStatus → INVALID_ARGUMENT naming "statuses[i]".
    */
   size_t n_statuses;
   Tasks__V1__ChoreStatus *statuses;
@@ -447,6 +450,7 @@ struct  Tasks__V1__FinishChoreRequest
   char *chore_id;
   /*
    * Revision the client saw; 0 skips the check. Stale → ABORTED ("the chore changed, reload").
+   * Negative → INVALID_ARGUMENT naming "expected_revision".
    */
   int64_t expected_revision;
 };
@@ -482,7 +486,8 @@ struct  Tasks__V1__SkipChoreRequest
    */
   char *chore_id;
   /*
-   * Revision the client saw; 0 skips the check. Stale → ABORTED.
+   * Revision the client saw; 0 skips the check. Stale → ABORTED. Negative → INVALID_ARGUMENT
+   * naming "expected_revision".
    */
   int64_t expected_revision;
 };
@@ -586,7 +591,8 @@ struct  Tasks__V1__RequestOnDemandChoreRequest
    */
   char *chore_id;
   /*
-   * New due date, not before today.
+   * New due date, not before today; a real date of the years 2000..2100 (else INVALID_ARGUMENT
+   * naming "due_date").
    */
   Common__V1__Date *due_date;
 };

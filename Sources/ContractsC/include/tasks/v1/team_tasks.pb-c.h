@@ -376,7 +376,8 @@ struct  Tasks__V1__ListMyTeamTasksRequest
    */
   char *page_token;
   /*
-   * Which section; UNSPECIFIED lists both.
+   * Which section; UNSPECIFIED lists both. A number that is no TeamTaskView → INVALID_ARGUMENT
+   * naming "view".
    */
   Tasks__V1__TeamTaskView view;
 };
