@@ -354,7 +354,7 @@ public struct Tasks_V1_UpdateHabitRequest: Sendable, Equatable {
     /// Whether `days` is set (proto3 tracks presence of message fields).
     public var hasDays: Bool { _days != nil }
     public mutating func clearDays() { _days = nil }
-    /// New start date.
+    /// New start date: a real date of the years 2000..2100 (else INVALID_ARGUMENT naming "start_date").
     public var startDate: Common_V1_Date {
         get { _startDate ?? Common_V1_Date() }
         set { _startDate = newValue }

@@ -417,7 +417,7 @@ struct  Tasks__V1__UpdateHabitRequest
    */
   Tasks__V1__WeekdaySet *days;
   /*
-   * New start date.
+   * New start date: a real date of the years 2000..2100 (else INVALID_ARGUMENT naming "start_date").
    */
   Common__V1__Date *start_date;
   /*
