@@ -32,6 +32,9 @@ public struct SocialConfiguration: Sendable {
     public var maxHouseholdMembers = 30
     /// Members of one team (the contract: 1..20).
     public var maxTeamMembers = 20
+    /// Push targets one user holds (the contract: 10); registering one more removes the user's
+    /// least recently registered ones.
+    public var maxPushTargetsPerUser = 10
 
     /// Live notification streams one user may hold at once; a new one past it closes the oldest.
     public var maxSubscriptionsPerUser = 5

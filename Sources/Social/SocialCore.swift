@@ -31,6 +31,9 @@ public final class SocialCore: Sendable {
         "follow_requests.requester_id": .init(field: "user", message: "a request is already pending"),
         "follows.follower_id": .init(field: "user", message: "already following"),
         "household_members.household_id": .init(field: "invite_code", message: "already a member"),
+        // Not reachable while writes are serial (RegisterPushTarget deletes the other user's row
+        // first), declared so that a change there answers with the field.
+        "push_targets.token_key": .init(field: "target", message: "this token is already registered"),
     ]
 
     /// Opens (and migrates) the database. Blocking: call at startup.

@@ -230,8 +230,8 @@ public struct SocialInternalService: Social_V1_SocialInternalService {
 
 enum Erasure {
     /// Everything social holds about `user`, as EraseUser describes: relations both ways, team
-    /// and household memberships (an emptied team or household is deleted), inbox and settings;
-    /// notifications others received keep their text and lose the actor.
+    /// and household memberships (an emptied team or household is deleted), inbox and settings,
+    /// push targets; notifications others received keep their text and lose the actor.
     static func erase(_ tx: Transaction, user: String, now: Int64) throws {
         try tx.execute("DELETE FROM friendships WHERE user_id = ?1 OR friend_id = ?1", user)
         try tx.execute("DELETE FROM blocks WHERE blocker_id = ?1 OR blocked_id = ?1", user)
@@ -247,6 +247,7 @@ enum Erasure {
         try tx.execute("DELETE FROM notifications WHERE recipient_id = ?", user)
         try tx.execute("UPDATE notifications SET actor_id = NULL, actor_username = NULL, actor_display_name = NULL WHERE actor_id = ?", user)
         try tx.execute("DELETE FROM notification_settings WHERE user_id = ?", user)
+        try tx.execute("DELETE FROM push_targets WHERE user_id = ?", user)
         try tx.execute("DELETE FROM users WHERE id = ?", user)
         try tx.execute("INSERT OR IGNORE INTO erased_users (id, erased_at) VALUES (?, ?)", user, now)
     }

@@ -159,6 +159,32 @@ public enum SocialSchema {
                     CREATE INDEX household_invites_inviter ON household_invites(invited_by, created_at);
                     CREATE INDEX household_invites_address ON household_invites(email_key, created_at);
                     """),
+            Migration(
+                name: "social.003-push-targets",
+                sql: """
+                    -- Push targets (issue 36): where a user's pushes go while the app is closed.
+                    -- token_key is the kind and the APNs device token, FCM registration token or Web
+                    -- Push endpoint, normalised (PushTargetRules): unique across users, so a token
+                    -- another user registers moves to them (RegisterPushTarget deletes the old row
+                    -- in the same transaction). The kind's own columns are NULL for other kinds.
+                    CREATE TABLE push_targets (
+                        target_id TEXT PRIMARY KEY NOT NULL,
+                        user_id TEXT NOT NULL,
+                        kind INTEGER NOT NULL CHECK (kind IN (1, 2, 3)), -- 1 APNs, 2 FCM, 3 Web Push
+                        token_key TEXT NOT NULL UNIQUE,
+                        apns_device_token TEXT,            -- lower-case hex
+                        apns_topic TEXT,                   -- bundle id (apns-topic)
+                        apns_environment INTEGER,          -- social.v1.ApnsEnvironment
+                        fcm_registration_token TEXT,
+                        web_push_endpoint TEXT,            -- https URL, scheme and host lower-cased
+                        web_push_p256dh TEXT,              -- unpadded base64url, 65-byte P-256 point
+                        web_push_auth TEXT,                -- unpadded base64url, 16 bytes
+                        label TEXT NOT NULL DEFAULT '',
+                        created_at INTEGER NOT NULL,
+                        updated_at INTEGER NOT NULL        -- last (re-)registration: the limit's order
+                    );
+                    CREATE INDEX push_targets_user ON push_targets(user_id, updated_at, target_id);
+                    """),
         ]
 }
 

@@ -248,6 +248,32 @@ struct ContractFixtureTests {
             let sent = try await runner.run("SendNotification", Social_V1_SendNotificationRequest.self) { try await i.sendNotification($0) }
             #expect(sent.skippedUserIds == [mallory.id] && sent.notificationIds.keys.sorted() == [bob.id, carol.id].sorted())
 
+            // ---- Push targets (issue 36), nina's: an iPhone, a Pixel, then Firefox (the fixture);
+            // the list is newest first; the Pixel is removed.
+            var iphone = Social_V1_RegisterPushTargetRequest()
+            iphone.target.apns.deviceToken = "740F4707BEBCF74F9B7C25D48E3358945F6AA01DA5DDB387462C7EAF61BB78AD"
+            iphone.target.apns.topic = "com.example.chores"
+            iphone.target.apns.environment = .production
+            iphone.target.label = "iPhone"
+            tick()
+            _ = try await s.registerPushTarget(iphone, options: nina.options)
+            var pixel = Social_V1_RegisterPushTargetRequest()
+            pixel.target.fcm.registrationToken =
+                "dQw4w9WgXcQ:APA91bHPRgkF3JUikC4ENAHEeMrd41Zxv3hVZjC9KtT8OvPVGJ-hQMRKRrZuJAEcl7B338qju59zJMjw2DELjzEvxwYv7hH5Ynpc1ODQ0aT4U4OFEeco8ohsN5PjL1iC2dNtk2BAokeMCg2ZXKqpc8FXKmhX94kIxQ"
+            pixel.target.label = "  Pixel 8 "
+            tick()
+            runner.ids["01JD7P2F3C4M5T6Q7K8E9N0A1B"] = try await s.registerPushTarget(pixel, options: nina.options).target.targetId
+            tick()
+            _ = try await runner.run("RegisterPushTarget", Social_V1_RegisterPushTargetRequest.self) {
+                try await s.registerPushTarget($0, options: nina.options)
+            }
+            _ = try await runner.run("ListPushTargets", Social_V1_ListPushTargetsRequest.self) {
+                try await s.listPushTargets($0, options: nina.options)
+            }
+            _ = try await runner.run("RemovePushTarget", Social_V1_RemovePushTargetRequest.self) {
+                try await s.removePushTarget($0, options: nina.options)
+            }
+
             // ---- The end: the household is deleted, mallory's account erased.
             _ = try await runner.run("DeleteHousehold", Social_V1_DeleteHouseholdRequest.self) {
                 try await s.deleteHousehold($0, options: bob.options)

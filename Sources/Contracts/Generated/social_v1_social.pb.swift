@@ -284,6 +284,49 @@ public enum Social_V1_MembershipState: RPCProtobuf.ProtoEnum {
     public static let allCases: [Self] = [.unspecified, .member, .formerMember, .notMember]
 }
 
+/// The APNs environment a device token belongs to.
+public enum Social_V1_ApnsEnvironment: RPCProtobuf.ProtoEnum {
+    /// Not set; rejected ("target.apns.environment").
+    case unspecified  // = 0
+    /// api.push.apple.com: App Store, TestFlight and ad-hoc builds.
+    case production  // = 1
+    /// api.sandbox.push.apple.com: development builds.
+    case sandbox  // = 2
+    /// A number this build does not know, kept so it round-trips.
+    case unrecognized(Int32)
+
+    public init() { self = .unspecified }
+
+    public init(rawValue: Int32) {
+        switch rawValue {
+        case 0: self = .unspecified
+        case 1: self = .production
+        case 2: self = .sandbox
+        default: self = .unrecognized(rawValue)
+        }
+    }
+
+    public var rawValue: Int32 {
+        switch self {
+        case .unspecified: 0
+        case .production: 1
+        case .sandbox: 2
+        case .unrecognized(let n): n
+        }
+    }
+
+    public var protoName: String? {
+        switch self {
+        case .unspecified: "APNS_ENVIRONMENT_UNSPECIFIED"
+        case .production: "APNS_ENVIRONMENT_PRODUCTION"
+        case .sandbox: "APNS_ENVIRONMENT_SANDBOX"
+        case .unrecognized: nil
+        }
+    }
+
+    public static let allCases: [Self] = [.unspecified, .production, .sandbox]
+}
+
 /// Names one user, by id or by username.
 public struct Social_V1_UserSelector: Sendable, Equatable {
 
@@ -697,6 +740,105 @@ public struct Social_V1_NotificationSettings: Sendable, Equatable {
     public init() {}
 
     fileprivate var _snoozedUntil: Google_Protobuf_Timestamp? = nil
+}
+
+/// A device or browser that receives pushes for its user while the app is closed (issue 36).
+/// In RegisterPushTargetRequest the client sets label and exactly one of apns, fcm, web_push;
+/// target_id, created_at and updated_at are set by the server and ignored in requests.
+public struct Social_V1_PushTarget: Sendable, Equatable {
+    /// Server-assigned opaque id (ULID), stable while the target stays with its user.
+    public var targetId: String = ""
+    /// Optional name the user recognises the device by ("Anna's iPhone"), 0..64 characters, no
+    /// control characters; empty = none. Re-registering replaces it.
+    public var label: String = ""
+    /// When the caller first registered this token (a token moved from another user starts anew).
+    public var createdAt: Google_Protobuf_Timestamp {
+        get { _createdAt ?? Google_Protobuf_Timestamp() }
+        set { _createdAt = newValue }
+    }
+    /// Whether `createdAt` is set (proto3 tracks presence of message fields).
+    public var hasCreatedAt: Bool { _createdAt != nil }
+    public mutating func clearCreatedAt() { _createdAt = nil }
+    /// When the caller last registered it (apps re-register on every start): the order of the limit.
+    public var updatedAt: Google_Protobuf_Timestamp {
+        get { _updatedAt ?? Google_Protobuf_Timestamp() }
+        set { _updatedAt = newValue }
+    }
+    /// Whether `updatedAt` is set (proto3 tracks presence of message fields).
+    public var hasUpdatedAt: Bool { _updatedAt != nil }
+    public mutating func clearUpdatedAt() { _updatedAt = nil }
+
+    public var destination: OneOf_Destination? = nil
+    /// An iOS, iPadOS, macOS or watchOS app through Apple Push Notification service.
+    public var apns: Social_V1_ApnsTarget {
+        get { if case .apns(let v)? = destination { return v }; return Social_V1_ApnsTarget() }
+        set { destination = .apns(newValue) }
+    }
+    /// An Android (or other Firebase) app through Firebase Cloud Messaging.
+    public var fcm: Social_V1_FcmTarget {
+        get { if case .fcm(let v)? = destination { return v }; return Social_V1_FcmTarget() }
+        set { destination = .fcm(newValue) }
+    }
+    /// A browser's Push API subscription (RFC 8030, encrypted per RFC 8291).
+    public var webPush: Social_V1_WebPushTarget {
+        get { if case .webPush(let v)? = destination { return v }; return Social_V1_WebPushTarget() }
+        set { destination = .webPush(newValue) }
+    }
+
+    public enum OneOf_Destination: Sendable, Equatable {
+        /// An iOS, iPadOS, macOS or watchOS app through Apple Push Notification service.
+        case apns(Social_V1_ApnsTarget)
+        /// An Android (or other Firebase) app through Firebase Cloud Messaging.
+        case fcm(Social_V1_FcmTarget)
+        /// A browser's Push API subscription (RFC 8030, encrypted per RFC 8291).
+        case webPush(Social_V1_WebPushTarget)
+    }
+
+    public init() {}
+
+    fileprivate var _createdAt: Google_Protobuf_Timestamp? = nil
+    fileprivate var _updatedAt: Google_Protobuf_Timestamp? = nil
+}
+
+/// An APNs device token and the app it belongs to.
+public struct Social_V1_ApnsTarget: Sendable, Equatable {
+    /// The device token as hex, as the app gets it from
+    /// didRegisterForRemoteNotificationsWithDeviceToken: an even number of 64..200 hex digits (32..100
+    /// bytes), either case; stored and answered in lower case. It identifies the registration.
+    public var deviceToken: String = ""
+    /// The app's bundle id, the apns-topic pushes carry ("com.example.tasks"): 1..255 characters of
+    /// letters, digits, "-" and ".", in non-empty dot-separated parts.
+    public var topic: String = ""
+    /// Which APNs environment issued the token; required (a sandbox token is refused in production).
+    public var environment: Social_V1_ApnsEnvironment = .unspecified
+
+    public init() {}
+}
+
+/// An FCM registration token.
+public struct Social_V1_FcmTarget: Sendable, Equatable {
+    /// The registration token as the app gets it from Firebase: 1..4096 printable ASCII characters
+    /// without spaces (0x21..0x7E), taken as sent (not trimmed). It identifies the registration.
+    public var registrationToken: String = ""
+
+    public init() {}
+}
+
+/// A Web Push subscription, as PushSubscription.toJSON() gives it in the browser.
+public struct Social_V1_WebPushTarget: Sendable, Equatable {
+    /// The push service URL to POST to: an absolute https URL with a host, at most 2048 bytes of
+    /// printable ASCII, no user info or fragment. It identifies the registration (the scheme and host
+    /// compared case-insensitively).
+    public var endpoint: String = ""
+    /// keys.p256dh: the browser's P-256 public key, base64url (unpadded; trailing "=" padding is
+    /// accepted and dropped), decoding to a 65-byte uncompressed point (first byte 0x04) that lies
+    /// on the curve P-256.
+    public var p256dh: String = ""
+    /// keys.auth: the authentication secret, base64url (padding as for p256dh), decoding to exactly
+    /// 16 bytes.
+    public var auth: String = ""
+
+    public init() {}
 }
 
 /// Team creation form.
@@ -1533,6 +1675,71 @@ public struct Social_V1_SnoozeNotificationsResponse: Sendable, Equatable {
     fileprivate var _settings: Social_V1_NotificationSettings? = nil
 }
 
+/// Registers a push target of the caller.
+public struct Social_V1_RegisterPushTargetRequest: Sendable, Equatable {
+    /// The target: label and exactly one of apns, fcm, web_push (PushTarget states the rules);
+    /// target_id, created_at and updated_at are ignored. Required ("target").
+    public var target: Social_V1_PushTarget {
+        get { _target ?? Social_V1_PushTarget() }
+        set { _target = newValue }
+    }
+    /// Whether `target` is set (proto3 tracks presence of message fields).
+    public var hasTarget: Bool { _target != nil }
+    public mutating func clearTarget() { _target = nil }
+
+    public init() {}
+
+    fileprivate var _target: Social_V1_PushTarget? = nil
+}
+
+/// The registered target.
+public struct Social_V1_RegisterPushTargetResponse: Sendable, Equatable {
+    /// The target as stored: a new target_id, or the existing one when the caller had registered the
+    /// same token or endpoint before.
+    public var target: Social_V1_PushTarget {
+        get { _target ?? Social_V1_PushTarget() }
+        set { _target = newValue }
+    }
+    /// Whether `target` is set (proto3 tracks presence of message fields).
+    public var hasTarget: Bool { _target != nil }
+    public mutating func clearTarget() { _target = nil }
+    /// The caller's targets removed to stay within 10 (least recently registered first); usually
+    /// empty.
+    public var evictedTargetIds: [String] = []
+
+    public init() {}
+
+    fileprivate var _target: Social_V1_PushTarget? = nil
+}
+
+/// Lists the caller's push targets.
+public struct Social_V1_ListPushTargetsRequest: Sendable, Equatable {
+
+    public init() {}
+}
+
+/// The caller's push targets.
+public struct Social_V1_ListPushTargetsResponse: Sendable, Equatable {
+    /// Every target of the caller (0..10), most recently registered first.
+    public var targets: [Social_V1_PushTarget] = []
+
+    public init() {}
+}
+
+/// Removes one of the caller's push targets.
+public struct Social_V1_RemovePushTargetRequest: Sendable, Equatable {
+    /// The target; required, one of the caller's (else NOT_FOUND).
+    public var targetId: String = ""
+
+    public init() {}
+}
+
+/// Removal acknowledgement.
+public struct Social_V1_RemovePushTargetResponse: Sendable, Equatable {
+
+    public init() {}
+}
+
 /// Notifies users.
 public struct Social_V1_SendNotificationRequest: Sendable, Equatable {
     /// The sender's outbox event id, 1..64 characters, unique per event (e.g. "tasks:01J…"); the
@@ -2152,6 +2359,126 @@ extension Social_V1_NotificationSettings: RPCProtobuf.ProtobufCConvertible {
         let c = message.assumingMemoryBound(to: Social__V1__NotificationSettings.self)
         self.helpMuted = c.pointee.help_muted != 0
         if let p = c.pointee.snoozed_until { self._snoozedUntil = try ProtobufC.message(p, as: Google_Protobuf_Timestamp.self) }
+    }
+}
+
+extension Social_V1_PushTarget: RPCProtobuf.ProtobufCConvertible {
+    public static let protoMessageName = "social.v1.PushTarget"
+    nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
+        var c = Social__V1__PushTarget()
+        social__v1__push_target__init(&c)
+        return UnsafeRawPointer(c.base.descriptor)
+    }()
+
+    public func _protobufCMake(in arena: inout RPCProtobuf.ProtobufCArena) -> UnsafeMutableRawPointer {
+        let c = arena.allocate(Social__V1__PushTarget.self)
+        social__v1__push_target__init(c)
+        if !self.targetId.isEmpty { c.pointee.target_id = arena.string(self.targetId) }
+        if !self.label.isEmpty { c.pointee.label = arena.string(self.label) }
+        if let v = self._createdAt { c.pointee.created_at = arena.message(v, as: Google__Protobuf__Timestamp.self) }
+        if let v = self._updatedAt { c.pointee.updated_at = arena.message(v, as: Google__Protobuf__Timestamp.self) }
+        switch self.destination {
+        case .apns(let v)?:
+            c.pointee.destination_case = ProtobufC.cEnum(2)
+            c.pointee.apns = arena.message(v, as: Social__V1__ApnsTarget.self)
+        case .fcm(let v)?:
+            c.pointee.destination_case = ProtobufC.cEnum(3)
+            c.pointee.fcm = arena.message(v, as: Social__V1__FcmTarget.self)
+        case .webPush(let v)?:
+            c.pointee.destination_case = ProtobufC.cEnum(4)
+            c.pointee.web_push = arena.message(v, as: Social__V1__WebPushTarget.self)
+        case nil: break
+        }
+        return UnsafeMutableRawPointer(c)
+    }
+
+    public init(_protobufC message: UnsafeRawPointer) throws {
+        self.init()
+        let c = message.assumingMemoryBound(to: Social__V1__PushTarget.self)
+        self.targetId = try ProtobufC.string(c.pointee.target_id)
+        self.label = try ProtobufC.string(c.pointee.label)
+        if let p = c.pointee.created_at { self._createdAt = try ProtobufC.message(p, as: Google_Protobuf_Timestamp.self) }
+        if let p = c.pointee.updated_at { self._updatedAt = try ProtobufC.message(p, as: Google_Protobuf_Timestamp.self) }
+        switch c.pointee.destination_case.rawValue {
+        case 2: self.destination = .apns(try c.pointee.apns.map { try ProtobufC.message($0, as: Social_V1_ApnsTarget.self) } ?? Social_V1_ApnsTarget())
+        case 3: self.destination = .fcm(try c.pointee.fcm.map { try ProtobufC.message($0, as: Social_V1_FcmTarget.self) } ?? Social_V1_FcmTarget())
+        case 4: self.destination = .webPush(try c.pointee.web_push.map { try ProtobufC.message($0, as: Social_V1_WebPushTarget.self) } ?? Social_V1_WebPushTarget())
+        default: break
+        }
+    }
+}
+
+extension Social_V1_ApnsTarget: RPCProtobuf.ProtobufCConvertible {
+    public static let protoMessageName = "social.v1.ApnsTarget"
+    nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
+        var c = Social__V1__ApnsTarget()
+        social__v1__apns_target__init(&c)
+        return UnsafeRawPointer(c.base.descriptor)
+    }()
+
+    public func _protobufCMake(in arena: inout RPCProtobuf.ProtobufCArena) -> UnsafeMutableRawPointer {
+        let c = arena.allocate(Social__V1__ApnsTarget.self)
+        social__v1__apns_target__init(c)
+        if !self.deviceToken.isEmpty { c.pointee.device_token = arena.string(self.deviceToken) }
+        if !self.topic.isEmpty { c.pointee.topic = arena.string(self.topic) }
+        c.pointee.environment = ProtobufC.cEnum(self.environment.rawValue)
+        return UnsafeMutableRawPointer(c)
+    }
+
+    public init(_protobufC message: UnsafeRawPointer) throws {
+        self.init()
+        let c = message.assumingMemoryBound(to: Social__V1__ApnsTarget.self)
+        self.deviceToken = try ProtobufC.string(c.pointee.device_token)
+        self.topic = try ProtobufC.string(c.pointee.topic)
+        self.environment = Social_V1_ApnsEnvironment(rawValue: ProtobufC.number(c.pointee.environment))
+    }
+}
+
+extension Social_V1_FcmTarget: RPCProtobuf.ProtobufCConvertible {
+    public static let protoMessageName = "social.v1.FcmTarget"
+    nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
+        var c = Social__V1__FcmTarget()
+        social__v1__fcm_target__init(&c)
+        return UnsafeRawPointer(c.base.descriptor)
+    }()
+
+    public func _protobufCMake(in arena: inout RPCProtobuf.ProtobufCArena) -> UnsafeMutableRawPointer {
+        let c = arena.allocate(Social__V1__FcmTarget.self)
+        social__v1__fcm_target__init(c)
+        if !self.registrationToken.isEmpty { c.pointee.registration_token = arena.string(self.registrationToken) }
+        return UnsafeMutableRawPointer(c)
+    }
+
+    public init(_protobufC message: UnsafeRawPointer) throws {
+        self.init()
+        let c = message.assumingMemoryBound(to: Social__V1__FcmTarget.self)
+        self.registrationToken = try ProtobufC.string(c.pointee.registration_token)
+    }
+}
+
+extension Social_V1_WebPushTarget: RPCProtobuf.ProtobufCConvertible {
+    public static let protoMessageName = "social.v1.WebPushTarget"
+    nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
+        var c = Social__V1__WebPushTarget()
+        social__v1__web_push_target__init(&c)
+        return UnsafeRawPointer(c.base.descriptor)
+    }()
+
+    public func _protobufCMake(in arena: inout RPCProtobuf.ProtobufCArena) -> UnsafeMutableRawPointer {
+        let c = arena.allocate(Social__V1__WebPushTarget.self)
+        social__v1__web_push_target__init(c)
+        if !self.endpoint.isEmpty { c.pointee.endpoint = arena.string(self.endpoint) }
+        if !self.p256dh.isEmpty { c.pointee.p256dh = arena.string(self.p256dh) }
+        if !self.auth.isEmpty { c.pointee.auth = arena.string(self.auth) }
+        return UnsafeMutableRawPointer(c)
+    }
+
+    public init(_protobufC message: UnsafeRawPointer) throws {
+        self.init()
+        let c = message.assumingMemoryBound(to: Social__V1__WebPushTarget.self)
+        self.endpoint = try ProtobufC.string(c.pointee.endpoint)
+        self.p256dh = try ProtobufC.string(c.pointee.p256dh)
+        self.auth = try ProtobufC.string(c.pointee.auth)
     }
 }
 
@@ -3745,6 +4072,140 @@ extension Social_V1_SnoozeNotificationsResponse: RPCProtobuf.ProtobufCConvertibl
     }
 }
 
+extension Social_V1_RegisterPushTargetRequest: RPCProtobuf.ProtobufCConvertible {
+    public static let protoMessageName = "social.v1.RegisterPushTargetRequest"
+    nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
+        var c = Social__V1__RegisterPushTargetRequest()
+        social__v1__register_push_target_request__init(&c)
+        return UnsafeRawPointer(c.base.descriptor)
+    }()
+
+    public func _protobufCMake(in arena: inout RPCProtobuf.ProtobufCArena) -> UnsafeMutableRawPointer {
+        let c = arena.allocate(Social__V1__RegisterPushTargetRequest.self)
+        social__v1__register_push_target_request__init(c)
+        if let v = self._target { c.pointee.target = arena.message(v, as: Social__V1__PushTarget.self) }
+        return UnsafeMutableRawPointer(c)
+    }
+
+    public init(_protobufC message: UnsafeRawPointer) throws {
+        self.init()
+        let c = message.assumingMemoryBound(to: Social__V1__RegisterPushTargetRequest.self)
+        if let p = c.pointee.target { self._target = try ProtobufC.message(p, as: Social_V1_PushTarget.self) }
+    }
+}
+
+extension Social_V1_RegisterPushTargetResponse: RPCProtobuf.ProtobufCConvertible {
+    public static let protoMessageName = "social.v1.RegisterPushTargetResponse"
+    nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
+        var c = Social__V1__RegisterPushTargetResponse()
+        social__v1__register_push_target_response__init(&c)
+        return UnsafeRawPointer(c.base.descriptor)
+    }()
+
+    public func _protobufCMake(in arena: inout RPCProtobuf.ProtobufCArena) -> UnsafeMutableRawPointer {
+        let c = arena.allocate(Social__V1__RegisterPushTargetResponse.self)
+        social__v1__register_push_target_response__init(c)
+        if let v = self._target { c.pointee.target = arena.message(v, as: Social__V1__PushTarget.self) }
+        if !self.evictedTargetIds.isEmpty {
+            c.pointee.n_evicted_target_ids = self.evictedTargetIds.count
+            c.pointee.evicted_target_ids = arena.strings(self.evictedTargetIds)
+        }
+        return UnsafeMutableRawPointer(c)
+    }
+
+    public init(_protobufC message: UnsafeRawPointer) throws {
+        self.init()
+        let c = message.assumingMemoryBound(to: Social__V1__RegisterPushTargetResponse.self)
+        if let p = c.pointee.target { self._target = try ProtobufC.message(p, as: Social_V1_PushTarget.self) }
+        self.evictedTargetIds = try ProtobufC.strings(c.pointee.evicted_target_ids, c.pointee.n_evicted_target_ids)
+    }
+}
+
+extension Social_V1_ListPushTargetsRequest: RPCProtobuf.ProtobufCConvertible {
+    public static let protoMessageName = "social.v1.ListPushTargetsRequest"
+    nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
+        var c = Social__V1__ListPushTargetsRequest()
+        social__v1__list_push_targets_request__init(&c)
+        return UnsafeRawPointer(c.base.descriptor)
+    }()
+
+    public func _protobufCMake(in arena: inout RPCProtobuf.ProtobufCArena) -> UnsafeMutableRawPointer {
+        let c = arena.allocate(Social__V1__ListPushTargetsRequest.self)
+        social__v1__list_push_targets_request__init(c)
+        return UnsafeMutableRawPointer(c)
+    }
+
+    public init(_protobufC message: UnsafeRawPointer) throws {
+        self.init()
+    }
+}
+
+extension Social_V1_ListPushTargetsResponse: RPCProtobuf.ProtobufCConvertible {
+    public static let protoMessageName = "social.v1.ListPushTargetsResponse"
+    nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
+        var c = Social__V1__ListPushTargetsResponse()
+        social__v1__list_push_targets_response__init(&c)
+        return UnsafeRawPointer(c.base.descriptor)
+    }()
+
+    public func _protobufCMake(in arena: inout RPCProtobuf.ProtobufCArena) -> UnsafeMutableRawPointer {
+        let c = arena.allocate(Social__V1__ListPushTargetsResponse.self)
+        social__v1__list_push_targets_response__init(c)
+        if !self.targets.isEmpty {
+            c.pointee.n_targets = self.targets.count
+            c.pointee.targets = arena.messages(self.targets, as: Social__V1__PushTarget.self)
+        }
+        return UnsafeMutableRawPointer(c)
+    }
+
+    public init(_protobufC message: UnsafeRawPointer) throws {
+        self.init()
+        let c = message.assumingMemoryBound(to: Social__V1__ListPushTargetsResponse.self)
+        self.targets = try ProtobufC.messages(c.pointee.targets, c.pointee.n_targets, as: Social_V1_PushTarget.self)
+    }
+}
+
+extension Social_V1_RemovePushTargetRequest: RPCProtobuf.ProtobufCConvertible {
+    public static let protoMessageName = "social.v1.RemovePushTargetRequest"
+    nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
+        var c = Social__V1__RemovePushTargetRequest()
+        social__v1__remove_push_target_request__init(&c)
+        return UnsafeRawPointer(c.base.descriptor)
+    }()
+
+    public func _protobufCMake(in arena: inout RPCProtobuf.ProtobufCArena) -> UnsafeMutableRawPointer {
+        let c = arena.allocate(Social__V1__RemovePushTargetRequest.self)
+        social__v1__remove_push_target_request__init(c)
+        if !self.targetId.isEmpty { c.pointee.target_id = arena.string(self.targetId) }
+        return UnsafeMutableRawPointer(c)
+    }
+
+    public init(_protobufC message: UnsafeRawPointer) throws {
+        self.init()
+        let c = message.assumingMemoryBound(to: Social__V1__RemovePushTargetRequest.self)
+        self.targetId = try ProtobufC.string(c.pointee.target_id)
+    }
+}
+
+extension Social_V1_RemovePushTargetResponse: RPCProtobuf.ProtobufCConvertible {
+    public static let protoMessageName = "social.v1.RemovePushTargetResponse"
+    nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
+        var c = Social__V1__RemovePushTargetResponse()
+        social__v1__remove_push_target_response__init(&c)
+        return UnsafeRawPointer(c.base.descriptor)
+    }()
+
+    public func _protobufCMake(in arena: inout RPCProtobuf.ProtobufCArena) -> UnsafeMutableRawPointer {
+        let c = arena.allocate(Social__V1__RemovePushTargetResponse.self)
+        social__v1__remove_push_target_response__init(c)
+        return UnsafeMutableRawPointer(c)
+    }
+
+    public init(_protobufC message: UnsafeRawPointer) throws {
+        self.init()
+    }
+}
+
 extension Social_V1_SendNotificationRequest: RPCProtobuf.ProtobufCConvertible {
     public static let protoMessageName = "social.v1.SendNotificationRequest"
     nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
@@ -4323,8 +4784,33 @@ public enum Social_V1_SocialMethods {
     public static let snoozeNotifications = RPCCore.MethodDescriptor(
         service: serviceName, method: "SnoozeNotifications", kind: .unary, visibility: .publicAuthenticated,
         inputType: "social.v1.SnoozeNotificationsRequest", outputType: "social.v1.SnoozeNotificationsResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
+    /// Registers a push target of the caller: an APNs device token, an FCM registration token or a
+    /// Web Push subscription (PushTarget says each field's rules; a bad one → INVALID_ARGUMENT naming
+    /// its path, e.g. "target.web_push.p256dh"). Guest accounts cannot register (PERMISSION_DENIED:
+    /// upgrade the account first). Idempotent per token: registering a token (or Web Push endpoint)
+    /// the caller already registered updates that target (its topic, environment, keys, label) and
+    /// returns it with the same target_id; registering a token another user registered moves it to
+    /// the caller (the other user's target is removed, the caller's gets a new target_id): a device
+    /// belongs to whoever signed in on it last. A user holds at most 10 targets: a new one past
+    /// that removes the caller's least recently registered targets (oldest updated_at first, ties by
+    /// target_id), listed in evicted_target_ids, so a new phone always registers and tokens of
+    /// phones long gone make room.
+    public static let registerPushTarget = RPCCore.MethodDescriptor(
+        service: serviceName, method: "RegisterPushTarget", kind: .unary, visibility: .publicAuthenticated,
+        inputType: "social.v1.RegisterPushTargetRequest", outputType: "social.v1.RegisterPushTargetResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
+    /// The caller's push targets, all of them (at most 10, so no pages), most recently registered
+    /// first (updated_at descending, then target_id descending).
+    public static let listPushTargets = RPCCore.MethodDescriptor(
+        service: serviceName, method: "ListPushTargets", kind: .unary, visibility: .publicAuthenticated,
+        inputType: "social.v1.ListPushTargetsRequest", outputType: "social.v1.ListPushTargetsResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
+    /// Removes one of the caller's push targets (sign-out on a device, a browser that unsubscribed).
+    /// An id that is not one of the caller's targets (unknown, removed, moved to another user, or
+    /// another user's) → NOT_FOUND naming target_id, alike, so ids of others cannot be probed.
+    public static let removePushTarget = RPCCore.MethodDescriptor(
+        service: serviceName, method: "RemovePushTarget", kind: .unary, visibility: .publicAuthenticated,
+        inputType: "social.v1.RemovePushTargetRequest", outputType: "social.v1.RemovePushTargetResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Every method, in `.proto` order.
-    public static let all: [RPCCore.MethodDescriptor] = [createTeam, getMyTeam, listTeamRanking, leaveTeam, createHousehold, joinHousehold, renameHousehold, deleteHousehold, inviteHousemate, removeHousemate, listHousemates, getHousehold, listMyHouseholds, getHousemateProfile, addFriend, removeFriend, listFriends, blockUser, unblockUser, listBlockedUsers, requestFollow, acceptFollowRequest, declineFollowRequest, unfollow, listFollowers, listFollowing, listFollowRequests, listNotifications, markNotificationsRead, subscribeNotifications, getNotificationSettings, muteHelpNotifications, snoozeNotifications]
+    public static let all: [RPCCore.MethodDescriptor] = [createTeam, getMyTeam, listTeamRanking, leaveTeam, createHousehold, joinHousehold, renameHousehold, deleteHousehold, inviteHousemate, removeHousemate, listHousemates, getHousehold, listMyHouseholds, getHousemateProfile, addFriend, removeFriend, listFriends, blockUser, unblockUser, listBlockedUsers, requestFollow, acceptFollowRequest, declineFollowRequest, unfollow, listFollowers, listFollowing, listFollowRequests, listNotifications, markNotificationsRead, subscribeNotifications, getNotificationSettings, muteHelpNotifications, snoozeNotifications, registerPushTarget, listPushTargets, removePushTarget]
 }
 
 /// The public API, routed by the gateway at /social.v1.Social/<Method>.
@@ -4437,6 +4923,25 @@ public protocol Social_V1_SocialService: RPCCore.RPCService {
     /// Snoozes every notification for a duration, or ends a snooze (B UC-24): until snoozed_until
     /// they are kept in the inbox (silenced) but not pushed live; pushing resumes by itself after.
     func snoozeNotifications(request: Social_V1_SnoozeNotificationsRequest, context: RPCCore.ServerContext) async throws -> Social_V1_SnoozeNotificationsResponse
+    /// Registers a push target of the caller: an APNs device token, an FCM registration token or a
+    /// Web Push subscription (PushTarget says each field's rules; a bad one → INVALID_ARGUMENT naming
+    /// its path, e.g. "target.web_push.p256dh"). Guest accounts cannot register (PERMISSION_DENIED:
+    /// upgrade the account first). Idempotent per token: registering a token (or Web Push endpoint)
+    /// the caller already registered updates that target (its topic, environment, keys, label) and
+    /// returns it with the same target_id; registering a token another user registered moves it to
+    /// the caller (the other user's target is removed, the caller's gets a new target_id): a device
+    /// belongs to whoever signed in on it last. A user holds at most 10 targets: a new one past
+    /// that removes the caller's least recently registered targets (oldest updated_at first, ties by
+    /// target_id), listed in evicted_target_ids, so a new phone always registers and tokens of
+    /// phones long gone make room.
+    func registerPushTarget(request: Social_V1_RegisterPushTargetRequest, context: RPCCore.ServerContext) async throws -> Social_V1_RegisterPushTargetResponse
+    /// The caller's push targets, all of them (at most 10, so no pages), most recently registered
+    /// first (updated_at descending, then target_id descending).
+    func listPushTargets(request: Social_V1_ListPushTargetsRequest, context: RPCCore.ServerContext) async throws -> Social_V1_ListPushTargetsResponse
+    /// Removes one of the caller's push targets (sign-out on a device, a browser that unsubscribed).
+    /// An id that is not one of the caller's targets (unknown, removed, moved to another user, or
+    /// another user's) → NOT_FOUND naming target_id, alike, so ids of others cannot be probed.
+    func removePushTarget(request: Social_V1_RemovePushTargetRequest, context: RPCCore.ServerContext) async throws -> Social_V1_RemovePushTargetResponse
 }
 
 extension Social_V1_SocialService {
@@ -4477,6 +4982,9 @@ extension Social_V1_SocialService {
             RPCCore.ServerMethod(Social_V1_SocialMethods.getNotificationSettings, .unary(Social_V1_GetNotificationSettingsRequest.self, Social_V1_GetNotificationSettingsResponse.self) { try await self.getNotificationSettings(request: $0, context: $1) }),
             RPCCore.ServerMethod(Social_V1_SocialMethods.muteHelpNotifications, .unary(Social_V1_MuteHelpNotificationsRequest.self, Social_V1_MuteHelpNotificationsResponse.self) { try await self.muteHelpNotifications(request: $0, context: $1) }),
             RPCCore.ServerMethod(Social_V1_SocialMethods.snoozeNotifications, .unary(Social_V1_SnoozeNotificationsRequest.self, Social_V1_SnoozeNotificationsResponse.self) { try await self.snoozeNotifications(request: $0, context: $1) }),
+            RPCCore.ServerMethod(Social_V1_SocialMethods.registerPushTarget, .unary(Social_V1_RegisterPushTargetRequest.self, Social_V1_RegisterPushTargetResponse.self) { try await self.registerPushTarget(request: $0, context: $1) }),
+            RPCCore.ServerMethod(Social_V1_SocialMethods.listPushTargets, .unary(Social_V1_ListPushTargetsRequest.self, Social_V1_ListPushTargetsResponse.self) { try await self.listPushTargets(request: $0, context: $1) }),
+            RPCCore.ServerMethod(Social_V1_SocialMethods.removePushTarget, .unary(Social_V1_RemovePushTargetRequest.self, Social_V1_RemovePushTargetResponse.self) { try await self.removePushTarget(request: $0, context: $1) }),
         ]
     }
 }
@@ -4820,6 +5328,46 @@ public struct Social_V1_SocialClient: Sendable {
     public func snoozeNotificationsWithMetadata(_ request: Social_V1_SnoozeNotificationsRequest, options: RPCCore.CallOptions = .defaults) async throws -> RPCCore.ClientResponse<Social_V1_SnoozeNotificationsResponse> {
         try await client.unary(Social_V1_SocialMethods.snoozeNotifications, request, as: Social_V1_SnoozeNotificationsResponse.self, options: options)
     }
+
+    /// Registers a push target of the caller: an APNs device token, an FCM registration token or a
+    /// Web Push subscription (PushTarget says each field's rules; a bad one → INVALID_ARGUMENT naming
+    /// its path, e.g. "target.web_push.p256dh"). Guest accounts cannot register (PERMISSION_DENIED:
+    /// upgrade the account first). Idempotent per token: registering a token (or Web Push endpoint)
+    /// the caller already registered updates that target (its topic, environment, keys, label) and
+    /// returns it with the same target_id; registering a token another user registered moves it to
+    /// the caller (the other user's target is removed, the caller's gets a new target_id): a device
+    /// belongs to whoever signed in on it last. A user holds at most 10 targets: a new one past
+    /// that removes the caller's least recently registered targets (oldest updated_at first, ties by
+    /// target_id), listed in evicted_target_ids, so a new phone always registers and tokens of
+    /// phones long gone make room.
+    public func registerPushTarget(_ request: Social_V1_RegisterPushTargetRequest, options: RPCCore.CallOptions = .defaults) async throws -> Social_V1_RegisterPushTargetResponse {
+        try await client.unary(Social_V1_SocialMethods.registerPushTarget, request, as: Social_V1_RegisterPushTargetResponse.self, options: options).message
+    }
+    /// `registerPushTarget` with the response metadata.
+    public func registerPushTargetWithMetadata(_ request: Social_V1_RegisterPushTargetRequest, options: RPCCore.CallOptions = .defaults) async throws -> RPCCore.ClientResponse<Social_V1_RegisterPushTargetResponse> {
+        try await client.unary(Social_V1_SocialMethods.registerPushTarget, request, as: Social_V1_RegisterPushTargetResponse.self, options: options)
+    }
+
+    /// The caller's push targets, all of them (at most 10, so no pages), most recently registered
+    /// first (updated_at descending, then target_id descending).
+    public func listPushTargets(_ request: Social_V1_ListPushTargetsRequest, options: RPCCore.CallOptions = .defaults) async throws -> Social_V1_ListPushTargetsResponse {
+        try await client.unary(Social_V1_SocialMethods.listPushTargets, request, as: Social_V1_ListPushTargetsResponse.self, options: options).message
+    }
+    /// `listPushTargets` with the response metadata.
+    public func listPushTargetsWithMetadata(_ request: Social_V1_ListPushTargetsRequest, options: RPCCore.CallOptions = .defaults) async throws -> RPCCore.ClientResponse<Social_V1_ListPushTargetsResponse> {
+        try await client.unary(Social_V1_SocialMethods.listPushTargets, request, as: Social_V1_ListPushTargetsResponse.self, options: options)
+    }
+
+    /// Removes one of the caller's push targets (sign-out on a device, a browser that unsubscribed).
+    /// An id that is not one of the caller's targets (unknown, removed, moved to another user, or
+    /// another user's) → NOT_FOUND naming target_id, alike, so ids of others cannot be probed.
+    public func removePushTarget(_ request: Social_V1_RemovePushTargetRequest, options: RPCCore.CallOptions = .defaults) async throws -> Social_V1_RemovePushTargetResponse {
+        try await client.unary(Social_V1_SocialMethods.removePushTarget, request, as: Social_V1_RemovePushTargetResponse.self, options: options).message
+    }
+    /// `removePushTarget` with the response metadata.
+    public func removePushTargetWithMetadata(_ request: Social_V1_RemovePushTargetRequest, options: RPCCore.CallOptions = .defaults) async throws -> RPCCore.ClientResponse<Social_V1_RemovePushTargetResponse> {
+        try await client.unary(Social_V1_SocialMethods.removePushTarget, request, as: Social_V1_RemovePushTargetResponse.self, options: options)
+    }
 }
 
 /// Method descriptors of `social.v1.SocialInternal`: paths, call kinds (from the `.proto`'s `stream`
@@ -4860,8 +5408,8 @@ public enum Social_V1_SocialInternalMethods {
         inputType: "social.v1.RecordTeamTaskCompletedRequest", outputType: "social.v1.RecordTeamTaskCompletedResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Erases a deleted user (accounts.v1.UserDeleted, A UC16): friendships, blocks, follows and
     /// requests, team and household memberships (a team or household left empty is deleted), the
-    /// inbox and settings. Notifications others received keep their text but lose the actor.
-    /// Idempotent by event_id.
+    /// inbox and settings, the push targets. Notifications others received keep their text but lose
+    /// the actor. Idempotent by event_id.
     public static let eraseUser = RPCCore.MethodDescriptor(
         service: serviceName, method: "EraseUser", kind: .unary, visibility: .internal,
         inputType: "social.v1.EraseUserRequest", outputType: "social.v1.EraseUserResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
@@ -4895,8 +5443,8 @@ public protocol Social_V1_SocialInternalService: RPCCore.RPCService {
     func recordTeamTaskCompleted(request: Social_V1_RecordTeamTaskCompletedRequest, context: RPCCore.ServerContext) async throws -> Social_V1_RecordTeamTaskCompletedResponse
     /// Erases a deleted user (accounts.v1.UserDeleted, A UC16): friendships, blocks, follows and
     /// requests, team and household memberships (a team or household left empty is deleted), the
-    /// inbox and settings. Notifications others received keep their text but lose the actor.
-    /// Idempotent by event_id.
+    /// inbox and settings, the push targets. Notifications others received keep their text but lose
+    /// the actor. Idempotent by event_id.
     func eraseUser(request: Social_V1_EraseUserRequest, context: RPCCore.ServerContext) async throws -> Social_V1_EraseUserResponse
 }
 
@@ -4985,8 +5533,8 @@ public struct Social_V1_SocialInternalClient: Sendable {
 
     /// Erases a deleted user (accounts.v1.UserDeleted, A UC16): friendships, blocks, follows and
     /// requests, team and household memberships (a team or household left empty is deleted), the
-    /// inbox and settings. Notifications others received keep their text but lose the actor.
-    /// Idempotent by event_id.
+    /// inbox and settings, the push targets. Notifications others received keep their text but lose
+    /// the actor. Idempotent by event_id.
     public func eraseUser(_ request: Social_V1_EraseUserRequest, options: RPCCore.CallOptions = .defaults) async throws -> Social_V1_EraseUserResponse {
         try await client.unary(Social_V1_SocialInternalMethods.eraseUser, request, as: Social_V1_EraseUserResponse.self, options: options).message
     }

@@ -34,6 +34,10 @@ typedef struct Social__V1__NotificationTarget Social__V1__NotificationTarget;
 typedef struct Social__V1__Notification Social__V1__Notification;
 typedef struct Social__V1__Notification__DataEntry Social__V1__Notification__DataEntry;
 typedef struct Social__V1__NotificationSettings Social__V1__NotificationSettings;
+typedef struct Social__V1__PushTarget Social__V1__PushTarget;
+typedef struct Social__V1__ApnsTarget Social__V1__ApnsTarget;
+typedef struct Social__V1__FcmTarget Social__V1__FcmTarget;
+typedef struct Social__V1__WebPushTarget Social__V1__WebPushTarget;
 typedef struct Social__V1__CreateTeamRequest Social__V1__CreateTeamRequest;
 typedef struct Social__V1__CreateTeamResponse Social__V1__CreateTeamResponse;
 typedef struct Social__V1__GetMyTeamRequest Social__V1__GetMyTeamRequest;
@@ -101,6 +105,12 @@ typedef struct Social__V1__MuteHelpNotificationsRequest Social__V1__MuteHelpNoti
 typedef struct Social__V1__MuteHelpNotificationsResponse Social__V1__MuteHelpNotificationsResponse;
 typedef struct Social__V1__SnoozeNotificationsRequest Social__V1__SnoozeNotificationsRequest;
 typedef struct Social__V1__SnoozeNotificationsResponse Social__V1__SnoozeNotificationsResponse;
+typedef struct Social__V1__RegisterPushTargetRequest Social__V1__RegisterPushTargetRequest;
+typedef struct Social__V1__RegisterPushTargetResponse Social__V1__RegisterPushTargetResponse;
+typedef struct Social__V1__ListPushTargetsRequest Social__V1__ListPushTargetsRequest;
+typedef struct Social__V1__ListPushTargetsResponse Social__V1__ListPushTargetsResponse;
+typedef struct Social__V1__RemovePushTargetRequest Social__V1__RemovePushTargetRequest;
+typedef struct Social__V1__RemovePushTargetResponse Social__V1__RemovePushTargetResponse;
 typedef struct Social__V1__SendNotificationRequest Social__V1__SendNotificationRequest;
 typedef struct Social__V1__SendNotificationRequest__DataEntry Social__V1__SendNotificationRequest__DataEntry;
 typedef struct Social__V1__SendNotificationResponse Social__V1__SendNotificationResponse;
@@ -279,6 +289,24 @@ typedef enum _Social__V1__MembershipState {
   SOCIAL__V1__MEMBERSHIP_STATE__MEMBERSHIP_STATE_NOT_MEMBER = 3
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(SOCIAL__V1__MEMBERSHIP_STATE)
 } Social__V1__MembershipState;
+/*
+ * The APNs environment a device token belongs to.
+ */
+typedef enum _Social__V1__ApnsEnvironment {
+  /*
+   * Not set; rejected ("target.apns.environment").
+   */
+  SOCIAL__V1__APNS_ENVIRONMENT__APNS_ENVIRONMENT_UNSPECIFIED = 0,
+  /*
+   * api.push.apple.com: App Store, TestFlight and ad-hoc builds.
+   */
+  SOCIAL__V1__APNS_ENVIRONMENT__APNS_ENVIRONMENT_PRODUCTION = 1,
+  /*
+   * api.sandbox.push.apple.com: development builds.
+   */
+  SOCIAL__V1__APNS_ENVIRONMENT__APNS_ENVIRONMENT_SANDBOX = 2
+    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(SOCIAL__V1__APNS_ENVIRONMENT)
+} Social__V1__ApnsEnvironment;
 
 /* --- messages --- */
 
@@ -721,6 +749,133 @@ struct  Social__V1__NotificationSettings
 #define SOCIAL__V1__NOTIFICATION_SETTINGS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&social__v1__notification_settings__descriptor) \
     , 0, NULL }
+
+
+typedef enum {
+  SOCIAL__V1__PUSH_TARGET__DESTINATION__NOT_SET = 0,
+  SOCIAL__V1__PUSH_TARGET__DESTINATION_APNS = 2,
+  SOCIAL__V1__PUSH_TARGET__DESTINATION_FCM = 3,
+  SOCIAL__V1__PUSH_TARGET__DESTINATION_WEB_PUSH = 4
+    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(SOCIAL__V1__PUSH_TARGET__DESTINATION__CASE)
+} Social__V1__PushTarget__DestinationCase;
+
+/*
+ * A device or browser that receives pushes for its user while the app is closed (issue 36).
+ * In RegisterPushTargetRequest the client sets label and exactly one of apns, fcm, web_push;
+ * target_id, created_at and updated_at are set by the server and ignored in requests.
+ */
+struct  Social__V1__PushTarget
+{
+  ProtobufCMessage base;
+  /*
+   * Server-assigned opaque id (ULID), stable while the target stays with its user.
+   */
+  char *target_id;
+  /*
+   * Optional name the user recognises the device by ("Anna's iPhone"), 0..64 characters, no
+   * control characters; empty = none. Re-registering replaces it.
+   */
+  char *label;
+  /*
+   * When the caller first registered this token (a token moved from another user starts anew).
+   */
+  Google__Protobuf__Timestamp *created_at;
+  /*
+   * When the caller last registered it (apps re-register on every start): the order of the limit.
+   */
+  Google__Protobuf__Timestamp *updated_at;
+  Social__V1__PushTarget__DestinationCase destination_case;
+  union {
+    /*
+     * An iOS, iPadOS, macOS or watchOS app through Apple Push Notification service.
+     */
+    Social__V1__ApnsTarget *apns;
+    /*
+     * An Android (or other Firebase) app through Firebase Cloud Messaging.
+     */
+    Social__V1__FcmTarget *fcm;
+    /*
+     * A browser's Push API subscription (RFC 8030, encrypted per RFC 8291).
+     */
+    Social__V1__WebPushTarget *web_push;
+  };
+};
+#define SOCIAL__V1__PUSH_TARGET__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&social__v1__push_target__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, NULL, NULL, SOCIAL__V1__PUSH_TARGET__DESTINATION__NOT_SET, {0} }
+
+
+/*
+ * An APNs device token and the app it belongs to.
+ */
+struct  Social__V1__ApnsTarget
+{
+  ProtobufCMessage base;
+  /*
+   * The device token as hex, as the app gets it from
+   * didRegisterForRemoteNotificationsWithDeviceToken: an even number of 64..200 hex digits (32..100
+   * bytes), either case; stored and answered in lower case. It identifies the registration.
+   */
+  char *device_token;
+  /*
+   * The app's bundle id, the apns-topic pushes carry ("com.example.tasks"): 1..255 characters of
+   * letters, digits, "-" and ".", in non-empty dot-separated parts.
+   */
+  char *topic;
+  /*
+   * Which APNs environment issued the token; required (a sandbox token is refused in production).
+   */
+  Social__V1__ApnsEnvironment environment;
+};
+#define SOCIAL__V1__APNS_TARGET__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&social__v1__apns_target__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, SOCIAL__V1__APNS_ENVIRONMENT__APNS_ENVIRONMENT_UNSPECIFIED }
+
+
+/*
+ * An FCM registration token.
+ */
+struct  Social__V1__FcmTarget
+{
+  ProtobufCMessage base;
+  /*
+   * The registration token as the app gets it from Firebase: 1..4096 printable ASCII characters
+   * without spaces (0x21..0x7E), taken as sent (not trimmed). It identifies the registration.
+   */
+  char *registration_token;
+};
+#define SOCIAL__V1__FCM_TARGET__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&social__v1__fcm_target__descriptor) \
+    , (char *)protobuf_c_empty_string }
+
+
+/*
+ * A Web Push subscription, as PushSubscription.toJSON() gives it in the browser.
+ */
+struct  Social__V1__WebPushTarget
+{
+  ProtobufCMessage base;
+  /*
+   * The push service URL to POST to: an absolute https URL with a host, at most 2048 bytes of
+   * printable ASCII, no user info or fragment. It identifies the registration (the scheme and host
+   * compared case-insensitively).
+   */
+  char *endpoint;
+  /*
+   * keys.p256dh: the browser's P-256 public key, base64url (unpadded; trailing "=" padding is
+   * accepted and dropped), decoding to a 65-byte uncompressed point (first byte 0x04) that lies
+   * on the curve P-256.
+   */
+  char *p256dh;
+  /*
+   * keys.auth: the authentication secret, base64url (padding as for p256dh), decoding to exactly
+   * 16 bytes.
+   */
+  char *auth;
+};
+#define SOCIAL__V1__WEB_PUSH_TARGET__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&social__v1__web_push_target__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
 
 
 /*
@@ -1970,6 +2125,103 @@ struct  Social__V1__SnoozeNotificationsResponse
     , NULL }
 
 
+/*
+ * Registers a push target of the caller.
+ */
+struct  Social__V1__RegisterPushTargetRequest
+{
+  ProtobufCMessage base;
+  /*
+   * The target: label and exactly one of apns, fcm, web_push (PushTarget states the rules);
+   * target_id, created_at and updated_at are ignored. Required ("target").
+   */
+  Social__V1__PushTarget *target;
+};
+#define SOCIAL__V1__REGISTER_PUSH_TARGET_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&social__v1__register_push_target_request__descriptor) \
+    , NULL }
+
+
+/*
+ * The registered target.
+ */
+struct  Social__V1__RegisterPushTargetResponse
+{
+  ProtobufCMessage base;
+  /*
+   * The target as stored: a new target_id, or the existing one when the caller had registered the
+   * same token or endpoint before.
+   */
+  Social__V1__PushTarget *target;
+  /*
+   * The caller's targets removed to stay within 10 (least recently registered first); usually
+   * empty.
+   */
+  size_t n_evicted_target_ids;
+  char **evicted_target_ids;
+};
+#define SOCIAL__V1__REGISTER_PUSH_TARGET_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&social__v1__register_push_target_response__descriptor) \
+    , NULL, 0,NULL }
+
+
+/*
+ * Lists the caller's push targets.
+ */
+struct  Social__V1__ListPushTargetsRequest
+{
+  ProtobufCMessage base;
+};
+#define SOCIAL__V1__LIST_PUSH_TARGETS_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&social__v1__list_push_targets_request__descriptor) \
+     }
+
+
+/*
+ * The caller's push targets.
+ */
+struct  Social__V1__ListPushTargetsResponse
+{
+  ProtobufCMessage base;
+  /*
+   * Every target of the caller (0..10), most recently registered first.
+   */
+  size_t n_targets;
+  Social__V1__PushTarget **targets;
+};
+#define SOCIAL__V1__LIST_PUSH_TARGETS_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&social__v1__list_push_targets_response__descriptor) \
+    , 0,NULL }
+
+
+/*
+ * Removes one of the caller's push targets.
+ */
+struct  Social__V1__RemovePushTargetRequest
+{
+  ProtobufCMessage base;
+  /*
+   * The target; required, one of the caller's (else NOT_FOUND).
+   */
+  char *target_id;
+};
+#define SOCIAL__V1__REMOVE_PUSH_TARGET_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&social__v1__remove_push_target_request__descriptor) \
+    , (char *)protobuf_c_empty_string }
+
+
+/*
+ * Removal acknowledgement.
+ */
+struct  Social__V1__RemovePushTargetResponse
+{
+  ProtobufCMessage base;
+};
+#define SOCIAL__V1__REMOVE_PUSH_TARGET_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&social__v1__remove_push_target_response__descriptor) \
+     }
+
+
 struct  Social__V1__SendNotificationRequest__DataEntry
 {
   ProtobufCMessage base;
@@ -2608,6 +2860,82 @@ Social__V1__NotificationSettings *
                       const uint8_t       *data);
 void   social__v1__notification_settings__free_unpacked
                      (Social__V1__NotificationSettings *message,
+                      ProtobufCAllocator *allocator);
+/* Social__V1__PushTarget methods */
+void   social__v1__push_target__init
+                     (Social__V1__PushTarget         *message);
+size_t social__v1__push_target__get_packed_size
+                     (const Social__V1__PushTarget   *message);
+size_t social__v1__push_target__pack
+                     (const Social__V1__PushTarget   *message,
+                      uint8_t             *out);
+size_t social__v1__push_target__pack_to_buffer
+                     (const Social__V1__PushTarget   *message,
+                      ProtobufCBuffer     *buffer);
+Social__V1__PushTarget *
+       social__v1__push_target__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   social__v1__push_target__free_unpacked
+                     (Social__V1__PushTarget *message,
+                      ProtobufCAllocator *allocator);
+/* Social__V1__ApnsTarget methods */
+void   social__v1__apns_target__init
+                     (Social__V1__ApnsTarget         *message);
+size_t social__v1__apns_target__get_packed_size
+                     (const Social__V1__ApnsTarget   *message);
+size_t social__v1__apns_target__pack
+                     (const Social__V1__ApnsTarget   *message,
+                      uint8_t             *out);
+size_t social__v1__apns_target__pack_to_buffer
+                     (const Social__V1__ApnsTarget   *message,
+                      ProtobufCBuffer     *buffer);
+Social__V1__ApnsTarget *
+       social__v1__apns_target__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   social__v1__apns_target__free_unpacked
+                     (Social__V1__ApnsTarget *message,
+                      ProtobufCAllocator *allocator);
+/* Social__V1__FcmTarget methods */
+void   social__v1__fcm_target__init
+                     (Social__V1__FcmTarget         *message);
+size_t social__v1__fcm_target__get_packed_size
+                     (const Social__V1__FcmTarget   *message);
+size_t social__v1__fcm_target__pack
+                     (const Social__V1__FcmTarget   *message,
+                      uint8_t             *out);
+size_t social__v1__fcm_target__pack_to_buffer
+                     (const Social__V1__FcmTarget   *message,
+                      ProtobufCBuffer     *buffer);
+Social__V1__FcmTarget *
+       social__v1__fcm_target__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   social__v1__fcm_target__free_unpacked
+                     (Social__V1__FcmTarget *message,
+                      ProtobufCAllocator *allocator);
+/* Social__V1__WebPushTarget methods */
+void   social__v1__web_push_target__init
+                     (Social__V1__WebPushTarget         *message);
+size_t social__v1__web_push_target__get_packed_size
+                     (const Social__V1__WebPushTarget   *message);
+size_t social__v1__web_push_target__pack
+                     (const Social__V1__WebPushTarget   *message,
+                      uint8_t             *out);
+size_t social__v1__web_push_target__pack_to_buffer
+                     (const Social__V1__WebPushTarget   *message,
+                      ProtobufCBuffer     *buffer);
+Social__V1__WebPushTarget *
+       social__v1__web_push_target__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   social__v1__web_push_target__free_unpacked
+                     (Social__V1__WebPushTarget *message,
                       ProtobufCAllocator *allocator);
 /* Social__V1__CreateTeamRequest methods */
 void   social__v1__create_team_request__init
@@ -3882,6 +4210,120 @@ Social__V1__SnoozeNotificationsResponse *
 void   social__v1__snooze_notifications_response__free_unpacked
                      (Social__V1__SnoozeNotificationsResponse *message,
                       ProtobufCAllocator *allocator);
+/* Social__V1__RegisterPushTargetRequest methods */
+void   social__v1__register_push_target_request__init
+                     (Social__V1__RegisterPushTargetRequest         *message);
+size_t social__v1__register_push_target_request__get_packed_size
+                     (const Social__V1__RegisterPushTargetRequest   *message);
+size_t social__v1__register_push_target_request__pack
+                     (const Social__V1__RegisterPushTargetRequest   *message,
+                      uint8_t             *out);
+size_t social__v1__register_push_target_request__pack_to_buffer
+                     (const Social__V1__RegisterPushTargetRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Social__V1__RegisterPushTargetRequest *
+       social__v1__register_push_target_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   social__v1__register_push_target_request__free_unpacked
+                     (Social__V1__RegisterPushTargetRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Social__V1__RegisterPushTargetResponse methods */
+void   social__v1__register_push_target_response__init
+                     (Social__V1__RegisterPushTargetResponse         *message);
+size_t social__v1__register_push_target_response__get_packed_size
+                     (const Social__V1__RegisterPushTargetResponse   *message);
+size_t social__v1__register_push_target_response__pack
+                     (const Social__V1__RegisterPushTargetResponse   *message,
+                      uint8_t             *out);
+size_t social__v1__register_push_target_response__pack_to_buffer
+                     (const Social__V1__RegisterPushTargetResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Social__V1__RegisterPushTargetResponse *
+       social__v1__register_push_target_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   social__v1__register_push_target_response__free_unpacked
+                     (Social__V1__RegisterPushTargetResponse *message,
+                      ProtobufCAllocator *allocator);
+/* Social__V1__ListPushTargetsRequest methods */
+void   social__v1__list_push_targets_request__init
+                     (Social__V1__ListPushTargetsRequest         *message);
+size_t social__v1__list_push_targets_request__get_packed_size
+                     (const Social__V1__ListPushTargetsRequest   *message);
+size_t social__v1__list_push_targets_request__pack
+                     (const Social__V1__ListPushTargetsRequest   *message,
+                      uint8_t             *out);
+size_t social__v1__list_push_targets_request__pack_to_buffer
+                     (const Social__V1__ListPushTargetsRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Social__V1__ListPushTargetsRequest *
+       social__v1__list_push_targets_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   social__v1__list_push_targets_request__free_unpacked
+                     (Social__V1__ListPushTargetsRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Social__V1__ListPushTargetsResponse methods */
+void   social__v1__list_push_targets_response__init
+                     (Social__V1__ListPushTargetsResponse         *message);
+size_t social__v1__list_push_targets_response__get_packed_size
+                     (const Social__V1__ListPushTargetsResponse   *message);
+size_t social__v1__list_push_targets_response__pack
+                     (const Social__V1__ListPushTargetsResponse   *message,
+                      uint8_t             *out);
+size_t social__v1__list_push_targets_response__pack_to_buffer
+                     (const Social__V1__ListPushTargetsResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Social__V1__ListPushTargetsResponse *
+       social__v1__list_push_targets_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   social__v1__list_push_targets_response__free_unpacked
+                     (Social__V1__ListPushTargetsResponse *message,
+                      ProtobufCAllocator *allocator);
+/* Social__V1__RemovePushTargetRequest methods */
+void   social__v1__remove_push_target_request__init
+                     (Social__V1__RemovePushTargetRequest         *message);
+size_t social__v1__remove_push_target_request__get_packed_size
+                     (const Social__V1__RemovePushTargetRequest   *message);
+size_t social__v1__remove_push_target_request__pack
+                     (const Social__V1__RemovePushTargetRequest   *message,
+                      uint8_t             *out);
+size_t social__v1__remove_push_target_request__pack_to_buffer
+                     (const Social__V1__RemovePushTargetRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Social__V1__RemovePushTargetRequest *
+       social__v1__remove_push_target_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   social__v1__remove_push_target_request__free_unpacked
+                     (Social__V1__RemovePushTargetRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Social__V1__RemovePushTargetResponse methods */
+void   social__v1__remove_push_target_response__init
+                     (Social__V1__RemovePushTargetResponse         *message);
+size_t social__v1__remove_push_target_response__get_packed_size
+                     (const Social__V1__RemovePushTargetResponse   *message);
+size_t social__v1__remove_push_target_response__pack
+                     (const Social__V1__RemovePushTargetResponse   *message,
+                      uint8_t             *out);
+size_t social__v1__remove_push_target_response__pack_to_buffer
+                     (const Social__V1__RemovePushTargetResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Social__V1__RemovePushTargetResponse *
+       social__v1__remove_push_target_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   social__v1__remove_push_target_response__free_unpacked
+                     (Social__V1__RemovePushTargetResponse *message,
+                      ProtobufCAllocator *allocator);
 /* Social__V1__SendNotificationRequest__DataEntry methods */
 void   social__v1__send_notification_request__data_entry__init
                      (Social__V1__SendNotificationRequest__DataEntry         *message);
@@ -4204,6 +4646,18 @@ typedef void (*Social__V1__Notification_Closure)
 typedef void (*Social__V1__NotificationSettings_Closure)
                  (const Social__V1__NotificationSettings *message,
                   void *closure_data);
+typedef void (*Social__V1__PushTarget_Closure)
+                 (const Social__V1__PushTarget *message,
+                  void *closure_data);
+typedef void (*Social__V1__ApnsTarget_Closure)
+                 (const Social__V1__ApnsTarget *message,
+                  void *closure_data);
+typedef void (*Social__V1__FcmTarget_Closure)
+                 (const Social__V1__FcmTarget *message,
+                  void *closure_data);
+typedef void (*Social__V1__WebPushTarget_Closure)
+                 (const Social__V1__WebPushTarget *message,
+                  void *closure_data);
 typedef void (*Social__V1__CreateTeamRequest_Closure)
                  (const Social__V1__CreateTeamRequest *message,
                   void *closure_data);
@@ -4405,6 +4859,24 @@ typedef void (*Social__V1__SnoozeNotificationsRequest_Closure)
 typedef void (*Social__V1__SnoozeNotificationsResponse_Closure)
                  (const Social__V1__SnoozeNotificationsResponse *message,
                   void *closure_data);
+typedef void (*Social__V1__RegisterPushTargetRequest_Closure)
+                 (const Social__V1__RegisterPushTargetRequest *message,
+                  void *closure_data);
+typedef void (*Social__V1__RegisterPushTargetResponse_Closure)
+                 (const Social__V1__RegisterPushTargetResponse *message,
+                  void *closure_data);
+typedef void (*Social__V1__ListPushTargetsRequest_Closure)
+                 (const Social__V1__ListPushTargetsRequest *message,
+                  void *closure_data);
+typedef void (*Social__V1__ListPushTargetsResponse_Closure)
+                 (const Social__V1__ListPushTargetsResponse *message,
+                  void *closure_data);
+typedef void (*Social__V1__RemovePushTargetRequest_Closure)
+                 (const Social__V1__RemovePushTargetRequest *message,
+                  void *closure_data);
+typedef void (*Social__V1__RemovePushTargetResponse_Closure)
+                 (const Social__V1__RemovePushTargetResponse *message,
+                  void *closure_data);
 typedef void (*Social__V1__SendNotificationRequest__DataEntry_Closure)
                  (const Social__V1__SendNotificationRequest__DataEntry *message,
                   void *closure_data);
@@ -4595,6 +5067,18 @@ struct Social__V1__Social_Service
                                const Social__V1__SnoozeNotificationsRequest *input,
                                Social__V1__SnoozeNotificationsResponse_Closure closure,
                                void *closure_data);
+  void (*register_push_target)(Social__V1__Social_Service *service,
+                               const Social__V1__RegisterPushTargetRequest *input,
+                               Social__V1__RegisterPushTargetResponse_Closure closure,
+                               void *closure_data);
+  void (*list_push_targets)(Social__V1__Social_Service *service,
+                            const Social__V1__ListPushTargetsRequest *input,
+                            Social__V1__ListPushTargetsResponse_Closure closure,
+                            void *closure_data);
+  void (*remove_push_target)(Social__V1__Social_Service *service,
+                             const Social__V1__RemovePushTargetRequest *input,
+                             Social__V1__RemovePushTargetResponse_Closure closure,
+                             void *closure_data);
 };
 typedef void (*Social__V1__Social_ServiceDestroy)(Social__V1__Social_Service *);
 void social__v1__social__init (Social__V1__Social_Service *service,
@@ -4635,7 +5119,10 @@ void social__v1__social__init (Social__V1__Social_Service *service,
       function_prefix__ ## subscribe_notifications,\
       function_prefix__ ## get_notification_settings,\
       function_prefix__ ## mute_help_notifications,\
-      function_prefix__ ## snooze_notifications  }
+      function_prefix__ ## snooze_notifications,\
+      function_prefix__ ## register_push_target,\
+      function_prefix__ ## list_push_targets,\
+      function_prefix__ ## remove_push_target  }
 void social__v1__social__create_team(ProtobufCService *service,
                                      const Social__V1__CreateTeamRequest *input,
                                      Social__V1__CreateTeamResponse_Closure closure,
@@ -4768,6 +5255,18 @@ void social__v1__social__snooze_notifications(ProtobufCService *service,
                                               const Social__V1__SnoozeNotificationsRequest *input,
                                               Social__V1__SnoozeNotificationsResponse_Closure closure,
                                               void *closure_data);
+void social__v1__social__register_push_target(ProtobufCService *service,
+                                              const Social__V1__RegisterPushTargetRequest *input,
+                                              Social__V1__RegisterPushTargetResponse_Closure closure,
+                                              void *closure_data);
+void social__v1__social__list_push_targets(ProtobufCService *service,
+                                           const Social__V1__ListPushTargetsRequest *input,
+                                           Social__V1__ListPushTargetsResponse_Closure closure,
+                                           void *closure_data);
+void social__v1__social__remove_push_target(ProtobufCService *service,
+                                            const Social__V1__RemovePushTargetRequest *input,
+                                            Social__V1__RemovePushTargetResponse_Closure closure,
+                                            void *closure_data);
 typedef struct Social__V1__SocialInternal_Service Social__V1__SocialInternal_Service;
 struct Social__V1__SocialInternal_Service
 {
@@ -4850,6 +5349,7 @@ extern const ProtobufCEnumDescriptor    social__v1__follow_request_direction__de
 extern const ProtobufCEnumDescriptor    social__v1__notification_kind__descriptor;
 extern const ProtobufCEnumDescriptor    social__v1__household_state__descriptor;
 extern const ProtobufCEnumDescriptor    social__v1__membership_state__descriptor;
+extern const ProtobufCEnumDescriptor    social__v1__apns_environment__descriptor;
 extern const ProtobufCMessageDescriptor social__v1__user_selector__descriptor;
 extern const ProtobufCMessageDescriptor social__v1__team__descriptor;
 extern const ProtobufCMessageDescriptor social__v1__team_ranking_entry__descriptor;
@@ -4865,6 +5365,10 @@ extern const ProtobufCMessageDescriptor social__v1__notification_target__descrip
 extern const ProtobufCMessageDescriptor social__v1__notification__descriptor;
 extern const ProtobufCMessageDescriptor social__v1__notification__data_entry__descriptor;
 extern const ProtobufCMessageDescriptor social__v1__notification_settings__descriptor;
+extern const ProtobufCMessageDescriptor social__v1__push_target__descriptor;
+extern const ProtobufCMessageDescriptor social__v1__apns_target__descriptor;
+extern const ProtobufCMessageDescriptor social__v1__fcm_target__descriptor;
+extern const ProtobufCMessageDescriptor social__v1__web_push_target__descriptor;
 extern const ProtobufCMessageDescriptor social__v1__create_team_request__descriptor;
 extern const ProtobufCMessageDescriptor social__v1__create_team_response__descriptor;
 extern const ProtobufCMessageDescriptor social__v1__get_my_team_request__descriptor;
@@ -4932,6 +5436,12 @@ extern const ProtobufCMessageDescriptor social__v1__mute_help_notifications_requ
 extern const ProtobufCMessageDescriptor social__v1__mute_help_notifications_response__descriptor;
 extern const ProtobufCMessageDescriptor social__v1__snooze_notifications_request__descriptor;
 extern const ProtobufCMessageDescriptor social__v1__snooze_notifications_response__descriptor;
+extern const ProtobufCMessageDescriptor social__v1__register_push_target_request__descriptor;
+extern const ProtobufCMessageDescriptor social__v1__register_push_target_response__descriptor;
+extern const ProtobufCMessageDescriptor social__v1__list_push_targets_request__descriptor;
+extern const ProtobufCMessageDescriptor social__v1__list_push_targets_response__descriptor;
+extern const ProtobufCMessageDescriptor social__v1__remove_push_target_request__descriptor;
+extern const ProtobufCMessageDescriptor social__v1__remove_push_target_response__descriptor;
 extern const ProtobufCMessageDescriptor social__v1__send_notification_request__descriptor;
 extern const ProtobufCMessageDescriptor social__v1__send_notification_request__data_entry__descriptor;
 extern const ProtobufCMessageDescriptor social__v1__send_notification_response__descriptor;

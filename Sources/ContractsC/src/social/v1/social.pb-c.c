@@ -643,6 +643,186 @@ void   social__v1__notification_settings__free_unpacked
   assert(message->base.descriptor == &social__v1__notification_settings__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   social__v1__push_target__init
+                     (Social__V1__PushTarget         *message)
+{
+  static const Social__V1__PushTarget init_value = SOCIAL__V1__PUSH_TARGET__INIT;
+  *message = init_value;
+}
+size_t social__v1__push_target__get_packed_size
+                     (const Social__V1__PushTarget *message)
+{
+  assert(message->base.descriptor == &social__v1__push_target__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t social__v1__push_target__pack
+                     (const Social__V1__PushTarget *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &social__v1__push_target__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t social__v1__push_target__pack_to_buffer
+                     (const Social__V1__PushTarget *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &social__v1__push_target__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Social__V1__PushTarget *
+       social__v1__push_target__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Social__V1__PushTarget *)
+     protobuf_c_message_unpack (&social__v1__push_target__descriptor,
+                                allocator, len, data);
+}
+void   social__v1__push_target__free_unpacked
+                     (Social__V1__PushTarget *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &social__v1__push_target__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   social__v1__apns_target__init
+                     (Social__V1__ApnsTarget         *message)
+{
+  static const Social__V1__ApnsTarget init_value = SOCIAL__V1__APNS_TARGET__INIT;
+  *message = init_value;
+}
+size_t social__v1__apns_target__get_packed_size
+                     (const Social__V1__ApnsTarget *message)
+{
+  assert(message->base.descriptor == &social__v1__apns_target__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t social__v1__apns_target__pack
+                     (const Social__V1__ApnsTarget *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &social__v1__apns_target__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t social__v1__apns_target__pack_to_buffer
+                     (const Social__V1__ApnsTarget *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &social__v1__apns_target__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Social__V1__ApnsTarget *
+       social__v1__apns_target__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Social__V1__ApnsTarget *)
+     protobuf_c_message_unpack (&social__v1__apns_target__descriptor,
+                                allocator, len, data);
+}
+void   social__v1__apns_target__free_unpacked
+                     (Social__V1__ApnsTarget *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &social__v1__apns_target__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   social__v1__fcm_target__init
+                     (Social__V1__FcmTarget         *message)
+{
+  static const Social__V1__FcmTarget init_value = SOCIAL__V1__FCM_TARGET__INIT;
+  *message = init_value;
+}
+size_t social__v1__fcm_target__get_packed_size
+                     (const Social__V1__FcmTarget *message)
+{
+  assert(message->base.descriptor == &social__v1__fcm_target__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t social__v1__fcm_target__pack
+                     (const Social__V1__FcmTarget *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &social__v1__fcm_target__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t social__v1__fcm_target__pack_to_buffer
+                     (const Social__V1__FcmTarget *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &social__v1__fcm_target__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Social__V1__FcmTarget *
+       social__v1__fcm_target__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Social__V1__FcmTarget *)
+     protobuf_c_message_unpack (&social__v1__fcm_target__descriptor,
+                                allocator, len, data);
+}
+void   social__v1__fcm_target__free_unpacked
+                     (Social__V1__FcmTarget *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &social__v1__fcm_target__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   social__v1__web_push_target__init
+                     (Social__V1__WebPushTarget         *message)
+{
+  static const Social__V1__WebPushTarget init_value = SOCIAL__V1__WEB_PUSH_TARGET__INIT;
+  *message = init_value;
+}
+size_t social__v1__web_push_target__get_packed_size
+                     (const Social__V1__WebPushTarget *message)
+{
+  assert(message->base.descriptor == &social__v1__web_push_target__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t social__v1__web_push_target__pack
+                     (const Social__V1__WebPushTarget *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &social__v1__web_push_target__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t social__v1__web_push_target__pack_to_buffer
+                     (const Social__V1__WebPushTarget *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &social__v1__web_push_target__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Social__V1__WebPushTarget *
+       social__v1__web_push_target__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Social__V1__WebPushTarget *)
+     protobuf_c_message_unpack (&social__v1__web_push_target__descriptor,
+                                allocator, len, data);
+}
+void   social__v1__web_push_target__free_unpacked
+                     (Social__V1__WebPushTarget *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &social__v1__web_push_target__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   social__v1__create_team_request__init
                      (Social__V1__CreateTeamRequest         *message)
 {
@@ -3658,6 +3838,276 @@ void   social__v1__snooze_notifications_response__free_unpacked
   assert(message->base.descriptor == &social__v1__snooze_notifications_response__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   social__v1__register_push_target_request__init
+                     (Social__V1__RegisterPushTargetRequest         *message)
+{
+  static const Social__V1__RegisterPushTargetRequest init_value = SOCIAL__V1__REGISTER_PUSH_TARGET_REQUEST__INIT;
+  *message = init_value;
+}
+size_t social__v1__register_push_target_request__get_packed_size
+                     (const Social__V1__RegisterPushTargetRequest *message)
+{
+  assert(message->base.descriptor == &social__v1__register_push_target_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t social__v1__register_push_target_request__pack
+                     (const Social__V1__RegisterPushTargetRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &social__v1__register_push_target_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t social__v1__register_push_target_request__pack_to_buffer
+                     (const Social__V1__RegisterPushTargetRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &social__v1__register_push_target_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Social__V1__RegisterPushTargetRequest *
+       social__v1__register_push_target_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Social__V1__RegisterPushTargetRequest *)
+     protobuf_c_message_unpack (&social__v1__register_push_target_request__descriptor,
+                                allocator, len, data);
+}
+void   social__v1__register_push_target_request__free_unpacked
+                     (Social__V1__RegisterPushTargetRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &social__v1__register_push_target_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   social__v1__register_push_target_response__init
+                     (Social__V1__RegisterPushTargetResponse         *message)
+{
+  static const Social__V1__RegisterPushTargetResponse init_value = SOCIAL__V1__REGISTER_PUSH_TARGET_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t social__v1__register_push_target_response__get_packed_size
+                     (const Social__V1__RegisterPushTargetResponse *message)
+{
+  assert(message->base.descriptor == &social__v1__register_push_target_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t social__v1__register_push_target_response__pack
+                     (const Social__V1__RegisterPushTargetResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &social__v1__register_push_target_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t social__v1__register_push_target_response__pack_to_buffer
+                     (const Social__V1__RegisterPushTargetResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &social__v1__register_push_target_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Social__V1__RegisterPushTargetResponse *
+       social__v1__register_push_target_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Social__V1__RegisterPushTargetResponse *)
+     protobuf_c_message_unpack (&social__v1__register_push_target_response__descriptor,
+                                allocator, len, data);
+}
+void   social__v1__register_push_target_response__free_unpacked
+                     (Social__V1__RegisterPushTargetResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &social__v1__register_push_target_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   social__v1__list_push_targets_request__init
+                     (Social__V1__ListPushTargetsRequest         *message)
+{
+  static const Social__V1__ListPushTargetsRequest init_value = SOCIAL__V1__LIST_PUSH_TARGETS_REQUEST__INIT;
+  *message = init_value;
+}
+size_t social__v1__list_push_targets_request__get_packed_size
+                     (const Social__V1__ListPushTargetsRequest *message)
+{
+  assert(message->base.descriptor == &social__v1__list_push_targets_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t social__v1__list_push_targets_request__pack
+                     (const Social__V1__ListPushTargetsRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &social__v1__list_push_targets_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t social__v1__list_push_targets_request__pack_to_buffer
+                     (const Social__V1__ListPushTargetsRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &social__v1__list_push_targets_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Social__V1__ListPushTargetsRequest *
+       social__v1__list_push_targets_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Social__V1__ListPushTargetsRequest *)
+     protobuf_c_message_unpack (&social__v1__list_push_targets_request__descriptor,
+                                allocator, len, data);
+}
+void   social__v1__list_push_targets_request__free_unpacked
+                     (Social__V1__ListPushTargetsRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &social__v1__list_push_targets_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   social__v1__list_push_targets_response__init
+                     (Social__V1__ListPushTargetsResponse         *message)
+{
+  static const Social__V1__ListPushTargetsResponse init_value = SOCIAL__V1__LIST_PUSH_TARGETS_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t social__v1__list_push_targets_response__get_packed_size
+                     (const Social__V1__ListPushTargetsResponse *message)
+{
+  assert(message->base.descriptor == &social__v1__list_push_targets_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t social__v1__list_push_targets_response__pack
+                     (const Social__V1__ListPushTargetsResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &social__v1__list_push_targets_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t social__v1__list_push_targets_response__pack_to_buffer
+                     (const Social__V1__ListPushTargetsResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &social__v1__list_push_targets_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Social__V1__ListPushTargetsResponse *
+       social__v1__list_push_targets_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Social__V1__ListPushTargetsResponse *)
+     protobuf_c_message_unpack (&social__v1__list_push_targets_response__descriptor,
+                                allocator, len, data);
+}
+void   social__v1__list_push_targets_response__free_unpacked
+                     (Social__V1__ListPushTargetsResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &social__v1__list_push_targets_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   social__v1__remove_push_target_request__init
+                     (Social__V1__RemovePushTargetRequest         *message)
+{
+  static const Social__V1__RemovePushTargetRequest init_value = SOCIAL__V1__REMOVE_PUSH_TARGET_REQUEST__INIT;
+  *message = init_value;
+}
+size_t social__v1__remove_push_target_request__get_packed_size
+                     (const Social__V1__RemovePushTargetRequest *message)
+{
+  assert(message->base.descriptor == &social__v1__remove_push_target_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t social__v1__remove_push_target_request__pack
+                     (const Social__V1__RemovePushTargetRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &social__v1__remove_push_target_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t social__v1__remove_push_target_request__pack_to_buffer
+                     (const Social__V1__RemovePushTargetRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &social__v1__remove_push_target_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Social__V1__RemovePushTargetRequest *
+       social__v1__remove_push_target_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Social__V1__RemovePushTargetRequest *)
+     protobuf_c_message_unpack (&social__v1__remove_push_target_request__descriptor,
+                                allocator, len, data);
+}
+void   social__v1__remove_push_target_request__free_unpacked
+                     (Social__V1__RemovePushTargetRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &social__v1__remove_push_target_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   social__v1__remove_push_target_response__init
+                     (Social__V1__RemovePushTargetResponse         *message)
+{
+  static const Social__V1__RemovePushTargetResponse init_value = SOCIAL__V1__REMOVE_PUSH_TARGET_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t social__v1__remove_push_target_response__get_packed_size
+                     (const Social__V1__RemovePushTargetResponse *message)
+{
+  assert(message->base.descriptor == &social__v1__remove_push_target_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t social__v1__remove_push_target_response__pack
+                     (const Social__V1__RemovePushTargetResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &social__v1__remove_push_target_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t social__v1__remove_push_target_response__pack_to_buffer
+                     (const Social__V1__RemovePushTargetResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &social__v1__remove_push_target_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Social__V1__RemovePushTargetResponse *
+       social__v1__remove_push_target_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Social__V1__RemovePushTargetResponse *)
+     protobuf_c_message_unpack (&social__v1__remove_push_target_response__descriptor,
+                                allocator, len, data);
+}
+void   social__v1__remove_push_target_response__free_unpacked
+                     (Social__V1__RemovePushTargetResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &social__v1__remove_push_target_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   social__v1__send_notification_request__data_entry__init
                      (Social__V1__SendNotificationRequest__DataEntry         *message)
 {
@@ -5459,6 +5909,288 @@ const ProtobufCMessageDescriptor social__v1__notification_settings__descriptor =
   social__v1__notification_settings__field_indices_by_name,
   1,  social__v1__notification_settings__number_ranges,
   (ProtobufCMessageInit) social__v1__notification_settings__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor social__v1__push_target__field_descriptors[7] =
+{
+  {
+    "target_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Social__V1__PushTarget, target_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "apns",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Social__V1__PushTarget, destination_case),
+    offsetof(Social__V1__PushTarget, apns),
+    &social__v1__apns_target__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "fcm",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Social__V1__PushTarget, destination_case),
+    offsetof(Social__V1__PushTarget, fcm),
+    &social__v1__fcm_target__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "web_push",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Social__V1__PushTarget, destination_case),
+    offsetof(Social__V1__PushTarget, web_push),
+    &social__v1__web_push_target__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "label",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Social__V1__PushTarget, label),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "created_at",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Social__V1__PushTarget, created_at),
+    &google__protobuf__timestamp__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "updated_at",
+    7,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Social__V1__PushTarget, updated_at),
+    &google__protobuf__timestamp__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned social__v1__push_target__field_indices_by_name[] = {
+  1,   /* field[1] = apns */
+  5,   /* field[5] = created_at */
+  2,   /* field[2] = fcm */
+  4,   /* field[4] = label */
+  0,   /* field[0] = target_id */
+  6,   /* field[6] = updated_at */
+  3,   /* field[3] = web_push */
+};
+static const ProtobufCIntRange social__v1__push_target__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 7 }
+};
+const ProtobufCMessageDescriptor social__v1__push_target__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "social.v1.PushTarget",
+  "PushTarget",
+  "Social__V1__PushTarget",
+  "social.v1",
+  sizeof(Social__V1__PushTarget),
+  7,
+  social__v1__push_target__field_descriptors,
+  social__v1__push_target__field_indices_by_name,
+  1,  social__v1__push_target__number_ranges,
+  (ProtobufCMessageInit) social__v1__push_target__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor social__v1__apns_target__field_descriptors[3] =
+{
+  {
+    "device_token",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Social__V1__ApnsTarget, device_token),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "topic",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Social__V1__ApnsTarget, topic),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "environment",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Social__V1__ApnsTarget, environment),
+    &social__v1__apns_environment__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned social__v1__apns_target__field_indices_by_name[] = {
+  0,   /* field[0] = device_token */
+  2,   /* field[2] = environment */
+  1,   /* field[1] = topic */
+};
+static const ProtobufCIntRange social__v1__apns_target__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor social__v1__apns_target__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "social.v1.ApnsTarget",
+  "ApnsTarget",
+  "Social__V1__ApnsTarget",
+  "social.v1",
+  sizeof(Social__V1__ApnsTarget),
+  3,
+  social__v1__apns_target__field_descriptors,
+  social__v1__apns_target__field_indices_by_name,
+  1,  social__v1__apns_target__number_ranges,
+  (ProtobufCMessageInit) social__v1__apns_target__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor social__v1__fcm_target__field_descriptors[1] =
+{
+  {
+    "registration_token",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Social__V1__FcmTarget, registration_token),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned social__v1__fcm_target__field_indices_by_name[] = {
+  0,   /* field[0] = registration_token */
+};
+static const ProtobufCIntRange social__v1__fcm_target__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor social__v1__fcm_target__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "social.v1.FcmTarget",
+  "FcmTarget",
+  "Social__V1__FcmTarget",
+  "social.v1",
+  sizeof(Social__V1__FcmTarget),
+  1,
+  social__v1__fcm_target__field_descriptors,
+  social__v1__fcm_target__field_indices_by_name,
+  1,  social__v1__fcm_target__number_ranges,
+  (ProtobufCMessageInit) social__v1__fcm_target__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor social__v1__web_push_target__field_descriptors[3] =
+{
+  {
+    "endpoint",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Social__V1__WebPushTarget, endpoint),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "p256dh",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Social__V1__WebPushTarget, p256dh),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "auth",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Social__V1__WebPushTarget, auth),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned social__v1__web_push_target__field_indices_by_name[] = {
+  2,   /* field[2] = auth */
+  0,   /* field[0] = endpoint */
+  1,   /* field[1] = p256dh */
+};
+static const ProtobufCIntRange social__v1__web_push_target__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor social__v1__web_push_target__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "social.v1.WebPushTarget",
+  "WebPushTarget",
+  "Social__V1__WebPushTarget",
+  "social.v1",
+  sizeof(Social__V1__WebPushTarget),
+  3,
+  social__v1__web_push_target__field_descriptors,
+  social__v1__web_push_target__field_indices_by_name,
+  1,  social__v1__web_push_target__number_ranges,
+  (ProtobufCMessageInit) social__v1__web_push_target__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor social__v1__create_team_request__field_descriptors[3] =
@@ -8380,6 +9112,207 @@ const ProtobufCMessageDescriptor social__v1__snooze_notifications_response__desc
   (ProtobufCMessageInit) social__v1__snooze_notifications_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
+static const ProtobufCFieldDescriptor social__v1__register_push_target_request__field_descriptors[1] =
+{
+  {
+    "target",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Social__V1__RegisterPushTargetRequest, target),
+    &social__v1__push_target__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned social__v1__register_push_target_request__field_indices_by_name[] = {
+  0,   /* field[0] = target */
+};
+static const ProtobufCIntRange social__v1__register_push_target_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor social__v1__register_push_target_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "social.v1.RegisterPushTargetRequest",
+  "RegisterPushTargetRequest",
+  "Social__V1__RegisterPushTargetRequest",
+  "social.v1",
+  sizeof(Social__V1__RegisterPushTargetRequest),
+  1,
+  social__v1__register_push_target_request__field_descriptors,
+  social__v1__register_push_target_request__field_indices_by_name,
+  1,  social__v1__register_push_target_request__number_ranges,
+  (ProtobufCMessageInit) social__v1__register_push_target_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor social__v1__register_push_target_response__field_descriptors[2] =
+{
+  {
+    "target",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Social__V1__RegisterPushTargetResponse, target),
+    &social__v1__push_target__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "evicted_target_ids",
+    2,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Social__V1__RegisterPushTargetResponse, n_evicted_target_ids),
+    offsetof(Social__V1__RegisterPushTargetResponse, evicted_target_ids),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned social__v1__register_push_target_response__field_indices_by_name[] = {
+  1,   /* field[1] = evicted_target_ids */
+  0,   /* field[0] = target */
+};
+static const ProtobufCIntRange social__v1__register_push_target_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor social__v1__register_push_target_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "social.v1.RegisterPushTargetResponse",
+  "RegisterPushTargetResponse",
+  "Social__V1__RegisterPushTargetResponse",
+  "social.v1",
+  sizeof(Social__V1__RegisterPushTargetResponse),
+  2,
+  social__v1__register_push_target_response__field_descriptors,
+  social__v1__register_push_target_response__field_indices_by_name,
+  1,  social__v1__register_push_target_response__number_ranges,
+  (ProtobufCMessageInit) social__v1__register_push_target_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+#define social__v1__list_push_targets_request__field_descriptors NULL
+#define social__v1__list_push_targets_request__field_indices_by_name NULL
+#define social__v1__list_push_targets_request__number_ranges NULL
+const ProtobufCMessageDescriptor social__v1__list_push_targets_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "social.v1.ListPushTargetsRequest",
+  "ListPushTargetsRequest",
+  "Social__V1__ListPushTargetsRequest",
+  "social.v1",
+  sizeof(Social__V1__ListPushTargetsRequest),
+  0,
+  social__v1__list_push_targets_request__field_descriptors,
+  social__v1__list_push_targets_request__field_indices_by_name,
+  0,  social__v1__list_push_targets_request__number_ranges,
+  (ProtobufCMessageInit) social__v1__list_push_targets_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor social__v1__list_push_targets_response__field_descriptors[1] =
+{
+  {
+    "targets",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Social__V1__ListPushTargetsResponse, n_targets),
+    offsetof(Social__V1__ListPushTargetsResponse, targets),
+    &social__v1__push_target__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned social__v1__list_push_targets_response__field_indices_by_name[] = {
+  0,   /* field[0] = targets */
+};
+static const ProtobufCIntRange social__v1__list_push_targets_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor social__v1__list_push_targets_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "social.v1.ListPushTargetsResponse",
+  "ListPushTargetsResponse",
+  "Social__V1__ListPushTargetsResponse",
+  "social.v1",
+  sizeof(Social__V1__ListPushTargetsResponse),
+  1,
+  social__v1__list_push_targets_response__field_descriptors,
+  social__v1__list_push_targets_response__field_indices_by_name,
+  1,  social__v1__list_push_targets_response__number_ranges,
+  (ProtobufCMessageInit) social__v1__list_push_targets_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor social__v1__remove_push_target_request__field_descriptors[1] =
+{
+  {
+    "target_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Social__V1__RemovePushTargetRequest, target_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned social__v1__remove_push_target_request__field_indices_by_name[] = {
+  0,   /* field[0] = target_id */
+};
+static const ProtobufCIntRange social__v1__remove_push_target_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor social__v1__remove_push_target_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "social.v1.RemovePushTargetRequest",
+  "RemovePushTargetRequest",
+  "Social__V1__RemovePushTargetRequest",
+  "social.v1",
+  sizeof(Social__V1__RemovePushTargetRequest),
+  1,
+  social__v1__remove_push_target_request__field_descriptors,
+  social__v1__remove_push_target_request__field_indices_by_name,
+  1,  social__v1__remove_push_target_request__number_ranges,
+  (ProtobufCMessageInit) social__v1__remove_push_target_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+#define social__v1__remove_push_target_response__field_descriptors NULL
+#define social__v1__remove_push_target_response__field_indices_by_name NULL
+#define social__v1__remove_push_target_response__number_ranges NULL
+const ProtobufCMessageDescriptor social__v1__remove_push_target_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "social.v1.RemovePushTargetResponse",
+  "RemovePushTargetResponse",
+  "Social__V1__RemovePushTargetResponse",
+  "social.v1",
+  sizeof(Social__V1__RemovePushTargetResponse),
+  0,
+  social__v1__remove_push_target_response__field_descriptors,
+  social__v1__remove_push_target_response__field_indices_by_name,
+  0,  social__v1__remove_push_target_response__number_ranges,
+  (ProtobufCMessageInit) social__v1__remove_push_target_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
 static const ProtobufCFieldDescriptor social__v1__send_notification_request__data_entry__field_descriptors[2] =
 {
   {
@@ -9565,7 +10498,37 @@ const ProtobufCEnumDescriptor social__v1__membership_state__descriptor =
   social__v1__membership_state__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCMethodDescriptor social__v1__social__method_descriptors[33] =
+static const ProtobufCEnumValue social__v1__apns_environment__enum_values_by_number[3] =
+{
+  { "APNS_ENVIRONMENT_UNSPECIFIED", "SOCIAL__V1__APNS_ENVIRONMENT__APNS_ENVIRONMENT_UNSPECIFIED", 0 },
+  { "APNS_ENVIRONMENT_PRODUCTION", "SOCIAL__V1__APNS_ENVIRONMENT__APNS_ENVIRONMENT_PRODUCTION", 1 },
+  { "APNS_ENVIRONMENT_SANDBOX", "SOCIAL__V1__APNS_ENVIRONMENT__APNS_ENVIRONMENT_SANDBOX", 2 },
+};
+static const ProtobufCIntRange social__v1__apns_environment__value_ranges[] = {
+{0, 0},{0, 3}
+};
+static const ProtobufCEnumValueIndex social__v1__apns_environment__enum_values_by_name[3] =
+{
+  { "APNS_ENVIRONMENT_PRODUCTION", 1 },
+  { "APNS_ENVIRONMENT_SANDBOX", 2 },
+  { "APNS_ENVIRONMENT_UNSPECIFIED", 0 },
+};
+const ProtobufCEnumDescriptor social__v1__apns_environment__descriptor =
+{
+  PROTOBUF_C__ENUM_DESCRIPTOR_MAGIC,
+  "social.v1.ApnsEnvironment",
+  "ApnsEnvironment",
+  "Social__V1__ApnsEnvironment",
+  "social.v1",
+  3,
+  social__v1__apns_environment__enum_values_by_number,
+  3,
+  social__v1__apns_environment__enum_values_by_name,
+  1,
+  social__v1__apns_environment__value_ranges,
+  NULL,NULL,NULL,NULL   /* reserved[1234] */
+};
+static const ProtobufCMethodDescriptor social__v1__social__method_descriptors[36] =
 {
   { "CreateTeam", &social__v1__create_team_request__descriptor, &social__v1__create_team_response__descriptor },
   { "GetMyTeam", &social__v1__get_my_team_request__descriptor, &social__v1__get_my_team_response__descriptor },
@@ -9600,6 +10563,9 @@ static const ProtobufCMethodDescriptor social__v1__social__method_descriptors[33
   { "GetNotificationSettings", &social__v1__get_notification_settings_request__descriptor, &social__v1__get_notification_settings_response__descriptor },
   { "MuteHelpNotifications", &social__v1__mute_help_notifications_request__descriptor, &social__v1__mute_help_notifications_response__descriptor },
   { "SnoozeNotifications", &social__v1__snooze_notifications_request__descriptor, &social__v1__snooze_notifications_response__descriptor },
+  { "RegisterPushTarget", &social__v1__register_push_target_request__descriptor, &social__v1__register_push_target_response__descriptor },
+  { "ListPushTargets", &social__v1__list_push_targets_request__descriptor, &social__v1__list_push_targets_response__descriptor },
+  { "RemovePushTarget", &social__v1__remove_push_target_request__descriptor, &social__v1__remove_push_target_response__descriptor },
 };
 const unsigned social__v1__social__method_indices_by_name[] = {
   21,        /* AcceptFollowRequest */
@@ -9624,11 +10590,14 @@ const unsigned social__v1__social__method_indices_by_name[] = {
   10,        /* ListHousemates */
   12,        /* ListMyHouseholds */
   27,        /* ListNotifications */
+  34,        /* ListPushTargets */
   2,        /* ListTeamRanking */
   28,        /* MarkNotificationsRead */
   31,        /* MuteHelpNotifications */
+  33,        /* RegisterPushTarget */
   15,        /* RemoveFriend */
   9,        /* RemoveHousemate */
+  35,        /* RemovePushTarget */
   6,        /* RenameHousehold */
   20,        /* RequestFollow */
   32,        /* SnoozeNotifications */
@@ -9643,7 +10612,7 @@ const ProtobufCServiceDescriptor social__v1__social__descriptor =
   "Social",
   "Social__V1__Social",
   "social.v1",
-  33,
+  36,
   social__v1__social__method_descriptors,
   social__v1__social__method_indices_by_name
 };
@@ -9910,6 +10879,30 @@ void social__v1__social__snooze_notifications(ProtobufCService *service,
 {
   assert(service->descriptor == &social__v1__social__descriptor);
   service->invoke(service, 32, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void social__v1__social__register_push_target(ProtobufCService *service,
+                                              const Social__V1__RegisterPushTargetRequest *input,
+                                              Social__V1__RegisterPushTargetResponse_Closure closure,
+                                              void *closure_data)
+{
+  assert(service->descriptor == &social__v1__social__descriptor);
+  service->invoke(service, 33, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void social__v1__social__list_push_targets(ProtobufCService *service,
+                                           const Social__V1__ListPushTargetsRequest *input,
+                                           Social__V1__ListPushTargetsResponse_Closure closure,
+                                           void *closure_data)
+{
+  assert(service->descriptor == &social__v1__social__descriptor);
+  service->invoke(service, 34, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void social__v1__social__remove_push_target(ProtobufCService *service,
+                                            const Social__V1__RemovePushTargetRequest *input,
+                                            Social__V1__RemovePushTargetResponse_Closure closure,
+                                            void *closure_data)
+{
+  assert(service->descriptor == &social__v1__social__descriptor);
+  service->invoke(service, 35, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void social__v1__social__init (Social__V1__Social_Service *service,
                                Social__V1__Social_ServiceDestroy destroy)
