@@ -42,9 +42,10 @@ class Subscription:
         self.items = queue.Queue()
         self.call = c.social.SubscribeNotifications(c.spb.SubscribeNotificationsRequest(), metadata=auth(user), timeout=120)
         self.started = threading.Event()
+        self.error = None
         self.thread = threading.Thread(target=self.run, daemon=True)
         self.thread.start()
-        assert self.started.wait(15), "the subscription did not start"
+        assert self.started.wait(15), f"the subscription did not start: {self.error or 'no answer in 15 s'}"
 
     def run(self):
         try:
@@ -53,8 +54,8 @@ class Subscription:
                     self.started.set()
                 elif item.HasField("notification"):
                     self.items.put(item.notification)
-        except grpc.RpcError:
-            pass
+        except grpc.RpcError as e:
+            self.error = f"{e.code()}: {e.details()}"
 
     def next(self, kind, timeout=15):
         while True:
