@@ -22,6 +22,22 @@ final class EVPKey: @unchecked Sendable {
     init(_ pointer: OpaquePointer) { self.pointer = pointer }
 
     deinit { EVP_PKEY_free(pointer) }
+
+    /// Whether `signature` (in OpenSSL's form for the key: DER for ECDSA, the block for RSA) is
+    /// this key's signature of SHA-256(`message`). ES256 and RS256 verify through this.
+    func verifySHA256(_ signature: [UInt8], for message: [UInt8]) -> Bool {
+        guard !signature.isEmpty, let ctx = EVP_MD_CTX_new() else { return false }
+        defer { EVP_MD_CTX_free(ctx) }
+        guard EVP_DigestVerifyInit(ctx, nil, EVP_sha256(), nil, pointer) == 1 else {
+            ERR_clear_error()
+            return false
+        }
+        let ok = signature.withUnsafeBufferPointer { sig in
+            withNonNullBytes(message) { m, count in EVP_DigestVerify(ctx, sig.baseAddress, sig.count, m, count) }
+        }
+        if ok != 1 { ERR_clear_error() }
+        return ok == 1
+    }
 }
 
 /// Reads everything from a memory BIO.

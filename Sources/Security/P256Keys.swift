@@ -58,17 +58,7 @@ extension P256 {
         /// SHA-256, r ‖ s as 32 bytes each) of `message`.
         public func isValidES256Signature(_ signature: [UInt8], for message: [UInt8]) -> Bool {
             guard signature.count == 64, let der = P256.derSignature(fromRaw: signature) else { return false }
-            guard let ctx = EVP_MD_CTX_new() else { return false }
-            defer { EVP_MD_CTX_free(ctx) }
-            guard EVP_DigestVerifyInit(ctx, nil, EVP_sha256(), nil, key.pointer) == 1 else {
-                ERR_clear_error()
-                return false
-            }
-            let ok = der.withUnsafeBufferPointer { sig in
-                withNonNullBytes(message) { m, count in EVP_DigestVerify(ctx, sig.baseAddress, sig.count, m, count) }
-            }
-            if ok != 1 { ERR_clear_error() }
-            return ok == 1
+            return key.verifySHA256(der, for: message)
         }
 
         public static func == (a: PublicKey, b: PublicKey) -> Bool { a.uncompressedRepresentation == b.uncompressedRepresentation }

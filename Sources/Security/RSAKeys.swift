@@ -36,17 +36,7 @@ public struct RSAPublicKey: Sendable, CustomStringConvertible {
     /// True when `signature` is this key's RS256 signature (RSASSA-PKCS1-v1_5 with SHA-256,
     /// RFC 7518 §3.3) of `message`.
     public func isValidRS256Signature(_ signature: [UInt8], for message: [UInt8]) -> Bool {
-        guard !signature.isEmpty, let ctx = EVP_MD_CTX_new() else { return false }
-        defer { EVP_MD_CTX_free(ctx) }
-        guard EVP_DigestVerifyInit(ctx, nil, EVP_sha256(), nil, key.pointer) == 1 else {
-            ERR_clear_error()
-            return false
-        }
-        let ok = signature.withUnsafeBufferPointer { sig in
-            withNonNullBytes(message) { m, count in EVP_DigestVerify(ctx, sig.baseAddress, sig.count, m, count) }
-        }
-        if ok != 1 { ERR_clear_error() }
-        return ok == 1
+        key.verifySHA256(signature, for: message)
     }
 
     public var description: String { "RSAPublicKey(\(bitCount) bits)" }
