@@ -62,6 +62,7 @@ class Proc:
                                   capture_output=True).returncode == 0:
                     return self
                 time.sleep(0.1)
+            self.stop()  # not left running behind the failure
             raise AssertionError(f"{self.name} did not become SERVING: {self.tail()}")
         return self
 
@@ -98,25 +99,27 @@ def system(tmp_path):
         "ACCOUNTS_SCRYPT_N": "1024",
         "LOG_LEVEL": "info",
     })
-    accounts = Proc("accounts-service", ["--host", "127.0.0.1", "--port", str(accounts_port),
-                                         "--data-dir", str(tmp_path / "accounts")], env, accounts_port)
-    procs.append(accounts.start())
-    social = None
-    if has_social:
-        social = Proc("social-service", ["--host", "127.0.0.1", "--port", str(social_port),
-                                         "--data-dir", str(tmp_path / "social")], env, social_port)
-        procs.append(social.start())
+
+    def launch(proc):
+        procs.append(proc)  # before it starts: one that fails to become SERVING is stopped too
+        return proc.start()
 
     def gateway(extra_env=None):
         port = free_port()
         genv = dict(env)
         genv.update(extra_env or {})
-        g = Proc("gateway", ["--host", "127.0.0.1", "--port", str(port)], genv, port)
-        procs.append(g.start())
-        return g
+        return launch(Proc("gateway", ["--host", "127.0.0.1", "--port", str(port)], genv, port))
 
-    gw = gateway()
+    # Whatever fails while starting, the processes already started are stopped (they were once
+    # left running when a later start failed).
     try:
+        accounts = launch(Proc("accounts-service", ["--host", "127.0.0.1", "--port", str(accounts_port),
+                                                    "--data-dir", str(tmp_path / "accounts")], env, accounts_port))
+        social = None
+        if has_social:
+            social = launch(Proc("social-service", ["--host", "127.0.0.1", "--port", str(social_port),
+                                                    "--data-dir", str(tmp_path / "social")], env, social_port))
+        gw = gateway()
         yield {"accounts": accounts, "social": social, "gateway": gw, "start_gateway": gateway, "env": env}
     finally:
         for p in reversed(procs):
