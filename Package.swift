@@ -34,6 +34,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
         .package(url: "https://github.com/apple/swift-distributed-tracing.git", from: "1.3.0"),
+        .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
+        .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
     ],
     targets: [
         // System libraries: [system] modulemap + shim.h, apt providers named.
@@ -129,6 +131,20 @@ let package = Package(
             swiftSettings: strict
         ),
         .target(name: "Security", dependencies: ["COpenSSL"], swiftSettings: strict),
+        // Push providers (APNs, FCM HTTP v1, Web Push) over async-http-client: only social links it.
+        .target(
+            name: "Push",
+            dependencies: [
+                "Security",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
         .executableTarget(
             name: "storage-crash-helper",
             dependencies: ["Storage", .product(name: "Logging", package: "swift-log")],
@@ -216,7 +232,7 @@ let package = Package(
         .target(
             name: "Social",
             dependencies: [
-                "Storage", "Security", "ServiceKit", "Contracts", "GRPCContracts", "RPCCore", "RPCProtobuf",
+                "Storage", "Security", "Push", "ServiceKit", "Contracts", "GRPCContracts", "RPCCore", "RPCProtobuf",
                 .product(name: "Logging", package: "swift-log"),
             ],
             exclude: ["README.md"],
@@ -400,9 +416,12 @@ let package = Package(
         .testTarget(
             name: "SocialTests",
             dependencies: [
-                "Social", "social-service", "Tasks", "Accounts", "accounts-service", "health-probe", "ServiceKit", "ServiceKitTesting", "ServiceCluster",
+                "Social", "Push", "social-service", "Tasks", "Accounts", "accounts-service", "health-probe", "ServiceKit", "ServiceKitTesting", "ServiceCluster",
                 "Storage", "Security", "Contracts", "GRPCContracts", "RPCCore", "RPCTransport", "RPCServices", "RPCProtobuf", "RPCTLS", "ContractTesting",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ]
         ),
         .testTarget(

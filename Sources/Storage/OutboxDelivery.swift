@@ -323,14 +323,16 @@ extension OutboxDelivery {
 }
 
 /// A wake-up flag a single waiter sleeps on, with a timeout.
-final class WakeSignal: Sendable {
+public final class WakeSignal: Sendable {
     private struct State {
         var pending = false
         var waiter: CheckedContinuation<Void, Never>?
     }
     private let state = Mutex(State())
 
-    func signal() {
+    public init() {}
+
+    public func signal() {
         let waiter = state.withLock { s -> CheckedContinuation<Void, Never>? in
             if let w = s.waiter {
                 s.waiter = nil
@@ -343,7 +345,7 @@ final class WakeSignal: Sendable {
     }
 
     /// Returns when signalled (or a signal is pending), after `timeout`, or when cancelled.
-    func wait(upTo timeout: Duration) async {
+    public func wait(upTo timeout: Duration) async {
         if state.withLock({ s in
             defer { s.pending = false }; return s.pending
         }) {
