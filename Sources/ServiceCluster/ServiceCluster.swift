@@ -184,6 +184,7 @@ public final class ServiceCluster: Sendable {
                 cores.social = core
                 try await serve(.social, core.services)
                 outbox(core.database, .rpc(peers: p, timeout: options.outboxTimeout))
+                jobs.append { await core.push() }
             }
             if options.services.contains(.finance) {
                 var c = FinanceConfiguration(dataDirectory: directory.path + "/finance")

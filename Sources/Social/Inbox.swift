@@ -78,6 +78,9 @@ enum Inbox {
             n.data = draft.data
             n.createdAt = Google_Protobuf_Timestamp(milliseconds: now)
             out.live.append(.init(recipient: recipient, notification: n))
+            if let plan = out.push {
+                try PushQueue.enqueue(tx, recipient: recipient, notificationID: id, kind: draft.kind, now: now, plan: plan, out: &out)
+            }
         }
         return id
     }
@@ -118,6 +121,7 @@ enum Inbox {
                 s.snoozedUntil = Google_Protobuf_Timestamp(milliseconds: until)
             }
         }
+        s.push = PushQueue.message(try PushQueue.preferences(db, user))
         return s
     }
 }

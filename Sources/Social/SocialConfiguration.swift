@@ -1,4 +1,6 @@
+import Push
 import ServiceKit
+import Storage
 
 /// Everything about the social service that is a choice rather than a rule of the contract:
 /// limits, lifetimes, throttles, deadlines. The executable fills it from flags and environment
@@ -49,6 +51,16 @@ public struct SocialConfiguration: Sendable {
     /// Deadline of a synchronous read of a peer (accounts' lookups, tasks' chores).
     public var peerDeadline: Duration = .milliseconds(1500)
 
+    /// Push providers and their credentials (none: nothing is pushed).
+    public var push = PushSettings()
+    /// Whether a user with a live notification stream open also gets pushes (the default: yes,
+    /// the stream may be a browser tab while the phone is in a pocket).
+    public var pushWhileStreaming = true
+    /// Sends in flight per provider.
+    public var pushConcurrency = 32
+    /// A device's backoff after a failed send the provider gave no Retry-After for.
+    public var pushRetry = OutboxRetryPolicy(initialDelay: .seconds(2), maximumDelay: .seconds(3600))
+
     public init(dataDirectory: String) { self.dataDirectory = dataDirectory }
 
     /// Reads the optional settings: `SOCIAL_INVITE_LIFETIME_HOURS`, `SOCIAL_GUESSES_PER_USER`,
@@ -72,6 +84,44 @@ public struct SocialConfiguration: Sendable {
         c.sessionCheckInterval = try settings.milliseconds(
             "social.session.check.ms", default: c.sessionCheckInterval, range: 100...3_600_000)
         c.peerDeadline = try settings.milliseconds("social.peer.deadline.ms", default: c.peerDeadline, range: 50...60_000)
+        c.push = try pushSettings(settings)
+        c.pushWhileStreaming = try settings.bool("social.push.while.streaming", default: c.pushWhileStreaming)
+        c.pushConcurrency = try settings.int("social.push.concurrency", default: c.pushConcurrency, range: 1...1000)
         return c
+    }
+
+    /// The providers' settings (Sources/Social/README.md, "Push"): a provider is on when its
+    /// credentials are named; a partial set refuses the start naming what is missing.
+    static func pushSettings(_ settings: Settings) throws -> PushSettings {
+        var p = PushSettings()
+        func all(_ keys: [String]) throws -> [String]? {
+            let values = keys.map { settings.string($0) }
+            if values.allSatisfy({ $0 == nil }) { return nil }
+            let missing = zip(keys, values).filter { $0.1 == nil }.map { Settings.variable($0.0) }
+            guard missing.isEmpty else {
+                throw SettingsError(
+                    "\(keys.map(Settings.variable).joined(separator: ", ")) go together: \(missing.joined(separator: ", ")) missing (set all or none)"
+                )
+            }
+            return values.compactMap { $0 }
+        }
+        if let v = try all(["push.apns.key.file", "push.apns.key.id", "push.apns.team.id"]) {
+            var a = PushSettings.APNs(keyFile: v[0], keyID: v[1], teamID: v[2])
+            a.productionURL = settings.string("push.apns.url", default: a.productionURL)
+            a.sandboxURL = settings.string("push.apns.sandbox.url", default: a.sandboxURL)
+            p.apns = a
+        }
+        if let v = try all(["push.fcm.service.account.file"]) {
+            var f = PushSettings.FCM(serviceAccountFile: v[0])
+            f.baseURL = settings.string("push.fcm.url", default: f.baseURL)
+            p.fcm = f
+        }
+        if let v = try all(["push.vapid.key.file", "push.vapid.subject"]) {
+            p.webPush = PushSettings.WebPush(vapidKeyFile: v[0], subject: v[1])
+        }
+        p.trustRootsFile = settings.string("push.tls.ca")
+        p.allowPrivateEndpoints = try settings.bool("push.allow.private.endpoints", default: false)
+        p.requestTimeout = try settings.milliseconds("push.timeout.ms", default: p.requestTimeout, range: 100...120_000)
+        return p
     }
 }

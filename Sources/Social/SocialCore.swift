@@ -1,6 +1,7 @@
 import Contracts
 import Foundation
 import Logging
+import Push
 import RPCCore
 import ServiceKit
 import Storage
@@ -22,6 +23,10 @@ public final class SocialCore: Sendable {
     let directory: UserDirectory
     let guessesByUser: SlidingWindowThrottle
     let guessesByAddress: SlidingWindowThrottle
+    /// The configured push providers (none: nothing is pushed) and their delivery loops.
+    let pushProviders: PushProviders
+    let pushDelivery: PushDelivery?
+    let pushPlan: PushPlan?
 
     /// Which unique constraint protects which request field (a race lost to a concurrent request).
     static let uniqueFields: [String: ServiceStore.UniqueField] = [
@@ -39,7 +44,7 @@ public final class SocialCore: Sendable {
     /// Opens (and migrates) the database. Blocking: call at startup.
     public init(
         configuration: SocialConfiguration, peers: PeerClients, clock: any WallClock = SystemClock(),
-        logger: Logger = Logger(label: "social")
+        logger: Logger = Logger(label: "social"), pushProviders: PushProviders? = nil
     ) throws {
         self.configuration = configuration
         self.clock = clock
@@ -49,14 +54,30 @@ public final class SocialCore: Sendable {
             directory: configuration.dataDirectory, schema: SocialSchema.schema,
             uniqueFields: Self.uniqueFields, logger: logger)
         (database, store, pageTokens) = (opened.database, opened.store, opened.pageTokens)
-        hub = NotificationHub(
+        let hub = NotificationHub(
             maxPerUser: configuration.maxSubscriptionsPerUser,
             maxQueued: configuration.maxQueuedPerSubscription, clock: clock)
+        self.hub = hub
         directory = UserDirectory(store: store, peers: peers, deadline: configuration.peerDeadline, clock: clock, logger: logger)
         guessesByUser = SlidingWindowThrottle(
             name: "invite_code_guesses_per_user", limit: configuration.maxGuessesPerUser, window: configuration.guessWindow, clock: clock)
         guessesByAddress = SlidingWindowThrottle(
             name: "invite_code_guesses_per_address", limit: configuration.maxGuessesPerAddress, window: configuration.guessWindow, clock: clock)
+        let providers = try pushProviders ?? PushProviders(configuration.push)
+        self.pushProviders = providers
+        if providers.isEmpty {
+            pushDelivery = nil
+            pushPlan = nil
+        } else {
+            pushDelivery = PushDelivery(
+                providers: providers, store: opened.store, clock: clock, logger: logger, concurrency: configuration.pushConcurrency,
+                retry: configuration.pushRetry)
+            var streaming: (@Sendable (String) -> Bool)?
+            if !configuration.pushWhileStreaming {
+                streaming = { user in hub.liveCount(userID: user) > 0 }
+            }
+            pushPlan = PushPlan(providers: providers.all.keys.map { $0.rawValue }.sorted(), isStreaming: streaming)
+        }
     }
 
     /// The public service.
@@ -69,8 +90,21 @@ public final class SocialCore: Sendable {
     /// Loops the process runs next to the server: stream upkeep (expired tokens) and table upkeep.
     /// (The outbox is delivered by the host: `ServiceHost.run(outbox:)`.)
     public var backgroundJobs: [@Sendable () async -> Void] {
-        [{ await self.streamUpkeep() }, { await self.sessionChecks() }, { await self.maintenance() }]
+        var jobs: [@Sendable () async -> Void] = [{ await self.streamUpkeep() }, { await self.sessionChecks() }, { await self.maintenance() }]
+        // A job that returns ends the process (ServiceGroup): the push loops only when there are providers.
+        if pushDelivery != nil { jobs.append { await self.push() } }
+        return jobs
     }
+
+    /// Sends the push outbox until cancelled, then closes the providers' connections (one of
+    /// `backgroundJobs`; the test cluster runs it alone).
+    public func push() async {
+        if let pushDelivery { await pushDelivery.run() }
+        await pushProviders.shutdown()
+    }
+
+    /// Makes the push loops look at the outbox now (tests, after moving a manual clock).
+    public func wakePush() { pushDelivery?.wake() }
 
     /// Ends every live stream (UNAVAILABLE) before the server drains: clients reconnect with
     /// after_notification_id and miss nothing.
@@ -89,22 +123,30 @@ public final class SocialCore: Sendable {
     /// A write that stores notifications to push: `body` adds them to its `Outbound`; after the
     /// commit they reach the live streams in commit order (never when the commit fails).
     func writePublishing<T: Sendable>(_ body: @escaping @Sendable (Transaction, inout Outbound) throws -> T) async throws -> T {
-        try await store.write(publishing: hub.publication) { tx, items in
-            var out = Outbound()
+        let plan = pushPlan
+        let (r, pushed) = try await store.write(publishing: hub.publication) { tx, items in
+            var out = Outbound(push: plan)
             let r = try body(tx, &out)
             items = out.live
-            return r
+            return (r, out.pushQueued)
         }
+        if pushed { pushDelivery?.wake() }
+        return r
     }
 
     /// `ServiceStore.receiveOnce` for an event whose effect stores notifications (pushed after the
     /// commit, in commit order). True when the event was seen before.
     func receiveOncePublishing(eventID: String, _ effect: @escaping @Sendable (Transaction, inout Outbound) throws -> Void) async throws -> Bool {
-        try await store.receiveOnce(eventID: eventID, publishing: hub.publication) { tx, items in
-            var out = Outbound()
+        let plan = pushPlan
+        let pushed = Mutex(false)
+        let seen = try await store.receiveOnce(eventID: eventID, publishing: hub.publication) { tx, items in
+            var out = Outbound(push: plan)
             try effect(tx, &out)
             items = out.live
+            pushed.withLock { $0 = out.pushQueued }
         }
+        if pushed.withLock({ $0 }) { pushDelivery?.wake() }
+        return seen
     }
 
     // MARK: Upkeep
@@ -171,6 +213,10 @@ public final class SocialCore: Sendable {
 /// Notifications a write stored that go to live streams after its commit.
 struct Outbound: Sendable {
     var live: [NotificationHub.Delivery] = []
+    /// How to queue pushes; nil when no push provider is configured.
+    var push: PushPlan?
+    /// Rows went into the push outbox: the delivery loops are woken after the commit.
+    var pushQueued = false
 }
 
 extension RPCError {

@@ -185,6 +185,40 @@ public enum SocialSchema {
                     );
                     CREATE INDEX push_targets_user ON push_targets(user_id, updated_at, target_id);
                     """),
+            Migration(
+                name: "social.004-push-delivery",
+                sql: """
+                    -- Pushes waiting to leave (issue 36): one row per (notification, target), written in
+                    -- the notification's transaction (PushQueue.enqueue) and deleted when the provider
+                    -- accepted it, refused it for good, or it went stale (PushDelivery). due_at is the
+                    -- next attempt: the device's backoff, a Retry-After, or the end of quiet hours.
+                    CREATE TABLE push_outbox (
+                        id INTEGER PRIMARY KEY,
+                        notification_id TEXT NOT NULL,
+                        target_id TEXT NOT NULL,
+                        user_id TEXT NOT NULL,
+                        provider INTEGER NOT NULL,         -- push_targets.kind
+                        kind INTEGER NOT NULL,             -- social.v1.NotificationKind
+                        created_at INTEGER NOT NULL,
+                        due_at INTEGER NOT NULL,
+                        expires_at INTEGER NOT NULL,       -- dropped unsent after this
+                        attempts INTEGER NOT NULL DEFAULT 0,
+                        last_error TEXT,
+                        UNIQUE (notification_id, target_id)
+                    );
+                    CREATE INDEX push_outbox_due ON push_outbox(provider, due_at);
+                    CREATE INDEX push_outbox_target ON push_outbox(target_id);
+                    -- A target removed (by its user, moved to another user, evicted, gone at the
+                    -- provider, erased) takes its waiting pushes with it.
+                    CREATE TRIGGER push_targets_removed AFTER DELETE ON push_targets BEGIN
+                        DELETE FROM push_outbox WHERE target_id = old.target_id;
+                    END;
+                    -- Push preferences (SetPushPreferences) beside mute and snooze.
+                    ALTER TABLE notification_settings ADD COLUMN push_disabled_kinds TEXT NOT NULL DEFAULT '';
+                    ALTER TABLE notification_settings ADD COLUMN quiet_start INTEGER;   -- minutes after local midnight
+                    ALTER TABLE notification_settings ADD COLUMN quiet_end INTEGER;
+                    ALTER TABLE notification_settings ADD COLUMN quiet_zone TEXT;       -- IANA name
+                    """),
         ]
 }
 

@@ -222,4 +222,20 @@ extension SocialService {
         }
         return response
     }
+
+    public func setPushPreferences(
+        request: Social_V1_SetPushPreferencesRequest, context: ServerContext
+    ) async throws -> Social_V1_SetPushPreferencesResponse {
+        let caller = try core.caller(context)
+        var errors = FieldErrors()
+        let (disabled, quiet) = PushPreferenceRules.validate(request.preferences, field: "preferences", into: &errors)
+        try errors.throwIfAny()
+        let now = core.now()
+        var response = Social_V1_SetPushPreferencesResponse()
+        response.settings = try await core.store.write { tx in
+            try PushQueue.save(tx, user: caller.userID, disabled: disabled, quiet: quiet)
+            return try Inbox.settings(tx, caller.userID, now: now)
+        }
+        return response
+    }
 }

@@ -273,6 +273,9 @@ struct ContractFixtureTests {
             _ = try await runner.run("RemovePushTarget", Social_V1_RemovePushTargetRequest.self) {
                 try await s.removePushTarget($0, options: nina.options)
             }
+            _ = try await runner.run("SetPushPreferences", Social_V1_SetPushPreferencesRequest.self) {
+                try await s.setPushPreferences($0, options: nina.options)
+            }
 
             // ---- The end: the household is deleted, mallory's account erased.
             _ = try await runner.run("DeleteHousehold", Social_V1_DeleteHouseholdRequest.self) {

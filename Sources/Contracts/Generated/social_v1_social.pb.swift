@@ -736,10 +736,63 @@ public struct Social_V1_NotificationSettings: Sendable, Equatable {
     /// Whether `snoozedUntil` is set (proto3 tracks presence of message fields).
     public var hasSnoozedUntil: Bool { _snoozedUntil != nil }
     public mutating func clearSnoozedUntil() { _snoozedUntil = nil }
+    /// What is pushed to the caller's devices (SetPushPreferences); always set in answers.
+    public var push: Social_V1_PushPreferences {
+        get { _push ?? Social_V1_PushPreferences() }
+        set { _push = newValue }
+    }
+    /// Whether `push` is set (proto3 tracks presence of message fields).
+    public var hasPush: Bool { _push != nil }
+    public mutating func clearPush() { _push = nil }
 
     public init() {}
 
     fileprivate var _snoozedUntil: Google_Protobuf_Timestamp? = nil
+    fileprivate var _push: Social_V1_PushPreferences? = nil
+}
+
+/// Push preferences: beside mute and snooze, which decide what is stored silenced (and so never
+/// pushed), these decide only what reaches devices as pushes.
+///
+/// Every stored notification that is not silenced is pushed once to each of the recipient's push
+/// targets, unless its kind is in disabled_kinds or it falls in quiet hours. A push due in quiet
+/// hours waits until they end, except for kinds that would be stale by then, which are not pushed
+/// at all: MATCH_FOUND, REMATCH_REQUEST and MATCH_CHAT_MESSAGE (they stay in the inbox). A push
+/// not delivered within its lifetime is dropped: 15 minutes for those three kinds, 24 hours for
+/// the others (quiet hours count in it, so a push waiting out a night is still sent). A
+/// notification read before its push leaves is not pushed.
+public struct Social_V1_PushPreferences: Sendable, Equatable {
+    /// Kinds never pushed, each at most once, none UNSPECIFIED or unknown ("disabled_kinds[i]").
+    /// Empty = every kind is pushed.
+    public var disabledKinds: [Social_V1_NotificationKind] = []
+    /// Unset = no quiet hours.
+    public var quietHours: Social_V1_QuietHours {
+        get { _quietHours ?? Social_V1_QuietHours() }
+        set { _quietHours = newValue }
+    }
+    /// Whether `quietHours` is set (proto3 tracks presence of message fields).
+    public var hasQuietHours: Bool { _quietHours != nil }
+    public mutating func clearQuietHours() { _quietHours = nil }
+
+    public init() {}
+
+    fileprivate var _quietHours: Social_V1_QuietHours? = nil
+}
+
+/// A daily span of local time in which nothing is pushed.
+public struct Social_V1_QuietHours: Sendable, Equatable {
+    /// Start, in minutes after local midnight: 0..1439 ("start_minute"). 22:00 = 1320.
+    public var startMinute: Int32 = 0
+    /// End (exclusive), in minutes after local midnight: 0..1439, not equal to start_minute
+    /// ("end_minute"). An end before the start spans midnight (22:00–07:00 = 1320, 420). On a day
+    /// whose clock skips or repeats an hour (daylight saving), the span is the local times between
+    /// the two, as the wall clock shows them.
+    public var endMinute: Int32 = 0
+    /// The IANA time zone the minutes are in, e.g. "Europe/Berlin" (normally the device's); required,
+    /// unknown names → INVALID_ARGUMENT ("time_zone").
+    public var timeZone: String = ""
+
+    public init() {}
 }
 
 /// A device or browser that receives pushes for its user while the app is closed (issue 36).
@@ -1675,6 +1728,38 @@ public struct Social_V1_SnoozeNotificationsResponse: Sendable, Equatable {
     fileprivate var _settings: Social_V1_NotificationSettings? = nil
 }
 
+/// Replaces the push preferences.
+public struct Social_V1_SetPushPreferencesRequest: Sendable, Equatable {
+    /// The whole preferences; unset = none (every kind pushed, no quiet hours).
+    public var preferences: Social_V1_PushPreferences {
+        get { _preferences ?? Social_V1_PushPreferences() }
+        set { _preferences = newValue }
+    }
+    /// Whether `preferences` is set (proto3 tracks presence of message fields).
+    public var hasPreferences: Bool { _preferences != nil }
+    public mutating func clearPreferences() { _preferences = nil }
+
+    public init() {}
+
+    fileprivate var _preferences: Social_V1_PushPreferences? = nil
+}
+
+/// The settings after the change.
+public struct Social_V1_SetPushPreferencesResponse: Sendable, Equatable {
+    /// Current settings, push preferences included.
+    public var settings: Social_V1_NotificationSettings {
+        get { _settings ?? Social_V1_NotificationSettings() }
+        set { _settings = newValue }
+    }
+    /// Whether `settings` is set (proto3 tracks presence of message fields).
+    public var hasSettings: Bool { _settings != nil }
+    public mutating func clearSettings() { _settings = nil }
+
+    public init() {}
+
+    fileprivate var _settings: Social_V1_NotificationSettings? = nil
+}
+
 /// Registers a push target of the caller.
 public struct Social_V1_RegisterPushTargetRequest: Sendable, Equatable {
     /// The target: label and exactly one of apns, fcm, web_push (PushTarget states the rules);
@@ -2351,6 +2436,7 @@ extension Social_V1_NotificationSettings: RPCProtobuf.ProtobufCConvertible {
         social__v1__notification_settings__init(c)
         c.pointee.help_muted = self.helpMuted ? 1 : 0
         if let v = self._snoozedUntil { c.pointee.snoozed_until = arena.message(v, as: Google__Protobuf__Timestamp.self) }
+        if let v = self._push { c.pointee.push = arena.message(v, as: Social__V1__PushPreferences.self) }
         return UnsafeMutableRawPointer(c)
     }
 
@@ -2359,6 +2445,60 @@ extension Social_V1_NotificationSettings: RPCProtobuf.ProtobufCConvertible {
         let c = message.assumingMemoryBound(to: Social__V1__NotificationSettings.self)
         self.helpMuted = c.pointee.help_muted != 0
         if let p = c.pointee.snoozed_until { self._snoozedUntil = try ProtobufC.message(p, as: Google_Protobuf_Timestamp.self) }
+        if let p = c.pointee.push { self._push = try ProtobufC.message(p, as: Social_V1_PushPreferences.self) }
+    }
+}
+
+extension Social_V1_PushPreferences: RPCProtobuf.ProtobufCConvertible {
+    public static let protoMessageName = "social.v1.PushPreferences"
+    nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
+        var c = Social__V1__PushPreferences()
+        social__v1__push_preferences__init(&c)
+        return UnsafeRawPointer(c.base.descriptor)
+    }()
+
+    public func _protobufCMake(in arena: inout RPCProtobuf.ProtobufCArena) -> UnsafeMutableRawPointer {
+        let c = arena.allocate(Social__V1__PushPreferences.self)
+        social__v1__push_preferences__init(c)
+        if !self.disabledKinds.isEmpty {
+            c.pointee.n_disabled_kinds = self.disabledKinds.count
+            c.pointee.disabled_kinds = arena.array(self.disabledKinds) { ProtobufC.cEnum($0.rawValue) }
+        }
+        if let v = self._quietHours { c.pointee.quiet_hours = arena.message(v, as: Social__V1__QuietHours.self) }
+        return UnsafeMutableRawPointer(c)
+    }
+
+    public init(_protobufC message: UnsafeRawPointer) throws {
+        self.init()
+        let c = message.assumingMemoryBound(to: Social__V1__PushPreferences.self)
+        self.disabledKinds = ProtobufC.array(c.pointee.disabled_kinds, c.pointee.n_disabled_kinds) { Social_V1_NotificationKind(rawValue: ProtobufC.number($0)) }
+        if let p = c.pointee.quiet_hours { self._quietHours = try ProtobufC.message(p, as: Social_V1_QuietHours.self) }
+    }
+}
+
+extension Social_V1_QuietHours: RPCProtobuf.ProtobufCConvertible {
+    public static let protoMessageName = "social.v1.QuietHours"
+    nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
+        var c = Social__V1__QuietHours()
+        social__v1__quiet_hours__init(&c)
+        return UnsafeRawPointer(c.base.descriptor)
+    }()
+
+    public func _protobufCMake(in arena: inout RPCProtobuf.ProtobufCArena) -> UnsafeMutableRawPointer {
+        let c = arena.allocate(Social__V1__QuietHours.self)
+        social__v1__quiet_hours__init(c)
+        c.pointee.start_minute = self.startMinute
+        c.pointee.end_minute = self.endMinute
+        if !self.timeZone.isEmpty { c.pointee.time_zone = arena.string(self.timeZone) }
+        return UnsafeMutableRawPointer(c)
+    }
+
+    public init(_protobufC message: UnsafeRawPointer) throws {
+        self.init()
+        let c = message.assumingMemoryBound(to: Social__V1__QuietHours.self)
+        self.startMinute = c.pointee.start_minute
+        self.endMinute = c.pointee.end_minute
+        self.timeZone = try ProtobufC.string(c.pointee.time_zone)
     }
 }
 
@@ -4072,6 +4212,50 @@ extension Social_V1_SnoozeNotificationsResponse: RPCProtobuf.ProtobufCConvertibl
     }
 }
 
+extension Social_V1_SetPushPreferencesRequest: RPCProtobuf.ProtobufCConvertible {
+    public static let protoMessageName = "social.v1.SetPushPreferencesRequest"
+    nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
+        var c = Social__V1__SetPushPreferencesRequest()
+        social__v1__set_push_preferences_request__init(&c)
+        return UnsafeRawPointer(c.base.descriptor)
+    }()
+
+    public func _protobufCMake(in arena: inout RPCProtobuf.ProtobufCArena) -> UnsafeMutableRawPointer {
+        let c = arena.allocate(Social__V1__SetPushPreferencesRequest.self)
+        social__v1__set_push_preferences_request__init(c)
+        if let v = self._preferences { c.pointee.preferences = arena.message(v, as: Social__V1__PushPreferences.self) }
+        return UnsafeMutableRawPointer(c)
+    }
+
+    public init(_protobufC message: UnsafeRawPointer) throws {
+        self.init()
+        let c = message.assumingMemoryBound(to: Social__V1__SetPushPreferencesRequest.self)
+        if let p = c.pointee.preferences { self._preferences = try ProtobufC.message(p, as: Social_V1_PushPreferences.self) }
+    }
+}
+
+extension Social_V1_SetPushPreferencesResponse: RPCProtobuf.ProtobufCConvertible {
+    public static let protoMessageName = "social.v1.SetPushPreferencesResponse"
+    nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
+        var c = Social__V1__SetPushPreferencesResponse()
+        social__v1__set_push_preferences_response__init(&c)
+        return UnsafeRawPointer(c.base.descriptor)
+    }()
+
+    public func _protobufCMake(in arena: inout RPCProtobuf.ProtobufCArena) -> UnsafeMutableRawPointer {
+        let c = arena.allocate(Social__V1__SetPushPreferencesResponse.self)
+        social__v1__set_push_preferences_response__init(c)
+        if let v = self._settings { c.pointee.settings = arena.message(v, as: Social__V1__NotificationSettings.self) }
+        return UnsafeMutableRawPointer(c)
+    }
+
+    public init(_protobufC message: UnsafeRawPointer) throws {
+        self.init()
+        let c = message.assumingMemoryBound(to: Social__V1__SetPushPreferencesResponse.self)
+        if let p = c.pointee.settings { self._settings = try ProtobufC.message(p, as: Social_V1_NotificationSettings.self) }
+    }
+}
+
 extension Social_V1_RegisterPushTargetRequest: RPCProtobuf.ProtobufCConvertible {
     public static let protoMessageName = "social.v1.RegisterPushTargetRequest"
     nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
@@ -4809,8 +4993,15 @@ public enum Social_V1_SocialMethods {
     public static let removePushTarget = RPCCore.MethodDescriptor(
         service: serviceName, method: "RemovePushTarget", kind: .unary, visibility: .publicAuthenticated,
         inputType: "social.v1.RemovePushTargetRequest", outputType: "social.v1.RemovePushTargetResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
+    /// Replaces the caller's push preferences (PushPreferences states the rules): which kinds are
+    /// pushed and the quiet hours. They decide only what reaches devices as pushes; the inbox and
+    /// the live streams are not affected. A bad value → INVALID_ARGUMENT naming its path (e.g.
+    /// "preferences.quiet_hours.time_zone"); nothing is changed then.
+    public static let setPushPreferences = RPCCore.MethodDescriptor(
+        service: serviceName, method: "SetPushPreferences", kind: .unary, visibility: .publicAuthenticated,
+        inputType: "social.v1.SetPushPreferencesRequest", outputType: "social.v1.SetPushPreferencesResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Every method, in `.proto` order.
-    public static let all: [RPCCore.MethodDescriptor] = [createTeam, getMyTeam, listTeamRanking, leaveTeam, createHousehold, joinHousehold, renameHousehold, deleteHousehold, inviteHousemate, removeHousemate, listHousemates, getHousehold, listMyHouseholds, getHousemateProfile, addFriend, removeFriend, listFriends, blockUser, unblockUser, listBlockedUsers, requestFollow, acceptFollowRequest, declineFollowRequest, unfollow, listFollowers, listFollowing, listFollowRequests, listNotifications, markNotificationsRead, subscribeNotifications, getNotificationSettings, muteHelpNotifications, snoozeNotifications, registerPushTarget, listPushTargets, removePushTarget]
+    public static let all: [RPCCore.MethodDescriptor] = [createTeam, getMyTeam, listTeamRanking, leaveTeam, createHousehold, joinHousehold, renameHousehold, deleteHousehold, inviteHousemate, removeHousemate, listHousemates, getHousehold, listMyHouseholds, getHousemateProfile, addFriend, removeFriend, listFriends, blockUser, unblockUser, listBlockedUsers, requestFollow, acceptFollowRequest, declineFollowRequest, unfollow, listFollowers, listFollowing, listFollowRequests, listNotifications, markNotificationsRead, subscribeNotifications, getNotificationSettings, muteHelpNotifications, snoozeNotifications, registerPushTarget, listPushTargets, removePushTarget, setPushPreferences]
 }
 
 /// The public API, routed by the gateway at /social.v1.Social/<Method>.
@@ -4942,6 +5133,11 @@ public protocol Social_V1_SocialService: RPCCore.RPCService {
     /// An id that is not one of the caller's targets (unknown, removed, moved to another user, or
     /// another user's) → NOT_FOUND naming target_id, alike, so ids of others cannot be probed.
     func removePushTarget(request: Social_V1_RemovePushTargetRequest, context: RPCCore.ServerContext) async throws -> Social_V1_RemovePushTargetResponse
+    /// Replaces the caller's push preferences (PushPreferences states the rules): which kinds are
+    /// pushed and the quiet hours. They decide only what reaches devices as pushes; the inbox and
+    /// the live streams are not affected. A bad value → INVALID_ARGUMENT naming its path (e.g.
+    /// "preferences.quiet_hours.time_zone"); nothing is changed then.
+    func setPushPreferences(request: Social_V1_SetPushPreferencesRequest, context: RPCCore.ServerContext) async throws -> Social_V1_SetPushPreferencesResponse
 }
 
 extension Social_V1_SocialService {
@@ -4985,6 +5181,7 @@ extension Social_V1_SocialService {
             RPCCore.ServerMethod(Social_V1_SocialMethods.registerPushTarget, .unary(Social_V1_RegisterPushTargetRequest.self, Social_V1_RegisterPushTargetResponse.self) { try await self.registerPushTarget(request: $0, context: $1) }),
             RPCCore.ServerMethod(Social_V1_SocialMethods.listPushTargets, .unary(Social_V1_ListPushTargetsRequest.self, Social_V1_ListPushTargetsResponse.self) { try await self.listPushTargets(request: $0, context: $1) }),
             RPCCore.ServerMethod(Social_V1_SocialMethods.removePushTarget, .unary(Social_V1_RemovePushTargetRequest.self, Social_V1_RemovePushTargetResponse.self) { try await self.removePushTarget(request: $0, context: $1) }),
+            RPCCore.ServerMethod(Social_V1_SocialMethods.setPushPreferences, .unary(Social_V1_SetPushPreferencesRequest.self, Social_V1_SetPushPreferencesResponse.self) { try await self.setPushPreferences(request: $0, context: $1) }),
         ]
     }
 }
@@ -5367,6 +5564,18 @@ public struct Social_V1_SocialClient: Sendable {
     /// `removePushTarget` with the response metadata.
     public func removePushTargetWithMetadata(_ request: Social_V1_RemovePushTargetRequest, options: RPCCore.CallOptions = .defaults) async throws -> RPCCore.ClientResponse<Social_V1_RemovePushTargetResponse> {
         try await client.unary(Social_V1_SocialMethods.removePushTarget, request, as: Social_V1_RemovePushTargetResponse.self, options: options)
+    }
+
+    /// Replaces the caller's push preferences (PushPreferences states the rules): which kinds are
+    /// pushed and the quiet hours. They decide only what reaches devices as pushes; the inbox and
+    /// the live streams are not affected. A bad value → INVALID_ARGUMENT naming its path (e.g.
+    /// "preferences.quiet_hours.time_zone"); nothing is changed then.
+    public func setPushPreferences(_ request: Social_V1_SetPushPreferencesRequest, options: RPCCore.CallOptions = .defaults) async throws -> Social_V1_SetPushPreferencesResponse {
+        try await client.unary(Social_V1_SocialMethods.setPushPreferences, request, as: Social_V1_SetPushPreferencesResponse.self, options: options).message
+    }
+    /// `setPushPreferences` with the response metadata.
+    public func setPushPreferencesWithMetadata(_ request: Social_V1_SetPushPreferencesRequest, options: RPCCore.CallOptions = .defaults) async throws -> RPCCore.ClientResponse<Social_V1_SetPushPreferencesResponse> {
+        try await client.unary(Social_V1_SocialMethods.setPushPreferences, request, as: Social_V1_SetPushPreferencesResponse.self, options: options)
     }
 }
 

@@ -34,6 +34,8 @@ typedef struct Social__V1__NotificationTarget Social__V1__NotificationTarget;
 typedef struct Social__V1__Notification Social__V1__Notification;
 typedef struct Social__V1__Notification__DataEntry Social__V1__Notification__DataEntry;
 typedef struct Social__V1__NotificationSettings Social__V1__NotificationSettings;
+typedef struct Social__V1__PushPreferences Social__V1__PushPreferences;
+typedef struct Social__V1__QuietHours Social__V1__QuietHours;
 typedef struct Social__V1__PushTarget Social__V1__PushTarget;
 typedef struct Social__V1__ApnsTarget Social__V1__ApnsTarget;
 typedef struct Social__V1__FcmTarget Social__V1__FcmTarget;
@@ -105,6 +107,8 @@ typedef struct Social__V1__MuteHelpNotificationsRequest Social__V1__MuteHelpNoti
 typedef struct Social__V1__MuteHelpNotificationsResponse Social__V1__MuteHelpNotificationsResponse;
 typedef struct Social__V1__SnoozeNotificationsRequest Social__V1__SnoozeNotificationsRequest;
 typedef struct Social__V1__SnoozeNotificationsResponse Social__V1__SnoozeNotificationsResponse;
+typedef struct Social__V1__SetPushPreferencesRequest Social__V1__SetPushPreferencesRequest;
+typedef struct Social__V1__SetPushPreferencesResponse Social__V1__SetPushPreferencesResponse;
 typedef struct Social__V1__RegisterPushTargetRequest Social__V1__RegisterPushTargetRequest;
 typedef struct Social__V1__RegisterPushTargetResponse Social__V1__RegisterPushTargetResponse;
 typedef struct Social__V1__ListPushTargetsRequest Social__V1__ListPushTargetsRequest;
@@ -745,10 +749,72 @@ struct  Social__V1__NotificationSettings
    * End of the current snooze (B UC-24); unset or in the past = not snoozed.
    */
   Google__Protobuf__Timestamp *snoozed_until;
+  /*
+   * What is pushed to the caller's devices (SetPushPreferences); always set in answers.
+   */
+  Social__V1__PushPreferences *push;
 };
 #define SOCIAL__V1__NOTIFICATION_SETTINGS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&social__v1__notification_settings__descriptor) \
-    , 0, NULL }
+    , 0, NULL, NULL }
+
+
+/*
+ * Push preferences: beside mute and snooze, which decide what is stored silenced (and so never
+ * pushed), these decide only what reaches devices as pushes.
+ * Every stored notification that is not silenced is pushed once to each of the recipient's push
+ * targets, unless its kind is in disabled_kinds or it falls in quiet hours. A push due in quiet
+ * hours waits until they end, except for kinds that would be stale by then, which are not pushed
+ * at all: MATCH_FOUND, REMATCH_REQUEST and MATCH_CHAT_MESSAGE (they stay in the inbox). A push
+ * not delivered within its lifetime is dropped: 15 minutes for those three kinds, 24 hours for
+ * the others (quiet hours count in it, so a push waiting out a night is still sent). A
+ * notification read before its push leaves is not pushed.
+ */
+struct  Social__V1__PushPreferences
+{
+  ProtobufCMessage base;
+  /*
+   * Kinds never pushed, each at most once, none UNSPECIFIED or unknown ("disabled_kinds[i]").
+   * Empty = every kind is pushed.
+   */
+  size_t n_disabled_kinds;
+  Social__V1__NotificationKind *disabled_kinds;
+  /*
+   * Unset = no quiet hours.
+   */
+  Social__V1__QuietHours *quiet_hours;
+};
+#define SOCIAL__V1__PUSH_PREFERENCES__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&social__v1__push_preferences__descriptor) \
+    , 0,NULL, NULL }
+
+
+/*
+ * A daily span of local time in which nothing is pushed.
+ */
+struct  Social__V1__QuietHours
+{
+  ProtobufCMessage base;
+  /*
+   * Start, in minutes after local midnight: 0..1439 ("start_minute"). 22:00 = 1320.
+   */
+  int32_t start_minute;
+  /*
+   * End (exclusive), in minutes after local midnight: 0..1439, not equal to start_minute
+   * ("end_minute"). An end before the start spans midnight (22:00–07:00 = 1320, 420). On a day
+   * whose clock skips or repeats an hour (daylight saving), the span is the local times between
+   * the two, as the wall clock shows them.
+   */
+  int32_t end_minute;
+  /*
+   * The IANA time zone the minutes are in, e.g. "Europe/Berlin" (normally the device's); required,
+   * unknown names → INVALID_ARGUMENT ("time_zone").
+   */
+  char *time_zone;
+};
+#define SOCIAL__V1__QUIET_HOURS__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&social__v1__quiet_hours__descriptor) \
+    , 0, 0, (char *)protobuf_c_empty_string }
 
 
 typedef enum {
@@ -2126,6 +2192,38 @@ struct  Social__V1__SnoozeNotificationsResponse
 
 
 /*
+ * Replaces the push preferences.
+ */
+struct  Social__V1__SetPushPreferencesRequest
+{
+  ProtobufCMessage base;
+  /*
+   * The whole preferences; unset = none (every kind pushed, no quiet hours).
+   */
+  Social__V1__PushPreferences *preferences;
+};
+#define SOCIAL__V1__SET_PUSH_PREFERENCES_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&social__v1__set_push_preferences_request__descriptor) \
+    , NULL }
+
+
+/*
+ * The settings after the change.
+ */
+struct  Social__V1__SetPushPreferencesResponse
+{
+  ProtobufCMessage base;
+  /*
+   * Current settings, push preferences included.
+   */
+  Social__V1__NotificationSettings *settings;
+};
+#define SOCIAL__V1__SET_PUSH_PREFERENCES_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&social__v1__set_push_preferences_response__descriptor) \
+    , NULL }
+
+
+/*
  * Registers a push target of the caller.
  */
 struct  Social__V1__RegisterPushTargetRequest
@@ -2860,6 +2958,44 @@ Social__V1__NotificationSettings *
                       const uint8_t       *data);
 void   social__v1__notification_settings__free_unpacked
                      (Social__V1__NotificationSettings *message,
+                      ProtobufCAllocator *allocator);
+/* Social__V1__PushPreferences methods */
+void   social__v1__push_preferences__init
+                     (Social__V1__PushPreferences         *message);
+size_t social__v1__push_preferences__get_packed_size
+                     (const Social__V1__PushPreferences   *message);
+size_t social__v1__push_preferences__pack
+                     (const Social__V1__PushPreferences   *message,
+                      uint8_t             *out);
+size_t social__v1__push_preferences__pack_to_buffer
+                     (const Social__V1__PushPreferences   *message,
+                      ProtobufCBuffer     *buffer);
+Social__V1__PushPreferences *
+       social__v1__push_preferences__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   social__v1__push_preferences__free_unpacked
+                     (Social__V1__PushPreferences *message,
+                      ProtobufCAllocator *allocator);
+/* Social__V1__QuietHours methods */
+void   social__v1__quiet_hours__init
+                     (Social__V1__QuietHours         *message);
+size_t social__v1__quiet_hours__get_packed_size
+                     (const Social__V1__QuietHours   *message);
+size_t social__v1__quiet_hours__pack
+                     (const Social__V1__QuietHours   *message,
+                      uint8_t             *out);
+size_t social__v1__quiet_hours__pack_to_buffer
+                     (const Social__V1__QuietHours   *message,
+                      ProtobufCBuffer     *buffer);
+Social__V1__QuietHours *
+       social__v1__quiet_hours__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   social__v1__quiet_hours__free_unpacked
+                     (Social__V1__QuietHours *message,
                       ProtobufCAllocator *allocator);
 /* Social__V1__PushTarget methods */
 void   social__v1__push_target__init
@@ -4210,6 +4346,44 @@ Social__V1__SnoozeNotificationsResponse *
 void   social__v1__snooze_notifications_response__free_unpacked
                      (Social__V1__SnoozeNotificationsResponse *message,
                       ProtobufCAllocator *allocator);
+/* Social__V1__SetPushPreferencesRequest methods */
+void   social__v1__set_push_preferences_request__init
+                     (Social__V1__SetPushPreferencesRequest         *message);
+size_t social__v1__set_push_preferences_request__get_packed_size
+                     (const Social__V1__SetPushPreferencesRequest   *message);
+size_t social__v1__set_push_preferences_request__pack
+                     (const Social__V1__SetPushPreferencesRequest   *message,
+                      uint8_t             *out);
+size_t social__v1__set_push_preferences_request__pack_to_buffer
+                     (const Social__V1__SetPushPreferencesRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Social__V1__SetPushPreferencesRequest *
+       social__v1__set_push_preferences_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   social__v1__set_push_preferences_request__free_unpacked
+                     (Social__V1__SetPushPreferencesRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Social__V1__SetPushPreferencesResponse methods */
+void   social__v1__set_push_preferences_response__init
+                     (Social__V1__SetPushPreferencesResponse         *message);
+size_t social__v1__set_push_preferences_response__get_packed_size
+                     (const Social__V1__SetPushPreferencesResponse   *message);
+size_t social__v1__set_push_preferences_response__pack
+                     (const Social__V1__SetPushPreferencesResponse   *message,
+                      uint8_t             *out);
+size_t social__v1__set_push_preferences_response__pack_to_buffer
+                     (const Social__V1__SetPushPreferencesResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Social__V1__SetPushPreferencesResponse *
+       social__v1__set_push_preferences_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   social__v1__set_push_preferences_response__free_unpacked
+                     (Social__V1__SetPushPreferencesResponse *message,
+                      ProtobufCAllocator *allocator);
 /* Social__V1__RegisterPushTargetRequest methods */
 void   social__v1__register_push_target_request__init
                      (Social__V1__RegisterPushTargetRequest         *message);
@@ -4646,6 +4820,12 @@ typedef void (*Social__V1__Notification_Closure)
 typedef void (*Social__V1__NotificationSettings_Closure)
                  (const Social__V1__NotificationSettings *message,
                   void *closure_data);
+typedef void (*Social__V1__PushPreferences_Closure)
+                 (const Social__V1__PushPreferences *message,
+                  void *closure_data);
+typedef void (*Social__V1__QuietHours_Closure)
+                 (const Social__V1__QuietHours *message,
+                  void *closure_data);
 typedef void (*Social__V1__PushTarget_Closure)
                  (const Social__V1__PushTarget *message,
                   void *closure_data);
@@ -4858,6 +5038,12 @@ typedef void (*Social__V1__SnoozeNotificationsRequest_Closure)
                   void *closure_data);
 typedef void (*Social__V1__SnoozeNotificationsResponse_Closure)
                  (const Social__V1__SnoozeNotificationsResponse *message,
+                  void *closure_data);
+typedef void (*Social__V1__SetPushPreferencesRequest_Closure)
+                 (const Social__V1__SetPushPreferencesRequest *message,
+                  void *closure_data);
+typedef void (*Social__V1__SetPushPreferencesResponse_Closure)
+                 (const Social__V1__SetPushPreferencesResponse *message,
                   void *closure_data);
 typedef void (*Social__V1__RegisterPushTargetRequest_Closure)
                  (const Social__V1__RegisterPushTargetRequest *message,
@@ -5079,6 +5265,10 @@ struct Social__V1__Social_Service
                              const Social__V1__RemovePushTargetRequest *input,
                              Social__V1__RemovePushTargetResponse_Closure closure,
                              void *closure_data);
+  void (*set_push_preferences)(Social__V1__Social_Service *service,
+                               const Social__V1__SetPushPreferencesRequest *input,
+                               Social__V1__SetPushPreferencesResponse_Closure closure,
+                               void *closure_data);
 };
 typedef void (*Social__V1__Social_ServiceDestroy)(Social__V1__Social_Service *);
 void social__v1__social__init (Social__V1__Social_Service *service,
@@ -5122,7 +5312,8 @@ void social__v1__social__init (Social__V1__Social_Service *service,
       function_prefix__ ## snooze_notifications,\
       function_prefix__ ## register_push_target,\
       function_prefix__ ## list_push_targets,\
-      function_prefix__ ## remove_push_target  }
+      function_prefix__ ## remove_push_target,\
+      function_prefix__ ## set_push_preferences  }
 void social__v1__social__create_team(ProtobufCService *service,
                                      const Social__V1__CreateTeamRequest *input,
                                      Social__V1__CreateTeamResponse_Closure closure,
@@ -5267,6 +5458,10 @@ void social__v1__social__remove_push_target(ProtobufCService *service,
                                             const Social__V1__RemovePushTargetRequest *input,
                                             Social__V1__RemovePushTargetResponse_Closure closure,
                                             void *closure_data);
+void social__v1__social__set_push_preferences(ProtobufCService *service,
+                                              const Social__V1__SetPushPreferencesRequest *input,
+                                              Social__V1__SetPushPreferencesResponse_Closure closure,
+                                              void *closure_data);
 typedef struct Social__V1__SocialInternal_Service Social__V1__SocialInternal_Service;
 struct Social__V1__SocialInternal_Service
 {
@@ -5365,6 +5560,8 @@ extern const ProtobufCMessageDescriptor social__v1__notification_target__descrip
 extern const ProtobufCMessageDescriptor social__v1__notification__descriptor;
 extern const ProtobufCMessageDescriptor social__v1__notification__data_entry__descriptor;
 extern const ProtobufCMessageDescriptor social__v1__notification_settings__descriptor;
+extern const ProtobufCMessageDescriptor social__v1__push_preferences__descriptor;
+extern const ProtobufCMessageDescriptor social__v1__quiet_hours__descriptor;
 extern const ProtobufCMessageDescriptor social__v1__push_target__descriptor;
 extern const ProtobufCMessageDescriptor social__v1__apns_target__descriptor;
 extern const ProtobufCMessageDescriptor social__v1__fcm_target__descriptor;
@@ -5436,6 +5633,8 @@ extern const ProtobufCMessageDescriptor social__v1__mute_help_notifications_requ
 extern const ProtobufCMessageDescriptor social__v1__mute_help_notifications_response__descriptor;
 extern const ProtobufCMessageDescriptor social__v1__snooze_notifications_request__descriptor;
 extern const ProtobufCMessageDescriptor social__v1__snooze_notifications_response__descriptor;
+extern const ProtobufCMessageDescriptor social__v1__set_push_preferences_request__descriptor;
+extern const ProtobufCMessageDescriptor social__v1__set_push_preferences_response__descriptor;
 extern const ProtobufCMessageDescriptor social__v1__register_push_target_request__descriptor;
 extern const ProtobufCMessageDescriptor social__v1__register_push_target_response__descriptor;
 extern const ProtobufCMessageDescriptor social__v1__list_push_targets_request__descriptor;

@@ -643,6 +643,96 @@ void   social__v1__notification_settings__free_unpacked
   assert(message->base.descriptor == &social__v1__notification_settings__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   social__v1__push_preferences__init
+                     (Social__V1__PushPreferences         *message)
+{
+  static const Social__V1__PushPreferences init_value = SOCIAL__V1__PUSH_PREFERENCES__INIT;
+  *message = init_value;
+}
+size_t social__v1__push_preferences__get_packed_size
+                     (const Social__V1__PushPreferences *message)
+{
+  assert(message->base.descriptor == &social__v1__push_preferences__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t social__v1__push_preferences__pack
+                     (const Social__V1__PushPreferences *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &social__v1__push_preferences__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t social__v1__push_preferences__pack_to_buffer
+                     (const Social__V1__PushPreferences *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &social__v1__push_preferences__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Social__V1__PushPreferences *
+       social__v1__push_preferences__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Social__V1__PushPreferences *)
+     protobuf_c_message_unpack (&social__v1__push_preferences__descriptor,
+                                allocator, len, data);
+}
+void   social__v1__push_preferences__free_unpacked
+                     (Social__V1__PushPreferences *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &social__v1__push_preferences__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   social__v1__quiet_hours__init
+                     (Social__V1__QuietHours         *message)
+{
+  static const Social__V1__QuietHours init_value = SOCIAL__V1__QUIET_HOURS__INIT;
+  *message = init_value;
+}
+size_t social__v1__quiet_hours__get_packed_size
+                     (const Social__V1__QuietHours *message)
+{
+  assert(message->base.descriptor == &social__v1__quiet_hours__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t social__v1__quiet_hours__pack
+                     (const Social__V1__QuietHours *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &social__v1__quiet_hours__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t social__v1__quiet_hours__pack_to_buffer
+                     (const Social__V1__QuietHours *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &social__v1__quiet_hours__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Social__V1__QuietHours *
+       social__v1__quiet_hours__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Social__V1__QuietHours *)
+     protobuf_c_message_unpack (&social__v1__quiet_hours__descriptor,
+                                allocator, len, data);
+}
+void   social__v1__quiet_hours__free_unpacked
+                     (Social__V1__QuietHours *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &social__v1__quiet_hours__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   social__v1__push_target__init
                      (Social__V1__PushTarget         *message)
 {
@@ -3838,6 +3928,96 @@ void   social__v1__snooze_notifications_response__free_unpacked
   assert(message->base.descriptor == &social__v1__snooze_notifications_response__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   social__v1__set_push_preferences_request__init
+                     (Social__V1__SetPushPreferencesRequest         *message)
+{
+  static const Social__V1__SetPushPreferencesRequest init_value = SOCIAL__V1__SET_PUSH_PREFERENCES_REQUEST__INIT;
+  *message = init_value;
+}
+size_t social__v1__set_push_preferences_request__get_packed_size
+                     (const Social__V1__SetPushPreferencesRequest *message)
+{
+  assert(message->base.descriptor == &social__v1__set_push_preferences_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t social__v1__set_push_preferences_request__pack
+                     (const Social__V1__SetPushPreferencesRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &social__v1__set_push_preferences_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t social__v1__set_push_preferences_request__pack_to_buffer
+                     (const Social__V1__SetPushPreferencesRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &social__v1__set_push_preferences_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Social__V1__SetPushPreferencesRequest *
+       social__v1__set_push_preferences_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Social__V1__SetPushPreferencesRequest *)
+     protobuf_c_message_unpack (&social__v1__set_push_preferences_request__descriptor,
+                                allocator, len, data);
+}
+void   social__v1__set_push_preferences_request__free_unpacked
+                     (Social__V1__SetPushPreferencesRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &social__v1__set_push_preferences_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   social__v1__set_push_preferences_response__init
+                     (Social__V1__SetPushPreferencesResponse         *message)
+{
+  static const Social__V1__SetPushPreferencesResponse init_value = SOCIAL__V1__SET_PUSH_PREFERENCES_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t social__v1__set_push_preferences_response__get_packed_size
+                     (const Social__V1__SetPushPreferencesResponse *message)
+{
+  assert(message->base.descriptor == &social__v1__set_push_preferences_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t social__v1__set_push_preferences_response__pack
+                     (const Social__V1__SetPushPreferencesResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &social__v1__set_push_preferences_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t social__v1__set_push_preferences_response__pack_to_buffer
+                     (const Social__V1__SetPushPreferencesResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &social__v1__set_push_preferences_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Social__V1__SetPushPreferencesResponse *
+       social__v1__set_push_preferences_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Social__V1__SetPushPreferencesResponse *)
+     protobuf_c_message_unpack (&social__v1__set_push_preferences_response__descriptor,
+                                allocator, len, data);
+}
+void   social__v1__set_push_preferences_response__free_unpacked
+                     (Social__V1__SetPushPreferencesResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &social__v1__set_push_preferences_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   social__v1__register_push_target_request__init
                      (Social__V1__RegisterPushTargetRequest         *message)
 {
@@ -5860,7 +6040,7 @@ const ProtobufCMessageDescriptor social__v1__notification__descriptor =
   (ProtobufCMessageInit) social__v1__notification__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor social__v1__notification_settings__field_descriptors[2] =
+static const ProtobufCFieldDescriptor social__v1__notification_settings__field_descriptors[3] =
 {
   {
     "help_muted",
@@ -5886,15 +6066,28 @@ static const ProtobufCFieldDescriptor social__v1__notification_settings__field_d
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "push",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Social__V1__NotificationSettings, push),
+    &social__v1__push_preferences__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned social__v1__notification_settings__field_indices_by_name[] = {
   0,   /* field[0] = help_muted */
+  2,   /* field[2] = push */
   1,   /* field[1] = snoozed_until */
 };
 static const ProtobufCIntRange social__v1__notification_settings__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 2 }
+  { 0, 3 }
 };
 const ProtobufCMessageDescriptor social__v1__notification_settings__descriptor =
 {
@@ -5904,11 +6097,126 @@ const ProtobufCMessageDescriptor social__v1__notification_settings__descriptor =
   "Social__V1__NotificationSettings",
   "social.v1",
   sizeof(Social__V1__NotificationSettings),
-  2,
+  3,
   social__v1__notification_settings__field_descriptors,
   social__v1__notification_settings__field_indices_by_name,
   1,  social__v1__notification_settings__number_ranges,
   (ProtobufCMessageInit) social__v1__notification_settings__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor social__v1__push_preferences__field_descriptors[2] =
+{
+  {
+    "disabled_kinds",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_ENUM,
+    offsetof(Social__V1__PushPreferences, n_disabled_kinds),
+    offsetof(Social__V1__PushPreferences, disabled_kinds),
+    &social__v1__notification_kind__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_PACKED,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "quiet_hours",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Social__V1__PushPreferences, quiet_hours),
+    &social__v1__quiet_hours__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned social__v1__push_preferences__field_indices_by_name[] = {
+  0,   /* field[0] = disabled_kinds */
+  1,   /* field[1] = quiet_hours */
+};
+static const ProtobufCIntRange social__v1__push_preferences__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor social__v1__push_preferences__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "social.v1.PushPreferences",
+  "PushPreferences",
+  "Social__V1__PushPreferences",
+  "social.v1",
+  sizeof(Social__V1__PushPreferences),
+  2,
+  social__v1__push_preferences__field_descriptors,
+  social__v1__push_preferences__field_indices_by_name,
+  1,  social__v1__push_preferences__number_ranges,
+  (ProtobufCMessageInit) social__v1__push_preferences__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor social__v1__quiet_hours__field_descriptors[3] =
+{
+  {
+    "start_minute",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT32,
+    0,   /* quantifier_offset */
+    offsetof(Social__V1__QuietHours, start_minute),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "end_minute",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT32,
+    0,   /* quantifier_offset */
+    offsetof(Social__V1__QuietHours, end_minute),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "time_zone",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Social__V1__QuietHours, time_zone),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned social__v1__quiet_hours__field_indices_by_name[] = {
+  1,   /* field[1] = end_minute */
+  0,   /* field[0] = start_minute */
+  2,   /* field[2] = time_zone */
+};
+static const ProtobufCIntRange social__v1__quiet_hours__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor social__v1__quiet_hours__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "social.v1.QuietHours",
+  "QuietHours",
+  "Social__V1__QuietHours",
+  "social.v1",
+  sizeof(Social__V1__QuietHours),
+  3,
+  social__v1__quiet_hours__field_descriptors,
+  social__v1__quiet_hours__field_indices_by_name,
+  1,  social__v1__quiet_hours__number_ranges,
+  (ProtobufCMessageInit) social__v1__quiet_hours__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor social__v1__push_target__field_descriptors[7] =
@@ -9112,6 +9420,82 @@ const ProtobufCMessageDescriptor social__v1__snooze_notifications_response__desc
   (ProtobufCMessageInit) social__v1__snooze_notifications_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
+static const ProtobufCFieldDescriptor social__v1__set_push_preferences_request__field_descriptors[1] =
+{
+  {
+    "preferences",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Social__V1__SetPushPreferencesRequest, preferences),
+    &social__v1__push_preferences__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned social__v1__set_push_preferences_request__field_indices_by_name[] = {
+  0,   /* field[0] = preferences */
+};
+static const ProtobufCIntRange social__v1__set_push_preferences_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor social__v1__set_push_preferences_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "social.v1.SetPushPreferencesRequest",
+  "SetPushPreferencesRequest",
+  "Social__V1__SetPushPreferencesRequest",
+  "social.v1",
+  sizeof(Social__V1__SetPushPreferencesRequest),
+  1,
+  social__v1__set_push_preferences_request__field_descriptors,
+  social__v1__set_push_preferences_request__field_indices_by_name,
+  1,  social__v1__set_push_preferences_request__number_ranges,
+  (ProtobufCMessageInit) social__v1__set_push_preferences_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor social__v1__set_push_preferences_response__field_descriptors[1] =
+{
+  {
+    "settings",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Social__V1__SetPushPreferencesResponse, settings),
+    &social__v1__notification_settings__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned social__v1__set_push_preferences_response__field_indices_by_name[] = {
+  0,   /* field[0] = settings */
+};
+static const ProtobufCIntRange social__v1__set_push_preferences_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor social__v1__set_push_preferences_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "social.v1.SetPushPreferencesResponse",
+  "SetPushPreferencesResponse",
+  "Social__V1__SetPushPreferencesResponse",
+  "social.v1",
+  sizeof(Social__V1__SetPushPreferencesResponse),
+  1,
+  social__v1__set_push_preferences_response__field_descriptors,
+  social__v1__set_push_preferences_response__field_indices_by_name,
+  1,  social__v1__set_push_preferences_response__number_ranges,
+  (ProtobufCMessageInit) social__v1__set_push_preferences_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
 static const ProtobufCFieldDescriptor social__v1__register_push_target_request__field_descriptors[1] =
 {
   {
@@ -10528,7 +10912,7 @@ const ProtobufCEnumDescriptor social__v1__apns_environment__descriptor =
   social__v1__apns_environment__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCMethodDescriptor social__v1__social__method_descriptors[36] =
+static const ProtobufCMethodDescriptor social__v1__social__method_descriptors[37] =
 {
   { "CreateTeam", &social__v1__create_team_request__descriptor, &social__v1__create_team_response__descriptor },
   { "GetMyTeam", &social__v1__get_my_team_request__descriptor, &social__v1__get_my_team_response__descriptor },
@@ -10566,6 +10950,7 @@ static const ProtobufCMethodDescriptor social__v1__social__method_descriptors[36
   { "RegisterPushTarget", &social__v1__register_push_target_request__descriptor, &social__v1__register_push_target_response__descriptor },
   { "ListPushTargets", &social__v1__list_push_targets_request__descriptor, &social__v1__list_push_targets_response__descriptor },
   { "RemovePushTarget", &social__v1__remove_push_target_request__descriptor, &social__v1__remove_push_target_response__descriptor },
+  { "SetPushPreferences", &social__v1__set_push_preferences_request__descriptor, &social__v1__set_push_preferences_response__descriptor },
 };
 const unsigned social__v1__social__method_indices_by_name[] = {
   21,        /* AcceptFollowRequest */
@@ -10600,6 +10985,7 @@ const unsigned social__v1__social__method_indices_by_name[] = {
   35,        /* RemovePushTarget */
   6,        /* RenameHousehold */
   20,        /* RequestFollow */
+  36,        /* SetPushPreferences */
   32,        /* SnoozeNotifications */
   29,        /* SubscribeNotifications */
   18,        /* UnblockUser */
@@ -10612,7 +10998,7 @@ const ProtobufCServiceDescriptor social__v1__social__descriptor =
   "Social",
   "Social__V1__Social",
   "social.v1",
-  36,
+  37,
   social__v1__social__method_descriptors,
   social__v1__social__method_indices_by_name
 };
@@ -10903,6 +11289,14 @@ void social__v1__social__remove_push_target(ProtobufCService *service,
 {
   assert(service->descriptor == &social__v1__social__descriptor);
   service->invoke(service, 35, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void social__v1__social__set_push_preferences(ProtobufCService *service,
+                                              const Social__V1__SetPushPreferencesRequest *input,
+                                              Social__V1__SetPushPreferencesResponse_Closure closure,
+                                              void *closure_data)
+{
+  assert(service->descriptor == &social__v1__social__descriptor);
+  service->invoke(service, 36, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void social__v1__social__init (Social__V1__Social_Service *service,
                                Social__V1__Social_ServiceDestroy destroy)
