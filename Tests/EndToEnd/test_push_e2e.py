@@ -1,0 +1,184 @@
+"""Push notifications end to end (issue 36): real accounts-service, social-service and gateway
+processes, social's providers pointed (PUSH_*) at Tests/PushProviders/fake_providers.py, which checks
+every request as APNs, FCM and a Web Push service document it. A browser-like client registers its
+targets and preferences through the gateway (Connect JSON), another user's actions notify it, and
+the pushes arrive verified; a deleted account's targets get nothing more."""
+import json
+import sqlite3
+import os
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+
+from conftest import BIN, ROOT, Proc, free_port
+
+PASSWORD = "correct horse battery staple"
+
+
+class Fake:
+    """fake_providers.py as a child process (it exits when its stdin pipe closes)."""
+
+    def __init__(self, directory):
+        self.dir = Path(directory)
+        self.p = subprocess.Popen([sys.executable, str(ROOT / "Tests/PushProviders/fake_providers.py"), "--dir", str(self.dir), "--port", "0"],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        line = self.p.stdout.readline().decode()
+        assert line.startswith("READY "), f"fake providers did not start: {line!r}"
+        self.port = json.loads(line[6:])["port"]
+        self.base = f"https://127.0.0.1:{self.port}"
+        self.tls = ssl.create_default_context(cafile=str(self.dir / "ca.pem"))
+
+    def control(self, method, path, body=None):
+        req = urllib.request.Request(self.base + path, method=method, data=None if body is None else json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, context=self.tls, timeout=10) as r:
+            data = r.read()
+            return json.loads(data) if data else {}
+
+    def received(self):
+        return self.control("GET", "/control/received")
+
+    def wait_for(self, what, predicate, timeout=20):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            got = self.received()
+            if predicate(got):
+                return got
+            time.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {what}: {self.received()}")
+
+    def stop(self):
+        self.p.stdin.close()
+        self.p.terminate()
+        self.p.wait(10)
+
+
+@pytest.fixture
+def pushed(tmp_path):
+    for name in ("accounts-service", "social-service", "gateway"):
+        if not (BIN / name).exists():
+            pytest.skip(f"{name} is not built")
+    fake = Fake(tmp_path / "fake")
+    apns = json.loads((fake.dir / "apns.json").read_text())
+    accounts_port, social_port, gateway_port = free_port(), free_port(), free_port()
+    env = dict(os.environ)
+    env.update({
+        "DATA_DIR": str(tmp_path), "LOG_LEVEL": "info", "ACCOUNTS_SCRYPT_N": "1024",
+        "SERVICE_TOKEN": "e2e-service-credential-0123456789abcdef", "GATEWAY_TOKEN": "e2e-gateway-credential-0123456789abcdef",
+        "ACCOUNTS_ADDR": f"127.0.0.1:{accounts_port}", "SOCIAL_ADDR": f"127.0.0.1:{social_port}", "TASKS_ADDR": f"127.0.0.1:{free_port()}",
+        "GATEWAY_UPSTREAMS": "accounts,social",
+        "PUSH_APNS_KEY_FILE": str(fake.dir / "apns-key.p8"), "PUSH_APNS_KEY_ID": apns["key_id"], "PUSH_APNS_TEAM_ID": apns["team_id"],
+        "PUSH_APNS_URL": fake.base, "PUSH_APNS_SANDBOX_URL": fake.base,
+        "PUSH_FCM_SERVICE_ACCOUNT_FILE": str(fake.dir / "fcm-service-account.json"), "PUSH_FCM_URL": fake.base,
+        "PUSH_VAPID_KEY_FILE": str(fake.dir / "vapid-private.pem"), "PUSH_VAPID_SUBJECT": "mailto:ops@example.com",
+        "PUSH_TLS_CA": str(fake.dir / "ca.pem"), "PUSH_ALLOW_PRIVATE_ENDPOINTS": "on",
+    })
+    procs = []
+    try:
+        for name, port in (("accounts-service", accounts_port), ("social-service", social_port)):
+            proc = Proc(name, ["--host", "127.0.0.1", "--port", str(port), "--data-dir", str(tmp_path / name)], env, port)
+            procs.append(proc)
+            proc.start()
+        gw = Proc("gateway", ["--host", "127.0.0.1", "--port", str(gateway_port)], env, gateway_port)
+        procs.append(gw)
+        gw.start()
+        yield {"fake": fake, "gateway": gateway_port, "social": procs[1], "social_db": tmp_path / "social-service" / "social.sqlite"}
+    finally:
+        for p in reversed(procs):
+            p.stop()
+        fake.stop()
+
+
+def connect(port, service, method, body, token=None):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/{service}/{method}", data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json", "Connect-Protocol-Version": "1"})
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.loads(r.read() or b"{}")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+
+
+def ok(result):
+    status, body = result
+    assert status == 200, body
+    return body
+
+
+def sign_up(port, prefix):
+    name = f"{prefix}{uuid.uuid4().hex[:8]}"
+    r = ok(connect(port, "accounts.v1.Accounts", "SignUp", {"username": name, "email": f"{name}@example.com", "password": PASSWORD,
+                                                             "displayName": prefix.capitalize()}))
+    return {"id": r["user"]["userId"], "username": name, "token": r["session"]["accessToken"]}
+
+
+def test_pushes_reach_every_device_through_the_gateway_and_stop_with_the_account(pushed):
+    port, fake = pushed["gateway"], pushed["fake"]
+    social = lambda method, body, user: connect(port, "social.v1.Social", method, body, user["token"])
+    anna, ben = sign_up(port, "anna"), sign_up(port, "ben")
+
+    # Ben's iPhone, Android phone and browser register (the browser's subscription comes from the push service).
+    apns_token = os.urandom(32).hex()
+    fcm_token = "fcm:" + uuid.uuid4().hex
+    sub = fake.control("POST", "/control/webpush/subscriptions", {})
+    for target in ({"apns": {"deviceToken": apns_token, "topic": "com.example.tasks", "environment": "APNS_ENVIRONMENT_SANDBOX"}, "label": "iPhone"},
+                   {"fcm": {"registrationToken": fcm_token}, "label": "Pixel"},
+                   {"webPush": {"endpoint": sub["endpoint"], "p256dh": sub["p256dh"], "auth": sub["auth"]}, "label": "Firefox"}):
+        ok(social("RegisterPushTarget", {"target": target}, ben))
+    assert len(ok(social("ListPushTargets", {}, ben))["targets"]) == 3
+
+    # Anna adds Ben as a friend: FRIEND_ADDED reaches all three devices, each verified by the fake.
+    ok(social("AddFriend", {"user": {"userId": ben["id"]}}, anna))
+    got = fake.wait_for("three pushes", lambda r: len(r) >= 3)
+    by = {r["provider"]: r for r in got}
+    assert set(by) == {"apns", "fcm", "webpush"}
+    assert by["apns"]["token"] == apns_token and by["apns"]["headers"]["apns-topic"] == "com.example.tasks"
+    assert by["apns"]["payload"]["kind"] == "FRIEND_ADDED" and by["apns"]["payload"]["aps"]["badge"] == 1
+    assert by["fcm"]["payload"]["message"]["token"] == fcm_token
+    assert by["webpush"]["payload"]["kind"] == "FRIEND_ADDED" and by["webpush"]["token"] == sub["id"]
+    note = ok(social("ListNotifications", {}, ben))["notifications"][0]
+    assert by["apns"]["headers"]["apns-collapse-id"] == note["notificationId"] == by["webpush"]["headers"]["topic"]
+    assert fake.control("GET", "/control/rejected") == []
+
+    # Ben turns follow requests off for pushes; the request still reaches his inbox, no push leaves.
+    prefs = ok(social("SetPushPreferences", {"preferences": {"disabledKinds": ["NOTIFICATION_KIND_FOLLOW_REQUEST"]}}, ben))
+    assert prefs["settings"]["push"]["disabledKinds"] == ["NOTIFICATION_KIND_FOLLOW_REQUEST"]
+    ok(social("RequestFollow", {"user": {"userId": ben["id"]}}, anna))
+    time.sleep(1)
+    assert len(fake.received()) == 3
+    kinds = [n["kind"] for n in ok(social("ListNotifications", {}, ben))["notifications"]]
+    assert "NOTIFICATION_KIND_FOLLOW_REQUEST" in kinds
+
+    # A bad preference is refused naming the field (Connect: 400 invalid_argument).
+    status, body = social("SetPushPreferences", {"preferences": {"quietHours": {"startMinute": 60, "endMinute": 60, "timeZone": "Mars/Olympus"}}}, ben)
+    assert status == 400 and body["code"] == "invalid_argument"
+    assert "preferences.quiet_hours.end_minute" in body["message"] and "preferences.quiet_hours.time_zone" in body["message"], body
+
+    # Ben deletes his account: EraseUser (through accounts' outbox) removes his targets; nothing more is pushed.
+    ok(connect(port, "accounts.v1.Accounts", "DeleteAccount", {"password": PASSWORD}, ben["token"]))
+    deadline = time.time() + 15
+    while time.time() < deadline:
+        status, _ = social("ListPushTargets", {}, ben)
+        if status == 401:
+            break
+        time.sleep(0.1)
+    db = sqlite3.connect(f"file:{pushed['social_db']}?mode=ro", uri=True)
+    try:
+        deadline = time.time() + 15
+        while time.time() < deadline and db.execute("SELECT count(*) FROM push_targets WHERE user_id = ?", (ben["id"],)).fetchone()[0]:
+            time.sleep(0.1)
+        assert db.execute("SELECT count(*) FROM push_targets WHERE user_id = ?", (ben["id"],)).fetchone()[0] == 0
+        assert db.execute("SELECT count(*) FROM push_outbox").fetchone()[0] == 0
+    finally:
+        db.close()
+    assert len(fake.received()) == 3
+    assert fake.control("GET", "/control/rejected") == []
