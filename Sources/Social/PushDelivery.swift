@@ -217,6 +217,7 @@ final class PushDelivery: Sendable {
             }
             guard let message = job.message, let device = job.device else { return }
             let outcome = await provider.send(message, to: device)
+            if Task.isCancelled { return }  // shutting down: the row stays and is sent after the restart
             let target = job.targetID
             switch outcome {
             case .delivered:
@@ -235,10 +236,13 @@ final class PushDelivery: Sendable {
                 let attempts = job.attempts + 1
                 let delay = after?.milliseconds ?? retry.delay(afterAttempt: attempts).milliseconds
                 if providerWide {
+                    // Sends in flight together fail together: one failure per pause, so a burst of them
+                    // does not escalate the pause to its maximum at once.
                     let pause = loop.state.withLock { s -> Int64 in
+                        guard now >= s.pausedUntil else { return s.pausedUntil - now }
                         s.providerFailures += 1
                         let p = after?.milliseconds ?? retry.delay(afterAttempt: s.providerFailures).milliseconds
-                        s.pausedUntil = max(s.pausedUntil, now + p)
+                        s.pausedUntil = now + p
                         return p
                     }
                     logger.warning(
@@ -255,6 +259,7 @@ final class PushDelivery: Sendable {
                 }
             }
         } catch {
+            if Task.isCancelled { return }
             logger.error("push: cannot record an attempt", metadata: ["target": "\(job.targetID)", "error": "\(error)"])
         }
     }

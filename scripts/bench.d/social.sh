@@ -188,6 +188,38 @@ PYEOF
   EXTRA_LINES+=("memory per held browser stream (gateway): gRPC-Web over HTTP/1.1 ${BR1_PER} KiB ($BR1_0 -> $BR1_1 KiB), Connect over HTTP/2 ${BR2_PER} KiB ($BR2_0 -> $BR2_1 KiB), $BROWSER_STREAMS streams each")
   echo "bench: browser streams: gRPC-Web/HTTP1.1 ${BR1_PER} KiB, Connect/HTTP2 ${BR2_PER} KiB per stream; after close $(br_value after) KiB" >&2
 
+  # Push fan-out (issue 36): a social-service of its own with APNs, FCM and Web Push pointed at the
+  # fake providers (scripts/bench.d/push_fanout.py says what is measured); the stream fan-out
+  # straight to social above is the reference.
+  PUSH_USERS=2000; [ $QUICK = 1 ] && PUSH_USERS=200
+  FAKE_DIR=$WORK/fake-push; mkdir -p "$FAKE_DIR" "$WORK/social-push-data"
+  FAKE_PORT=$(free_port)
+  start_bg fake-push "$PY" "$ROOT/Tests/PushProviders/fake_providers.py" --dir "$FAKE_DIR" --port "$FAKE_PORT" --no-stdin-watch
+  FAKE_PID=$BG_PID
+  wait_port "$FAKE_PORT" 60 || { tail -20 "$WORK/fake-push.log" >&2; exit 1; }
+  for _ in $(seq 100); do [ -f "$FAKE_DIR/ready.json" ] && break; sleep 0.1; done
+  SPUSH_PORT=$(free_port)
+  SERVICE_TOKEN=$BENCH_SERVICE_TOKEN GATEWAY_TOKEN=$BENCH_GATEWAY_TOKEN LOG_LEVEL=warning ACCOUNTS_ADDR=127.0.0.1:$ACC_PORT \
+    TASKS_ADDR=127.0.0.1:$(free_port) PUSH_TLS_CA=$FAKE_DIR/ca.pem PUSH_ALLOW_PRIVATE_ENDPOINTS=on \
+    PUSH_APNS_KEY_FILE=$FAKE_DIR/apns-key.p8 PUSH_APNS_KEY_ID=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["key_id"])' "$FAKE_DIR/apns.json") \
+    PUSH_APNS_TEAM_ID=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["team_id"])' "$FAKE_DIR/apns.json") \
+    PUSH_APNS_URL=https://127.0.0.1:$FAKE_PORT PUSH_FCM_URL=https://127.0.0.1:$FAKE_PORT PUSH_FCM_SERVICE_ACCOUNT_FILE=$FAKE_DIR/fcm-service-account.json \
+    PUSH_VAPID_KEY_FILE=$FAKE_DIR/vapid-private.pem PUSH_VAPID_SUBJECT=mailto:bench@example.com \
+    start_bg social-push "$SOC_BIN" --host 127.0.0.1 --port "$SPUSH_PORT" --data-dir "$WORK/social-push-data"
+  SPUSH_PID=$BG_PID
+  wait_port "$SPUSH_PORT" 60 || { tail -20 "$WORK/social-push.log" >&2; exit 1; }
+  PUSH_RESULT=$(PYTHONPATH="$WORK/social-py" "$PY" "$ROOT/scripts/bench.d/push_fanout.py" "$ACC_PORT" "$SPUSH_PORT" "$FAKE_PORT" "$FAKE_DIR" \
+                  "$BENCH_SERVICE_TOKEN" "$PUSH_USERS") ||
+    { echo "bench: push fan-out failed" >&2; tail -n 20 "$WORK/social-push.log" "$WORK/fake-push.log" >&2; exit 1; }
+  kill -TERM "$SPUSH_PID" "$FAKE_PID" 2>/dev/null; wait "$SPUSH_PID" "$FAKE_PID" 2>/dev/null
+  push_value() { printf '%s\n' "$PUSH_RESULT" | awk -F= -v k="$1" '$1 == k {print $2}'; }
+  IFS='|' read -r PUSH_RATE PUSH_P50 PUSH_P99 <<<"$(push_value push_fanout)"
+  PUSH_CEIL=$(push_value push_ceiling)
+  EXTRA_LINES+=("$(printf '%-34s %-24s %12s %10s %10s %14s' "push fan-out (fake providers)" "$PUSH_USERS users, 1 device" "$PUSH_RATE" "$PUSH_P50" "$PUSH_P99" \
+                   "$(awk -v a="$PUSH_RATE" -v b="$FAN_D_RATE" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "-" }')")")
+  EXTRA_LINES+=("push fan-out: $PUSH_RATE pushes/s accepted (a third each APNs, FCM, Web Push); the fake providers alone take $PUSH_CEIL APNs requests/s from Python (their ceiling: ratio $(awk -v a="$PUSH_RATE" -v b="$PUSH_CEIL" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "-" }'))")
+  echo "bench: push fan-out: $PUSH_RATE/s p50 $PUSH_P50 ms p99 $PUSH_P99 ms; fake providers' ceiling $PUSH_CEIL/s" >&2
+
   REL_BODY=$WORK/checkrelationship.bin
   grpc_body "$REL_BODY" social.v1.CheckRelationshipRequest "user_id: \"$REL_A\" other_user_id: \"$REL_B\"" social/v1/social.proto -IProto -I/usr/include
   MEM_BODY=$WORK/checkhousehold.bin
