@@ -15,7 +15,7 @@ from conftest import BIN, Proc, free_port
 PASSWORD = "correct horse battery staple"
 
 
-def start_cluster(tmp_path, tasks_env=None, with_finance=False):
+def start_cluster(tmp_path, tasks_env=None, with_finance=False, social_env=None):
     if not (BIN / "social-service").exists():
         pytest.skip(f"{BIN / 'social-service'} is not built (social lands from its own branch)")
     services = ("accounts", "social", "finance", "tasks") if with_finance else ("accounts", "social", "tasks")
@@ -40,6 +40,8 @@ def start_cluster(tmp_path, tasks_env=None, with_finance=False):
             penv = dict(env)
             if name == "tasks":
                 penv.update(tasks_env or {})
+            if name == "social":
+                penv.update(social_env or {})
             p = Proc(f"{name}-service", ["--host", "127.0.0.1", "--port", str(ports[name]), "--data-dir", str(tmp_path / name)], penv,
                      ports[name])
             procs.append(p.start())

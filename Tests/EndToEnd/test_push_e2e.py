@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BIN, ROOT, Proc, free_port
+from tasks_cluster import auth, eventually, start_cluster
 
 PASSWORD = "correct horse battery staple"
 
@@ -54,6 +55,17 @@ class Fake:
             time.sleep(0.1)
         raise AssertionError(f"timed out waiting for {what}: {self.received()}")
 
+    def settings(self):
+        """social's PUSH_* environment pointing every provider here."""
+        apns = json.loads((self.dir / "apns.json").read_text())
+        return {
+            "PUSH_APNS_KEY_FILE": str(self.dir / "apns-key.p8"), "PUSH_APNS_KEY_ID": apns["key_id"], "PUSH_APNS_TEAM_ID": apns["team_id"],
+            "PUSH_APNS_URL": self.base, "PUSH_APNS_SANDBOX_URL": self.base,
+            "PUSH_FCM_SERVICE_ACCOUNT_FILE": str(self.dir / "fcm-service-account.json"), "PUSH_FCM_URL": self.base,
+            "PUSH_VAPID_KEY_FILE": str(self.dir / "vapid-private.pem"), "PUSH_VAPID_SUBJECT": "mailto:ops@example.com",
+            "PUSH_TLS_CA": str(self.dir / "ca.pem"), "PUSH_ALLOW_PRIVATE_ENDPOINTS": "on",
+        }
+
     def stop(self):
         self.p.stdin.close()
         self.p.terminate()
@@ -66,7 +78,6 @@ def pushed(tmp_path):
         if not (BIN / name).exists():
             pytest.skip(f"{name} is not built")
     fake = Fake(tmp_path / "fake")
-    apns = json.loads((fake.dir / "apns.json").read_text())
     accounts_port, social_port, gateway_port = free_port(), free_port(), free_port()
     env = dict(os.environ)
     env.update({
@@ -74,12 +85,8 @@ def pushed(tmp_path):
         "SERVICE_TOKEN": "e2e-service-credential-0123456789abcdef", "GATEWAY_TOKEN": "e2e-gateway-credential-0123456789abcdef",
         "ACCOUNTS_ADDR": f"127.0.0.1:{accounts_port}", "SOCIAL_ADDR": f"127.0.0.1:{social_port}", "TASKS_ADDR": f"127.0.0.1:{free_port()}",
         "GATEWAY_UPSTREAMS": "accounts,social",
-        "PUSH_APNS_KEY_FILE": str(fake.dir / "apns-key.p8"), "PUSH_APNS_KEY_ID": apns["key_id"], "PUSH_APNS_TEAM_ID": apns["team_id"],
-        "PUSH_APNS_URL": fake.base, "PUSH_APNS_SANDBOX_URL": fake.base,
-        "PUSH_FCM_SERVICE_ACCOUNT_FILE": str(fake.dir / "fcm-service-account.json"), "PUSH_FCM_URL": fake.base,
-        "PUSH_VAPID_KEY_FILE": str(fake.dir / "vapid-private.pem"), "PUSH_VAPID_SUBJECT": "mailto:ops@example.com",
-        "PUSH_TLS_CA": str(fake.dir / "ca.pem"), "PUSH_ALLOW_PRIVATE_ENDPOINTS": "on",
     })
+    env.update(fake.settings())
     procs = []
     try:
         for name, port in (("accounts-service", accounts_port), ("social-service", social_port)):
@@ -181,4 +188,118 @@ def test_pushes_reach_every_device_through_the_gateway_and_stop_with_the_account
     finally:
         db.close()
     assert len(fake.received()) == 3
+    assert fake.control("GET", "/control/rejected") == []
+
+
+@pytest.fixture
+def team(tmp_path, stubs):
+    fake = Fake(tmp_path / "fake")
+    c = start_cluster(tmp_path, social_env=fake.settings())
+    try:
+        yield c, fake
+    finally:
+        c.stop()
+        fake.stop()
+
+
+def test_help_request_pushes_each_device_once_through_outage_and_kill_9(team):
+    """Seed A UC11: B registers an iPhone, an Android phone and a browser and closes the app; A asks
+    for help on their shared team task; each device gets exactly one push with the title, body and
+    badge; muted, snoozed and blocked get none; a provider outage and a kill -9 of social between
+    the commit and the send each end with every push delivered once."""
+    c, fake = team
+    spb, ttpb = c.spb, c.ttpb
+    a, b = c.sign_up("alice", "Alice Martin"), c.sign_up("bob", "Bob Kowalski")
+    social = lambda method, body, user: connect(c.ports["gateway"], "social.v1.Social", method, body, user["token"])
+    apns_token, fcm_token = os.urandom(32).hex(), "fcm:" + uuid.uuid4().hex
+    sub = fake.control("POST", "/control/webpush/subscriptions", {})
+    for target in ({"apns": {"deviceToken": apns_token, "topic": "com.example.tasks", "environment": "APNS_ENVIRONMENT_PRODUCTION"}},
+                   {"fcm": {"registrationToken": fcm_token}},
+                   {"webPush": {"endpoint": sub["endpoint"], "p256dh": sub["p256dh"], "auth": sub["auth"]}}):
+        ok(social("RegisterPushTarget", {"target": target}, b))
+    c.social.CreateTeam(spb.CreateTeamRequest(name="Checkout squad", member_usernames=[b["username"]]), metadata=auth(a), timeout=10)
+    task = c.tasks.CreateTeamTask(ttpb.CreateTeamTaskRequest(idempotency_key=uuid.uuid4().hex, name="Prepare the demo",
+                                                             participant_usernames=[b["username"]]), metadata=auth(a), timeout=10).task
+    time.sleep(1)  # TEAM_JOINED / TASK_ASSIGNED pushes arrive first
+    base = len(fake.received())
+
+    def help_request(note):
+        c.tasks.RequestTeamTaskHelp(ttpb.RequestTeamTaskHelpRequest(task_id=task.task_id, message=note), metadata=auth(a), timeout=10)
+
+    def pushes_since(n):
+        return fake.received()[n:]
+
+    def unread():
+        return c.social.ListNotifications(spb.ListNotificationsRequest(unread_only=True), metadata=auth(b), timeout=10).notifications
+
+    help_request("Can you review slide 3?")
+    got = fake.wait_for("three help pushes", lambda r: len(r) >= base + 3)[base:]
+    time.sleep(0.5)
+    assert len(fake.received()) == base + 3, "each device exactly once"
+    assert sorted(r["provider"] for r in got) == ["apns", "fcm", "webpush"]
+    badge = len(unread())
+    by = {r["provider"]: r for r in got}
+    alert = by["apns"]["payload"]["aps"]
+    assert alert["alert"] == {"title": "Alice Martin asks for help with Prepare the demo", "body": "Can you review slide 3?"}
+    assert alert["badge"] == badge and by["apns"]["payload"]["kind"] == "HELP_REQUEST"
+    assert by["fcm"]["payload"]["message"]["notification"] == {"title": "Alice Martin asks for help with Prepare the demo",
+                                                               "body": "Can you review slide 3?"}
+    assert by["fcm"]["payload"]["message"]["android"]["notification"]["notification_count"] == badge
+    assert by["webpush"]["payload"]["title"] == "Alice Martin asks for help with Prepare the demo"
+    assert by["webpush"]["payload"]["badge"] == badge
+
+    # Muted help, then a snooze, then a block: stored silenced (or dropped) and never pushed. The
+    # requests reach social through tasks' outbox, so each setting stays until social has them.
+    def stored(body, user=b):
+        return lambda: any(n.body == body and n.silenced for n in
+                           c.social.ListNotifications(spb.ListNotificationsRequest(), metadata=auth(user), timeout=10).notifications)
+
+    c.social.MuteHelpNotifications(spb.MuteHelpNotificationsRequest(muted=True), metadata=auth(b), timeout=10)
+    help_request("muted")
+    eventually(stored("muted"))
+    c.social.MuteHelpNotifications(spb.MuteHelpNotificationsRequest(muted=False), metadata=auth(b), timeout=10)
+    c.social.SnoozeNotifications(spb.SnoozeNotificationsRequest(duration={"seconds": 3600}), metadata=auth(b), timeout=10)
+    help_request("snoozed")
+    eventually(stored("snoozed"))
+    c.social.SnoozeNotifications(spb.SnoozeNotificationsRequest(duration={"seconds": 0}), metadata=auth(b), timeout=10)
+    c.social.BlockUser(spb.BlockUserRequest(user=spb.UserSelector(user_id=a["id"])), metadata=auth(b), timeout=10)
+    help_request("blocked")
+    # tasks' outbox delivers to social in order: once B's offer reached A, the blocked request was handled.
+    c.tasks.OfferTeamTaskHelp(ttpb.OfferTeamTaskHelpRequest(task_id=task.task_id, message="sentinel"), metadata=auth(b), timeout=10)
+    eventually(lambda: any(n.body == "sentinel" for n in
+                           c.social.ListNotifications(spb.ListNotificationsRequest(), metadata=auth(a), timeout=10).notifications))
+    c.social.UnblockUser(spb.UnblockUserRequest(user=spb.UserSelector(user_id=a["id"])), metadata=auth(b), timeout=10)
+    time.sleep(0.5)
+    assert len(fake.received()) == base + 3
+    assert not any(n.body == "blocked" for n in c.social.ListNotifications(spb.ListNotificationsRequest(), metadata=auth(b), timeout=10).notifications)
+
+    # Every provider down for a while, then back: each push arrives once.
+    for provider in ("apns", "fcm", "webpush"):
+        fake.control("POST", "/control/script", {"provider": provider, "status": 503, "reason": "ServiceUnavailable" if provider == "apns"
+                                                 else "UNAVAILABLE", "times": -1})
+    help_request("during the outage")
+    eventually(lambda: len(fake.control("GET", "/control/scripted")) >= 3)
+    fake.control("POST", "/control/reset", {})
+    got = fake.wait_for("three pushes after the outage", lambda r: len(r) >= 3, timeout=30)
+    time.sleep(1)
+    assert sorted(r["provider"] for r in fake.received()) == ["apns", "fcm", "webpush"]
+    assert all(r["payload"].get("aps", {}).get("alert", {}).get("body", "during the outage") == "during the outage" for r in got)
+
+    # kill -9 social between the commit and the send (the providers refuse, so the pushes wait), restart: once each.
+    fake.control("POST", "/control/reset", {})
+    for provider in ("apns", "fcm", "webpush"):
+        fake.control("POST", "/control/script", {"provider": provider, "status": 503, "reason": "ServiceUnavailable" if provider == "apns"
+                                                 else "UNAVAILABLE", "times": -1})
+    help_request("across kill -9")
+    eventually(lambda: len(fake.control("GET", "/control/scripted")) >= 3)
+    soc = c.proc("social-service")
+    soc.p.kill()
+    soc.p.wait(10)
+    fake.control("POST", "/control/reset", {})
+    soc.start()
+    got = fake.wait_for("three pushes after the restart", lambda r: len(r) >= 3, timeout=30)
+    time.sleep(1.5)
+    got = fake.received()
+    assert sorted(r["provider"] for r in got) == ["apns", "fcm", "webpush"], got
+    assert by["apns"]["headers"]["apns-collapse-id"] != got[0]["headers"].get("apns-collapse-id")
     assert fake.control("GET", "/control/rejected") == []
