@@ -4,7 +4,8 @@ Tests/PushProviders/fake_providers.py; one notification per user (SendNotificati
 call, all calls at once); pushes/s until the fake providers accepted every push, and p50/p99 from the
 call's start to the provider's acceptance. The fake providers verify every request (JWTs, the OAuth
 exchange, VAPID, RFC 8291 decryption) in Python, so their own rate bounds this row: it is printed
-beside it (the same fake fed by 32 concurrent HTTP/2 APNs requests from Python, no social).
+beside it (the same fake fed by 32 concurrent HTTP/2 APNs requests from Python, no social), and
+social's resident memory before and at its peak during the fan-out.
 Prints key=value lines."""
 import json
 import os
@@ -19,7 +20,7 @@ import grpc
 from accounts.v1 import accounts_pb2 as apb, accounts_pb2_grpc as arpc
 from social.v1 import social_pb2 as spb, social_pb2_grpc as srpc
 
-acc_port, soc_port, fake_port, fake_dir, service_token, users_n = sys.argv[1:7]
+acc_port, soc_port, fake_port, fake_dir, service_token, users_n, soc_pid = sys.argv[1:8]
 users_n = int(users_n)
 service = [("x-service-token", service_token)]
 tls = ssl.create_default_context(cafile=os.path.join(fake_dir, "ca.pem"))
@@ -70,6 +71,23 @@ for t in threads:
     t.join()
 control("POST", "/control/reset", {})
 
+
+def rss():
+    for line in open(f"/proc/{soc_pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+
+
+rss_before, rss_peak, sampling = rss(), [0], [True]
+
+
+def sampler():
+    while sampling[0]:
+        rss_peak[0] = max(rss_peak[0], rss())
+        time.sleep(0.05)
+
+
+threading.Thread(target=sampler, daemon=True).start()
 internal = srpc.SocialInternalStub(grpc.insecure_channel(f"127.0.0.1:{soc_port}"))
 sent_at = {}
 t0 = time.time()
@@ -91,6 +109,7 @@ while time.time() < deadline:
     if got["apns"] + got["fcm"] + got["webpush"] >= users_n:
         break
     time.sleep(0.2)
+sampling[0] = False
 received = control("GET", "/control/received")
 rejected = control("GET", "/control/rejected")
 assert not rejected, f"the fake providers refused pushes: {rejected[:3]}"
@@ -107,6 +126,7 @@ def notification_id(r):
 lat = sorted(r["at"] - sent_at[ids[notification_id(r)]] * 1000 for r in received)
 last = max(r["at"] for r in received) / 1000
 rate = users_n / (last - t0)
+print(f"push_rss={rss_before}|{rss_peak[0]}")
 print(f"push_fanout={rate:.0f}|{lat[len(lat) // 2]:.0f}|{lat[min(len(lat) - 1, int(0.99 * (len(lat) - 1)))]:.0f}")
 
 # The fake's own ceiling: APNs requests from Python (httpx, HTTP/2, 32 at once), no social.

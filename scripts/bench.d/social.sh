@@ -209,12 +209,14 @@ PYEOF
   SPUSH_PID=$BG_PID
   wait_port "$SPUSH_PORT" 60 || { tail -20 "$WORK/social-push.log" >&2; exit 1; }
   PUSH_RESULT=$(PYTHONPATH="$WORK/social-py" "$PY" "$ROOT/scripts/bench.d/push_fanout.py" "$ACC_PORT" "$SPUSH_PORT" "$FAKE_PORT" "$FAKE_DIR" \
-                  "$BENCH_SERVICE_TOKEN" "$PUSH_USERS") ||
+                  "$BENCH_SERVICE_TOKEN" "$PUSH_USERS" "$SPUSH_PID") ||
     { echo "bench: push fan-out failed" >&2; tail -n 20 "$WORK/social-push.log" "$WORK/fake-push.log" >&2; exit 1; }
   kill -TERM "$SPUSH_PID" "$FAKE_PID" 2>/dev/null; wait "$SPUSH_PID" "$FAKE_PID" 2>/dev/null
   push_value() { printf '%s\n' "$PUSH_RESULT" | awk -F= -v k="$1" '$1 == k {print $2}'; }
   IFS='|' read -r PUSH_RATE PUSH_P50 PUSH_P99 <<<"$(push_value push_fanout)"
   PUSH_CEIL=$(push_value push_ceiling)
+  IFS='|' read -r PUSH_RSS0 PUSH_RSS1 <<<"$(push_value push_rss)"
+  RSS_ROWS+=("social-service with push, idle|$PUSH_RSS0" "social-service, $PUSH_USERS pushes (peak)|$PUSH_RSS1")
   EXTRA_LINES+=("$(printf '%-34s %-24s %12s %10s %10s %14s' "push fan-out (fake providers)" "$PUSH_USERS users, 1 device" "$PUSH_RATE" "$PUSH_P50" "$PUSH_P99" \
                    "$(awk -v a="$PUSH_RATE" -v b="$FAN_D_RATE" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "-" }')")")
   EXTRA_LINES+=("push fan-out: $PUSH_RATE pushes/s accepted (a third each APNs, FCM, Web Push); the fake providers alone take $PUSH_CEIL APNs requests/s from Python (their ceiling: ratio $(awk -v a="$PUSH_RATE" -v b="$PUSH_CEIL" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "-" }'))")
