@@ -192,7 +192,7 @@ public final class SocialCore: Sendable {
         }
     }
 
-    /// Hourly: expired invites older than a month, the kit's tables.
+    /// Hourly: expired invites older than a month, stale pushes, the kit's tables.
     func maintenance() async {
         while !Task.isCancelled {
             do {
@@ -200,6 +200,8 @@ public final class SocialCore: Sendable {
                 let month: Int64 = 31 * 24 * 3600 * 1000
                 try await store.write { tx in
                     try tx.execute("DELETE FROM household_invites WHERE expires_at < ? AND used_at IS NULL", now - month)
+                    // Pushes past their lifetime (their provider no longer configured, say) never go.
+                    try tx.execute("DELETE FROM push_outbox WHERE expires_at < ?", now)
                 }
                 try await store.purgeKitTables(now: now)
             } catch {
