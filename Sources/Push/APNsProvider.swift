@@ -53,7 +53,8 @@ public final class APNsProvider: PushProvider {
     func providerToken(renew: String? = nil) -> String {
         let now = clock()
         return token.withLock { cached in
-            if let c = cached, c.value != renew, now >= c.issuedAt, now - c.issuedAt < Self.tokenLifetime { return c.value }
+            // A clock stepping back a little keeps the token (re-signing per send would be refused).
+            if let c = cached, c.value != renew, now >= c.issuedAt - 300, now - c.issuedAt < Self.tokenLifetime { return c.value }
             let value = JWT.apnsProviderToken(teamID: credentials.teamID, keyID: credentials.keyID, issuedAt: now, key: credentials.key)
             cached = (value, now)
             return value
@@ -75,10 +76,12 @@ public final class APNsProvider: PushProvider {
         }
         let body = Self.payload(fitted)
         let url = (sandbox ? sandboxURL : productionURL) + "/3/device/" + deviceToken
-        var outcome = await post(url, topic: topic, message: fitted, body: body, token: providerToken())
-        // An expired token is renewed and the push sent again at once, once.
+        let used = providerToken()
+        var outcome = await post(url, topic: topic, message: fitted, body: body, token: used)
+        // An expired token is renewed and the push sent again at once, once. Only the token that
+        // was refused is renewed: sends refused together renew it once, not once each.
         if case .retry(let reason, _, _) = outcome, reason.contains("ExpiredProviderToken") {
-            outcome = await post(url, topic: topic, message: fitted, body: body, token: providerToken(renew: token.withLock { $0?.value }))
+            outcome = await post(url, topic: topic, message: fitted, body: body, token: providerToken(renew: used))
         }
         return outcome
     }
@@ -118,7 +121,8 @@ public final class APNsProvider: PushProvider {
         case (429, _):
             // TooManyRequests: too many pushes to this one device token.
             return .retry(summary, retryAfter: PushHTTP.retryAfter(r.header("retry-after")), providerWide: false)
-        case (500..., _):
+        case (500..., _), (404, _), (405, _):
+            // 404 BadPath / 405: a wrong PUSH_APNS_URL, not this push: every APNs push waits.
             return .retry(summary, retryAfter: PushHTTP.retryAfter(r.header("retry-after")), providerWide: true)
         default:
             return .refused(summary)

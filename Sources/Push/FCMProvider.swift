@@ -102,8 +102,8 @@ public final class FCMProvider: PushProvider {
             let detail = PushJSON.decode(r.body).flatMap { $0["error"] as? String } ?? ""
             throw TokenError(description: "the OAuth token exchange answered \(PushJSON.summary(r.status, detail))")
         }
-        let lifetime = (json["expires_in"] as? NSNumber)?.int64Value ?? 3600
-        return (token, now + max(60, lifetime))
+        let lifetime = min(max((json["expires_in"] as? NSNumber)?.int64Value ?? 3600, 60), 86400)
+        return (token, now + lifetime)
     }
 
     static func body(_ m: PushMessage, token: String, now: Int64) -> [UInt8] {
@@ -173,15 +173,21 @@ public final class FCMProvider: PushProvider {
             details.compactMap { $0["errorCode"] as? String }.first ?? error?["status"] as? String ?? ""
         let summary = PushJSON.summary(r.status, code)
         let after = PushHTTP.retryAfter(r.header("retry-after"))
+        let message = error?["message"] as? String ?? ""
         switch (r.status, code) {
         case (_, "UNREGISTERED"), (403, "SENDER_ID_MISMATCH"):
+            return .gone(summary)
+        case (400, _) where message.localizedCaseInsensitiveContains("registration token"):
+            // "The registration token is not a valid FCM registration token": Google's advice is to remove it.
             return .gone(summary)
         case (404, _):
             // Not the device (that is UNREGISTERED): a wrong base URL or project. Nothing is removed.
             return .retry(summary, retryAfter: after, providerWide: true)
         case (429, _), (_, "QUOTA_EXCEEDED"):
-            // The project's quota (or this device's rate): Google says when to come back.
-            return .retry(summary, retryAfter: after ?? .seconds(60), providerWide: code == "QUOTA_EXCEEDED")
+            // An FcmError QUOTA_EXCEEDED is this device's (or topic's) message rate; a 429 without
+            // one is the project's quota: every FCM push waits. Google says when to come back.
+            let hasFcmError = details.contains { $0["errorCode"] != nil }
+            return .retry(summary, retryAfter: after ?? .seconds(60), providerWide: !hasFcmError)
         case (500..., _), (_, "UNAVAILABLE"), (_, "INTERNAL"):
             return .retry(summary, retryAfter: after, providerWide: true)
         case (401, _), (403, _):

@@ -40,14 +40,39 @@ public final class PushHTTP: Sendable {
     /// Answers past this are cut: provider answers are small JSON.
     static let maximumAnswerBytes = 64 * 1024
 
+    struct DeadlineExceeded: Error, CustomStringConvertible {
+        var description: String { "no complete answer within the request timeout" }
+    }
+
+    /// One deadline over the whole exchange, the answer's body included (async-http-client's own
+    /// ends with the head: a server trickling its body would hold the send for ever). A 2xx whose
+    /// body cannot be read is still a 2xx: the provider accepted the push.
     func post(_ url: String, headers: HTTPHeaders, body: [UInt8]) async throws -> Response {
         var request = HTTPClientRequest(url: url)
         request.method = .POST
         request.headers = headers
         request.body = .bytes(body)
-        let response = try await client.execute(request, timeout: timeout)
-        var buffer = try await response.body.collect(upTo: Self.maximumAnswerBytes)
-        return Response(status: Int(response.status.code), headers: response.headers, body: buffer.readBytes(length: buffer.readableBytes) ?? [])
+        let client = self.client, timeout = self.timeout, prepared = request
+        return try await withThrowingTaskGroup(of: Response.self) { group in
+            group.addTask {
+                let response = try await client.execute(prepared, timeout: timeout)
+                let status = Int(response.status.code)
+                do {
+                    var buffer = try await response.body.collect(upTo: Self.maximumAnswerBytes)
+                    return Response(status: status, headers: response.headers, body: buffer.readBytes(length: buffer.readableBytes) ?? [])
+                } catch {
+                    if (200..<300).contains(status) { return Response(status: status, headers: response.headers, body: []) }
+                    throw error
+                }
+            }
+            group.addTask {
+                try await Task.sleep(for: .nanoseconds(timeout.nanoseconds))
+                throw DeadlineExceeded()
+            }
+            defer { group.cancelAll() }
+            guard let first = try await group.next() else { throw DeadlineExceeded() }
+            return first
+        }
     }
 
     public func shutdown() async { try? await client.shutdown() }

@@ -17,9 +17,11 @@ public final class WebPushProvider: PushProvider {
     let http: PushHTTP
     let allowPrivateEndpoints: Bool
     let clock: @Sendable () -> Int64
-    /// VAPID headers per audience (push service origin), reused for 12 of their 24 hours.
+    /// VAPID headers per audience (push service origin), reused until an hour before they expire.
     private let vapid = Mutex<[String: (header: String, expiresAt: Int64)]>([:])
-    static let vapidLifetime: Int64 = 24 * 3600 - 60
+    /// 12 hours, not RFC 8292's maximum of 24: a push service whose clock runs behind ours would
+    /// see a 24-hour token as too long-lived.
+    static let vapidLifetime: Int64 = 12 * 3600
 
     public init(
         key: P256.PrivateKey, subject: String, http: PushHTTP, allowPrivateEndpoints: Bool = false,
@@ -39,7 +41,7 @@ public final class WebPushProvider: PushProvider {
         let now = clock()
         let audience = try VAPID.audience(ofEndpoint: endpoint)
         return try vapid.withLock { cache in
-            if let c = cache[audience], c.expiresAt - now > 12 * 3600 { return c.header }
+            if let c = cache[audience], c.expiresAt - now > 3600 { return c.header }
             let expiresAt = now + Self.vapidLifetime
             let header = try VAPID.authorization(endpoint: endpoint, subject: subject, expiresAt: expiresAt, now: now, key: key)
             if cache.count >= 1000 { cache.removeAll() }
@@ -55,9 +57,15 @@ public final class WebPushProvider: PushProvider {
     public func send(_ message: PushMessage, to device: PushDevice) async -> PushOutcome {
         guard case .webPush(let endpoint, let p256dh, let auth) = device else { return .refused("not a Web Push subscription") }
         if !allowPrivateEndpoints {
+            if let port = URLComponents(string: endpoint)?.port, port != 443 {
+                return .gone("push services listen on port 443, not \(port)")
+            }
             switch await EndpointGuard.check(endpoint) {
             case .public: break
-            case .private(let why): return .gone("the endpoint is not on the public internet: \(why)")
+            case .privateLiteral(let why): return .gone("the endpoint is not on the public internet: \(why)")
+            // A name may resolve privately for a while (a sinkholing resolver, split horizon): this
+            // push waits and is dropped when stale; the subscription stays.
+            case .private(let why): return .retry("the endpoint resolves to a private address: \(why)", retryAfter: nil, providerWide: false)
             case .unresolved(let why): return .retry("the endpoint's host does not resolve: \(why)", retryAfter: nil, providerWide: false)
             }
         }
@@ -90,7 +98,11 @@ public final class WebPushProvider: PushProvider {
             // One push service (one browser vendor) down: this subscription backs off alone.
             return .retry("the push service is unreachable: \(error)", retryAfter: nil, providerWide: false)
         }
-        return Self.outcome(r)
+        let outcome = Self.outcome(r)
+        if r.status == 401 || r.status == 403, let audience = try? VAPID.audience(ofEndpoint: endpoint) {
+            _ = vapid.withLock { $0.removeValue(forKey: audience) }  // signed anew on the retry
+        }
+        return outcome
     }
 
     /// RFC 8030 §5.4: at most 32 characters of the URL-safe base64 alphabet.
@@ -108,6 +120,8 @@ public final class WebPushProvider: PushProvider {
         case 200...202: return .delivered
         case 404, 410: return .gone(summary)
         case 429: return .retry(summary, retryAfter: PushHTTP.retryAfter(r.header("retry-after")), providerWide: false)
+        // Our VAPID token refused (a clock apart, a key the service does not like): signed anew, retried.
+        case 401, 403: return .retry(summary, retryAfter: nil, providerWide: false)
         case 500...: return .retry(summary, retryAfter: PushHTTP.retryAfter(r.header("retry-after")), providerWide: false)
         default: return .refused(summary)
         }
@@ -121,26 +135,45 @@ public final class WebPushProvider: PushProvider {
 enum EndpointGuard {
     enum Verdict: Sendable, Equatable {
         case `public`
+        /// A local name, or an IP literal that is not public: it will never be.
+        case privateLiteral(String)
+        /// A name that resolves to a private address now.
         case `private`(String)
         case unresolved(String)
     }
+
+    /// Lookups block a thread: their own few, never the event loops' or the shared pool's, and a
+    /// lookup that takes longer than `lookupTimeout` is abandoned (its thread finishes it later).
+    static let resolverPool: NIOThreadPool = {
+        let pool = NIOThreadPool(numberOfThreads: 4)
+        pool.start()
+        return pool
+    }()
+    static let lookupTimeout: Duration = .seconds(3)
 
     static func check(_ endpoint: String) async -> Verdict {
         guard let host = URLComponents(string: endpoint)?.host, !host.isEmpty else { return .private("no host") }
         let name = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
         let lower = name.lowercased()
         if lower == "localhost" || lower.hasSuffix(".localhost") || lower.hasSuffix(".local") || lower.hasSuffix(".internal") {
-            return .private("\(name) is a local name")
+            return .privateLiteral("\(name) is a local name")
+        }
+        if let literal = ipAddress(name) {
+            return isPublic(literal) ? .public : .privateLiteral("\(name) is a private or reserved address")
         }
         let addresses: [[UInt8]]
-        if let literal = ipAddress(name) {
-            addresses = [literal]
-        } else {
-            do {
-                addresses = try await NIOThreadPool.singleton.runIfActive { try resolve(name) }
-            } catch {
-                return .unresolved("\(name): \(error)")
+        do {
+            addresses = try await withThrowingTaskGroup(of: [[UInt8]].self) { group in
+                group.addTask { try await resolverPool.runIfActive { try resolve(name) } }
+                group.addTask {
+                    try await Task.sleep(for: lookupTimeout)
+                    throw ResolveError(description: "no answer within \(lookupTimeout)")
+                }
+                defer { group.cancelAll() }
+                return try await group.next() ?? []
             }
+        } catch {
+            return .unresolved("\(name): \(error)")
         }
         if addresses.isEmpty { return .unresolved("\(name) has no address") }
         for a in addresses where !isPublic(a) { return .private("\(name) resolves to a private or reserved address") }
@@ -189,6 +222,7 @@ enum EndpointGuard {
             case (0, _), (10, _), (127, _), (169, 254), (192, 168), (224...255, _): return false
             case (100, 64...127), (172, 16...31), (198, 18...19): return false
             case (192, 0) where a[2] == 0 || a[2] == 2, (198, 51) where a[2] == 100, (203, 0) where a[2] == 113: return false
+            case (192, 88) where a[2] == 99: return false  // 6to4 relays
             default: return true
             }
         }
@@ -197,8 +231,14 @@ enum EndpointGuard {
         if a[0..<12].allSatisfy({ $0 == 0 }) { return false }  // ::, ::1, IPv4-compatible
         if a[0] & 0xFE == 0xFC || a[0] == 0xFF { return false }  // ULA, multicast
         if a[0] == 0xFE && a[1] & 0xC0 == 0x80 { return false }  // link-local
+        if a[0] == 0xFE && a[1] & 0xC0 == 0xC0 { return false }  // site-local (deprecated)
         if a[0] == 0x20 && a[1] == 0x01 && a[2] == 0x0D && a[3] == 0xB8 { return false }  // documentation
-        if a[0] == 0x00 && a[1] == 0x64 && a[2] == 0xFF && a[3] == 0x9B { return isPublic(Array(a[12...])) }  // NAT64
+        if a[0] == 0x20 && a[1] == 0x01 && a[2] == 0x00 && a[3] == 0x00 { return false }  // Teredo: the IPv4 is hidden
+        if a[0] == 0x20 && a[1] == 0x02 { return isPublic(Array(a[2..<6])) }  // 6to4: judge the IPv4 inside
+        if a[0] == 0x01 && a[1..<8].allSatisfy({ $0 == 0 }) { return false }  // discard-only 100::/64
+        if a[0] == 0x00 && a[1] == 0x64 && a[2] == 0xFF && a[3] == 0x9B {  // NAT64 (well-known and local-use)
+            return a[4..<12].allSatisfy({ $0 == 0 }) ? isPublic(Array(a[12...])) : false
+        }
         return true
     }
 }

@@ -58,6 +58,9 @@ final class PushDelivery: Sendable {
     struct Job: Sendable {
         var id: Int64
         var targetID: String
+        /// The target's registration when claimed: a "gone" answer removes it only if it was not
+        /// registered again meanwhile (new keys, another environment).
+        var targetUpdatedAt: Int64 = 0
         var userID: String
         var kind: Social_V1_NotificationKind
         var attempts: Int
@@ -141,7 +144,7 @@ final class PushDelivery: Sendable {
             let row = try c.queryOne(
                 """
                 SELECT o.id, o.notification_id, o.target_id, o.user_id, o.kind, o.attempts, o.expires_at,
-                       t.kind AS target_kind, t.apns_device_token, t.apns_topic, t.apns_environment, t.fcm_registration_token,
+                       t.kind AS target_kind, t.updated_at AS target_updated_at, t.apns_device_token, t.apns_topic, t.apns_environment, t.fcm_registration_token,
                        t.web_push_endpoint, t.web_push_p256dh, t.web_push_auth,
                        n.title, n.body, n.data, n.read_at, n.id AS present
                 FROM push_outbox o JOIN push_targets t ON t.target_id = o.target_id
@@ -152,6 +155,7 @@ final class PushDelivery: Sendable {
         let kind = Social_V1_NotificationKind(rawValue: Int32(clamping: try row.get("kind", as: Int64.self)))
         var job = Job(
             id: id, targetID: try row.get("target_id"), userID: try row.get("user_id"), kind: kind, attempts: try row.get("attempts"))
+        job.targetUpdatedAt = try row.get("target_updated_at")
         let expiresAt: Int64 = try row.get("expires_at")
         if try row.get("present", as: String?.self) == nil {
             job.drop = "the notification is no longer in the inbox"
@@ -218,16 +222,20 @@ final class PushDelivery: Sendable {
             guard let message = job.message, let device = job.device else { return }
             let outcome = await provider.send(message, to: device)
             if Task.isCancelled { return }  // shutting down: the row stays and is sent after the restart
-            let target = job.targetID
+            // A send can take the whole request timeout: pauses and backoffs count from its end.
+            let answered = clock.nowMilliseconds()
+            let target = job.targetID, registered = job.targetUpdatedAt
+            if case .retry(_, _, true) = outcome {} else { loop.state.withLock { $0.providerFailures = 0 } }
             switch outcome {
             case .delivered:
-                loop.state.withLock { $0.providerFailures = 0 }
                 try await store.write { tx in try tx.execute("DELETE FROM push_outbox WHERE id = ?", id) }
             case .gone(let why):
                 logger.info(
                     "push target removed: the provider says it is gone",
                     metadata: ["target": "\(target)", "provider": "\(provider.kind)", "answer": "\(why)"])
-                try await store.write { tx in try tx.execute("DELETE FROM push_targets WHERE target_id = ?", target) }
+                try await store.write { tx in
+                    try tx.execute("DELETE FROM push_targets WHERE target_id = ? AND updated_at = ?", target, registered)
+                }
             case .refused(let why):
                 logger.warning(
                     "push refused by the provider; dropped", metadata: ["target": "\(target)", "provider": "\(provider.kind)", "answer": "\(why)"])
@@ -239,10 +247,10 @@ final class PushDelivery: Sendable {
                     // Sends in flight together fail together: one failure per pause, so a burst of them
                     // does not escalate the pause to its maximum at once.
                     let pause = loop.state.withLock { s -> Int64 in
-                        guard now >= s.pausedUntil else { return s.pausedUntil - now }
+                        guard now >= s.pausedUntil else { return s.pausedUntil - answered }
                         s.providerFailures += 1
                         let p = after?.milliseconds ?? retry.delay(afterAttempt: s.providerFailures).milliseconds
-                        s.pausedUntil = now + p
+                        s.pausedUntil = answered + p
                         return p
                     }
                     logger.warning(
@@ -252,7 +260,7 @@ final class PushDelivery: Sendable {
                         "push will be retried",
                         metadata: ["target": "\(target)", "provider": "\(provider.kind)", "answer": "\(why)", "retry_in_ms": "\(delay)"])
                 }
-                let next = now + delay
+                let next = answered + delay
                 let error = String(why.prefix(500))
                 try await store.write { tx in
                     try tx.execute("UPDATE push_outbox SET attempts = ?, due_at = ?, last_error = ? WHERE id = ?", attempts, next, error, id)

@@ -192,8 +192,10 @@ public enum SocialSchema {
                     -- the notification's transaction (PushQueue.enqueue) and deleted when the provider
                     -- accepted it, refused it for good, or it went stale (PushDelivery). due_at is the
                     -- next attempt: the device's backoff, a Retry-After, or the end of quiet hours.
+                    -- AUTOINCREMENT: an id is never reused, so an answer that comes back after its row
+                    -- was removed (the target went away) cannot touch a newer row.
                     CREATE TABLE push_outbox (
-                        id INTEGER PRIMARY KEY,
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
                         notification_id TEXT NOT NULL,
                         target_id TEXT NOT NULL,
                         user_id TEXT NOT NULL,

@@ -233,9 +233,15 @@ extension SocialService {
         let now = core.now()
         var response = Social_V1_SetPushPreferencesResponse()
         response.settings = try await core.store.write { tx in
+            if try tx.queryOne("SELECT 1 FROM erased_users WHERE id = ?", caller.userID) != nil {
+                throw RPCError(.unauthenticated, "the account of this access token no longer exists")
+            }
             try PushQueue.save(tx, user: caller.userID, disabled: disabled, quiet: quiet)
+            // Pushes held for the old quiet hours (never tried yet) are checked again now.
+            try tx.execute("UPDATE push_outbox SET due_at = ? WHERE user_id = ? AND attempts = 0 AND due_at > ?", now, caller.userID, now)
             return try Inbox.settings(tx, caller.userID, now: now)
         }
+        core.wakePush()
         return response
     }
 }

@@ -78,6 +78,11 @@ struct PushRulesTests {
             Issue.record("403")
         }
         if case .retry(_, _, let wide) = APNsProvider.outcome(Self.response(503)) { #expect(wide) } else { Issue.record("503") }
+        if case .retry(_, _, let wide) = APNsProvider.outcome(Self.response(404, #"{"reason":"BadPath"}"#)) {
+            #expect(wide)
+        } else {
+            Issue.record("404")
+        }
     }
 
     static func fcmError(_ code: Int, _ status: String, _ errorCode: String) -> String {
@@ -96,12 +101,27 @@ struct PushRulesTests {
         }
         // A 404 without UNREGISTERED is a wrong URL or project: nothing is removed.
         if case .retry(_, _, let wide) = FCMProvider.outcome(Self.response(404, "not found")) { #expect(wide) } else { Issue.record("404") }
+        // QUOTA_EXCEEDED in an FcmError is this device's rate; a 429 without one is the project's.
         if case .retry(_, let after, let wide) = FCMProvider.outcome(
             Self.response(429, Self.fcmError(429, "RESOURCE_EXHAUSTED", "QUOTA_EXCEEDED"), retryAfter: "30"))
         {
-            #expect(after == .seconds(30) && wide)
+            #expect(after == .seconds(30) && !wide)
         } else {
-            Issue.record("429")
+            Issue.record("429 QUOTA_EXCEEDED")
+        }
+        if case .retry(_, _, let wide) = FCMProvider.outcome(
+            Self.response(429, #"{"error":{"code":429,"status":"RESOURCE_EXHAUSTED","message":"Quota exceeded"}}"#))
+        {
+            #expect(wide)
+        } else {
+            Issue.record("429 project")
+        }
+        if case .gone = FCMProvider.outcome(
+            Self.response(
+                400, #"{"error":{"code":400,"status":"INVALID_ARGUMENT","message":"The registration token is not a valid FCM registration token"}}"#)
+        ) {
+        } else {
+            Issue.record("invalid token")
         }
         if case .refused = FCMProvider.outcome(Self.response(400, Self.fcmError(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT"))) {
         } else {
@@ -120,6 +140,7 @@ struct PushRulesTests {
             Issue.record("429")
         }
         if case .refused = WebPushProvider.outcome(Self.response(413)) {} else { Issue.record("413") }
+        if case .retry(_, _, let wide) = WebPushProvider.outcome(Self.response(403)) { #expect(!wide) } else { Issue.record("403") }
         #expect(WebPushProvider.isTopic("01JEXAMPLE0000000000000000"))
         #expect(!WebPushProvider.isTopic(String(repeating: "a", count: 33)))
         #expect(!WebPushProvider.isTopic("a b"))
@@ -160,10 +181,11 @@ struct PushRulesTests {
         for s in [
             "127.0.0.1", "10.1.2.3", "172.16.0.1", "172.31.255.255", "192.168.1.1", "169.254.169.254", "100.64.0.1", "0.0.0.0", "224.0.0.1",
             "::1", "::", "fd00::1", "fe80::1", "::ffff:10.0.0.1", "ff02::1", "2001:db8::1", "192.0.2.1", "198.18.0.1",
+            "fec0::1", "2001:0:4136:e378::1", "2002:0a00:0001::1", "64:ff9b::7f00:1", "64:ff9b:1::1", "100::1", "192.88.99.1",
         ] {
             #expect(!EndpointGuard.isPublic(v4(s)), "\(s)")
         }
-        for s in ["8.8.8.8", "172.32.0.1", "142.250.74.46", "2a00:1450:4001:82b::200a", "::ffff:8.8.8.8"] {
+        for s in ["8.8.8.8", "172.32.0.1", "142.250.74.46", "2a00:1450:4001:82b::200a", "::ffff:8.8.8.8", "2002:0808:0808::1", "64:ff9b::808:808"] {
             #expect(EndpointGuard.isPublic(v4(s)), "\(s)")
         }
     }
@@ -174,5 +196,9 @@ struct PushRulesTests {
         #expect(await EndpointGuard.check("https://127.0.0.1/push") != .public)
         #expect(await EndpointGuard.check("https://metadata.internal/x") != .public)
         #expect(await EndpointGuard.check("https://8.8.8.8/push") == .public)
+        #expect(await EndpointGuard.check("https://2130706433/push") != .public)  // 127.0.0.1 in decimal, through getaddrinfo
+        #expect(PushPreferenceRules.zone(named: "GMT") != nil && PushPreferenceRules.zone(named: "Asia/Tokyo") != nil)
+        #expect(PushPreferenceRules.zone(named: "CEST") == nil && PushPreferenceRules.zone(named: "+02:00") == nil)
+        #expect(PushPreferenceRules.zone(named: "../../etc/passwd") == nil)
     }
 }

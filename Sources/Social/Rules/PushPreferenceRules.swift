@@ -72,12 +72,14 @@ public enum PushPreferenceRules {
         return (disabled.sorted(), QuietHours(start: Int(q.startMinute), end: Int(q.endMinute), zone: zone, zoneName: q.timeZone))
     }
 
-    /// An IANA zone by name ("UTC" included); nil for anything else (abbreviations, offsets).
+    /// A zone of the IANA database by its name ("Europe/Berlin", "UTC", "GMT", "Japan"); nil for
+    /// anything else (offsets, abbreviations Foundation would guess at, paths).
     static func zone(named name: String) -> TimeZone? {
-        if name == "UTC" { return TimeZone(identifier: "UTC") }
-        guard !name.isEmpty, name.count <= 64, name.contains("/"), let z = TimeZone(identifier: name) else { return nil }
-        return z
+        guard !name.isEmpty, name.count <= 64, name == "UTC" || knownZones.contains(name) else { return nil }
+        return TimeZone(identifier: name)
     }
+
+    static let knownZones = Set(TimeZone.knownTimeZoneIdentifiers)
 
     /// When the quiet hours around `now` (ms) end, or nil when `now` is not in them. The local
     /// wall clock decides: on a day whose clock jumps over the end, they end at the first
