@@ -309,6 +309,13 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
+        // The reminder rows of scripts/bench (tasks' due scan in-process, on a real database).
+        .executableTarget(
+            name: "tasks-bench",
+            dependencies: ["Tasks", "ServiceKit", "Storage", "RPCTransport", .product(name: "Logging", package: "swift-log")],
+            path: "Sources/tasks-bench",
+            swiftSettings: strict
+        ),
         // The matchmaking rows of scripts/bench (the matchmaker and the rules engine in-process).
         .executableTarget(
             name: "matchmaking-bench",

@@ -44,6 +44,12 @@ extension ContractCatalog {
                 Tasks_V1_TasksMethods.remindChoreAssignee, Tasks_V1_RemindChoreAssigneeRequest.self, Tasks_V1_RemindChoreAssigneeResponse.self),
             ContractRPC(
                 Tasks_V1_TasksMethods.requestOnDemandChore, Tasks_V1_RequestOnDemandChoreRequest.self, Tasks_V1_RequestOnDemandChoreResponse.self),
+            ContractRPC(
+                Tasks_V1_TasksMethods.getChoreReminderSettings, Tasks_V1_GetChoreReminderSettingsRequest.self,
+                Tasks_V1_GetChoreReminderSettingsResponse.self),
+            ContractRPC(
+                Tasks_V1_TasksMethods.setChoreReminderSettings, Tasks_V1_SetChoreReminderSettingsRequest.self,
+                Tasks_V1_SetChoreReminderSettingsResponse.self),
             ContractRPC(Tasks_V1_TasksMethods.createMarketTask, Tasks_V1_CreateMarketTaskRequest.self, Tasks_V1_CreateMarketTaskResponse.self),
             ContractRPC(Tasks_V1_TasksMethods.getMarketTask, Tasks_V1_GetMarketTaskRequest.self, Tasks_V1_GetMarketTaskResponse.self),
             ContractRPC(Tasks_V1_TasksMethods.getMarketTaskPhoto, Tasks_V1_GetMarketTaskPhotoRequest.self, Tasks_V1_GetMarketTaskPhotoResponse.self),

@@ -29,6 +29,16 @@ public struct TasksConfiguration: Sendable {
 
     /// One reminder per chore per this long (the contract's hour).
     public var reminderInterval: Duration = .seconds(3600)
+    /// Automatic reminders: how often the scanner looks at the flag a write raises when it moved a
+    /// pending reminder (a look costs nothing; the database is read only when raised, at the
+    /// earliest pending instant, or every `reminderPoll`).
+    public var reminderTick: Duration = .milliseconds(250)
+    /// The scanner reads the earliest pending instant again at least this often (a clock that
+    /// jumped, a database restored under it).
+    public var reminderPoll: Duration = .seconds(60)
+    /// Due reminders fired per transaction.
+    public var reminderBatch = 200
+
     /// A finish without `expected_revision` that arrives this soon after another member finished
     /// the same chore is taken for the same turn (two members at once) and changes nothing.
     public var duplicateFinishWindow: Duration = .seconds(60)

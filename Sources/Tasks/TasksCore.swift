@@ -21,6 +21,8 @@ public final class TasksCore: Sendable {
     let peers: TasksPeers
     let users: UserDirectory
     let badUploadTokens: SlidingWindowThrottle
+    /// Raised by writes that moved a pending reminder: the scanner looks again (`runReminders`).
+    let reminderSignal = ReminderSignal()
 
     /// Which unique index protects which request field (a race lost to a concurrent request).
     static let uniqueFields: [String: ServiceStore.UniqueField] = [
@@ -44,6 +46,11 @@ public final class TasksCore: Sendable {
         users = UserDirectory(store: store, peers: self.peers, refreshAfter: configuration.userRefreshAfter, clock: clock, logger: logger)
         badUploadTokens = SlidingWindowThrottle(
             name: "bad_upload_tokens_per_address", limit: configuration.maxBadUploadTokensPerAddress, window: .seconds(15 * 60))
+        // Chores and habits stored before reminders existed get their pending reminders (once:
+        // afterwards every one has its row).
+        let now = clock.nowMilliseconds()
+        let backfilled = try database.writeSync { tx in try ReminderStore.backfill(tx, now: now) }
+        if backfilled > 0 { logger.notice("pending reminders created for existing chores and habits", metadata: ["count": "\(backfilled)"]) }
     }
 
     /// The public service.
@@ -53,7 +60,7 @@ public final class TasksCore: Sendable {
     public var services: [any RPCService] { [service, internalService] }
 
     /// Loops the process runs beside the server (the outbox is delivered by the host).
-    public var backgroundJobs: [@Sendable () async -> Void] { [{ await self.maintenance() }] }
+    public var backgroundJobs: [@Sendable () async -> Void] { [{ await self.maintenance() }, { await self.runReminders() }] }
 
     public func close() { database.close() }
 

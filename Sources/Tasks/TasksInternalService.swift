@@ -39,10 +39,14 @@ public struct TasksInternalService: Tasks_V1_TasksInternalService {
         let eventID = FieldRules.eventID(request.eventId, into: &errors)
         let household = FieldRules.id(request.householdId, field: "household_id", into: &errors)
         try errors.throwIfAny()
+        let now = core.now
         let result = try await core.store.applyOnce(eventID: eventID) { tx -> Int in
             // ACTIVE and WAITING chores end; DONE ones stay DONE (finished history, read-only anyway).
             try tx.execute("UPDATE chores SET status = 4, revision = revision + 1 WHERE household_id = ? AND status IN (1, 2)", household)
-            return tx.changes
+            let ended = tx.changes
+            // Their pending reminders are cancelled with them.
+            _ = try ReminderStore.scheduleHousehold(tx, household: household, now: now)
+            return ended
         }
         let (replayed, ended) = (result == nil, result ?? 0)
         core.logger.notice(
@@ -169,6 +173,7 @@ public struct TasksInternalService: Tasks_V1_TasksInternalService {
         try closeRotations(tx, chores: chores, leaving: user, heir: nil)
         try tx.execute("UPDATE chores SET created_by = NULL WHERE created_by = ?", user)
         try tx.execute("UPDATE chores SET last_finished_by = NULL WHERE last_finished_by = ?", user)
+        try tx.execute("UPDATE chore_reminder_settings SET updated_by = NULL WHERE updated_by = ?", user)
 
         try Journal.erase(tx, owner: user)
         try tx.execute("DELETE FROM users WHERE user_id = ?", user)

@@ -152,6 +152,7 @@ public enum TasksSchema {
                     """),
             MarketStore.foldedText,
             HabitStore.foldedComment,
+            ReminderStore.migration,
         ]
 }
 

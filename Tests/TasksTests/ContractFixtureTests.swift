@@ -230,6 +230,12 @@ struct ContractFixtureTests {
             _ = try await r.run("DeleteChore", Tasks_V1_DeleteChoreRequest.self, rewrite: { $0.choreId = trashID }) {
                 try await t.deleteChore($0, options: carol.options)
             }
+            _ = try await r.run("SetChoreReminderSettings", Tasks_V1_SetChoreReminderSettingsRequest.self, rewrite: { $0.householdId = hh }) {
+                try await t.setChoreReminderSettings($0, options: bob.options)
+            }
+            _ = try await r.run("GetChoreReminderSettings", Tasks_V1_GetChoreReminderSettingsRequest.self, rewrite: { $0.householdId = hh }) {
+                try await t.getChoreReminderSettings($0, options: carol.options)
+            }
             for k in 0..<7 {
                 _ = try await t.createChore(
                     createChore(household: ending, name: "Chore \(k)", due: date(2025, 3, 1), assignees: [alice.id], key: "e\(k)"),
@@ -264,7 +270,7 @@ struct ContractFixtureTests {
             getKettle.choreId = kettleID
             let kettleAfter = try await t.getChore(getKettle, options: bob.options).chore
             #expect(kettleAfter.assignees.map(\.userId) == [bob.id])
-            #expect(r.ran.count == 11)
+            #expect(r.ran.count == 13)
         }
     }
 }

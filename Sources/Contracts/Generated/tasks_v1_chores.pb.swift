@@ -489,6 +489,111 @@ public struct Tasks_V1_RequestOnDemandChoreResponse: Sendable, Equatable {
     fileprivate var _chore: Tasks_V1_Chore? = nil
 }
 
+/// Addition (B UC-18, automatic reminders): when the household's chores remind their assignees by
+/// themselves. Every ACTIVE chore reminds its current assignee (the one whose turn it is when the
+/// reminder goes out) twice at most per turn, as a TASK_REMINDER notification with no actor:
+/// "Chore due today: <name>" on its due date at reminder_time, and "Overdue: <name>" at
+/// reminder_time on the day after the due date when it is still not finished. Times are local
+/// times in the chore's time_zone. A time that a daylight-saving change skips (02:30 when clocks
+/// jump from 02:00 to 03:00) fires at the first instant after the gap (03:00 local); a time that
+/// happens twice (01:30 when clocks go back) fires once, at the first (earlier) one. Finishing a
+/// chore cancels its pending reminders (its next turn gets its own); skipping passes them to the
+/// next assignee; a reminder whose time has already passed when a chore is created, finished,
+/// skipped or asked for again, or when the setting changes, is not sent. Reminders that fell due
+/// while the service was down go out late, each once, unless more than 12 hours late (then they
+/// are dropped). Ended, done, waiting and deleted chores send none.
+public struct Tasks_V1_ChoreReminderSettings: Sendable, Equatable {
+    /// The household.
+    public var householdId: String = ""
+    /// Local time of day the reminders go out, "HH:MM" on a 24-hour clock (00:00..23:59); "09:00"
+    /// until a member sets another.
+    public var reminderTime: String = ""
+    /// True when a member turned the automatic reminders off for the household (none are sent, the
+    /// manual RemindChoreAssignee still works); false (the default) = on.
+    public var remindersOff: Bool = false
+    /// The member who last changed the settings; unset while the defaults apply.
+    public var updatedBy: Common_V1_UserRef {
+        get { _updatedBy ?? Common_V1_UserRef() }
+        set { _updatedBy = newValue }
+    }
+    /// Whether `updatedBy` is set (proto3 tracks presence of message fields).
+    public var hasUpdatedBy: Bool { _updatedBy != nil }
+    public mutating func clearUpdatedBy() { _updatedBy = nil }
+    /// When they were last changed; unset while the defaults apply.
+    public var updatedAt: Google_Protobuf_Timestamp {
+        get { _updatedAt ?? Google_Protobuf_Timestamp() }
+        set { _updatedAt = newValue }
+    }
+    /// Whether `updatedAt` is set (proto3 tracks presence of message fields).
+    public var hasUpdatedAt: Bool { _updatedAt != nil }
+    public mutating func clearUpdatedAt() { _updatedAt = nil }
+
+    public init() {}
+
+    fileprivate var _updatedBy: Common_V1_UserRef? = nil
+    fileprivate var _updatedAt: Google_Protobuf_Timestamp? = nil
+}
+
+/// Addition: read a household's chore reminder settings. The caller must be a member of the
+/// household (checked with social like every chore call: otherwise NOT_FOUND); a deleted household
+/// still answers.
+public struct Tasks_V1_GetChoreReminderSettingsRequest: Sendable, Equatable {
+    /// Household id; required.
+    public var householdId: String = ""
+
+    public init() {}
+}
+
+/// The settings.
+public struct Tasks_V1_GetChoreReminderSettingsResponse: Sendable, Equatable {
+    /// The household's settings (the defaults when nobody set them: "09:00", on).
+    public var settings: Tasks_V1_ChoreReminderSettings {
+        get { _settings ?? Tasks_V1_ChoreReminderSettings() }
+        set { _settings = newValue }
+    }
+    /// Whether `settings` is set (proto3 tracks presence of message fields).
+    public var hasSettings: Bool { _settings != nil }
+    public mutating func clearSettings() { _settings = nil }
+
+    public init() {}
+
+    fileprivate var _settings: Tasks_V1_ChoreReminderSettings? = nil
+}
+
+/// Addition: set a household's chore reminder settings. Any current member may (non-members
+/// NOT_FOUND); a deleted household → FAILED_PRECONDITION. Setting the same values again changes
+/// nothing else, so a retry is harmless. The pending reminders of the household's chores move to
+/// the new time at once: one whose new time is still ahead today fires then; one whose new time
+/// has already passed today is not sent for this occurrence.
+public struct Tasks_V1_SetChoreReminderSettingsRequest: Sendable, Equatable {
+    /// Household id; required.
+    public var householdId: String = ""
+    /// "HH:MM" on a 24-hour clock, exactly five characters (00:00..23:59, e.g. "07:30", not "7:30");
+    /// anything else → INVALID_ARGUMENT naming "reminder_time". Empty keeps the current time
+    /// ("09:00" when never set).
+    public var reminderTime: String = ""
+    /// True turns the household's automatic chore reminders off; false turns them on.
+    public var remindersOff: Bool = false
+
+    public init() {}
+}
+
+/// The settings after the change.
+public struct Tasks_V1_SetChoreReminderSettingsResponse: Sendable, Equatable {
+    /// The household's settings now.
+    public var settings: Tasks_V1_ChoreReminderSettings {
+        get { _settings ?? Tasks_V1_ChoreReminderSettings() }
+        set { _settings = newValue }
+    }
+    /// Whether `settings` is set (proto3 tracks presence of message fields).
+    public var hasSettings: Bool { _settings != nil }
+    public mutating func clearSettings() { _settings = nil }
+
+    public init() {}
+
+    fileprivate var _settings: Tasks_V1_ChoreReminderSettings? = nil
+}
+
 extension Tasks_V1_ChoreRecurrence: RPCProtobuf.ProtobufCConvertible {
     public static let protoMessageName = "tasks.v1.ChoreRecurrence"
     nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
@@ -1083,5 +1188,127 @@ extension Tasks_V1_RequestOnDemandChoreResponse: RPCProtobuf.ProtobufCConvertibl
         self.init()
         let c = message.assumingMemoryBound(to: Tasks__V1__RequestOnDemandChoreResponse.self)
         if let p = c.pointee.chore { self._chore = try ProtobufC.message(p, as: Tasks_V1_Chore.self) }
+    }
+}
+
+extension Tasks_V1_ChoreReminderSettings: RPCProtobuf.ProtobufCConvertible {
+    public static let protoMessageName = "tasks.v1.ChoreReminderSettings"
+    nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
+        var c = Tasks__V1__ChoreReminderSettings()
+        tasks__v1__chore_reminder_settings__init(&c)
+        return UnsafeRawPointer(c.base.descriptor)
+    }()
+
+    public func _protobufCMake(in arena: inout RPCProtobuf.ProtobufCArena) -> UnsafeMutableRawPointer {
+        let c = arena.allocate(Tasks__V1__ChoreReminderSettings.self)
+        tasks__v1__chore_reminder_settings__init(c)
+        if !self.householdId.isEmpty { c.pointee.household_id = arena.string(self.householdId) }
+        if !self.reminderTime.isEmpty { c.pointee.reminder_time = arena.string(self.reminderTime) }
+        c.pointee.reminders_off = self.remindersOff ? 1 : 0
+        if let v = self._updatedBy { c.pointee.updated_by = arena.message(v, as: Common__V1__UserRef.self) }
+        if let v = self._updatedAt { c.pointee.updated_at = arena.message(v, as: Google__Protobuf__Timestamp.self) }
+        return UnsafeMutableRawPointer(c)
+    }
+
+    public init(_protobufC message: UnsafeRawPointer) throws {
+        self.init()
+        let c = message.assumingMemoryBound(to: Tasks__V1__ChoreReminderSettings.self)
+        self.householdId = try ProtobufC.string(c.pointee.household_id)
+        self.reminderTime = try ProtobufC.string(c.pointee.reminder_time)
+        self.remindersOff = c.pointee.reminders_off != 0
+        if let p = c.pointee.updated_by { self._updatedBy = try ProtobufC.message(p, as: Common_V1_UserRef.self) }
+        if let p = c.pointee.updated_at { self._updatedAt = try ProtobufC.message(p, as: Google_Protobuf_Timestamp.self) }
+    }
+}
+
+extension Tasks_V1_GetChoreReminderSettingsRequest: RPCProtobuf.ProtobufCConvertible {
+    public static let protoMessageName = "tasks.v1.GetChoreReminderSettingsRequest"
+    nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
+        var c = Tasks__V1__GetChoreReminderSettingsRequest()
+        tasks__v1__get_chore_reminder_settings_request__init(&c)
+        return UnsafeRawPointer(c.base.descriptor)
+    }()
+
+    public func _protobufCMake(in arena: inout RPCProtobuf.ProtobufCArena) -> UnsafeMutableRawPointer {
+        let c = arena.allocate(Tasks__V1__GetChoreReminderSettingsRequest.self)
+        tasks__v1__get_chore_reminder_settings_request__init(c)
+        if !self.householdId.isEmpty { c.pointee.household_id = arena.string(self.householdId) }
+        return UnsafeMutableRawPointer(c)
+    }
+
+    public init(_protobufC message: UnsafeRawPointer) throws {
+        self.init()
+        let c = message.assumingMemoryBound(to: Tasks__V1__GetChoreReminderSettingsRequest.self)
+        self.householdId = try ProtobufC.string(c.pointee.household_id)
+    }
+}
+
+extension Tasks_V1_GetChoreReminderSettingsResponse: RPCProtobuf.ProtobufCConvertible {
+    public static let protoMessageName = "tasks.v1.GetChoreReminderSettingsResponse"
+    nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
+        var c = Tasks__V1__GetChoreReminderSettingsResponse()
+        tasks__v1__get_chore_reminder_settings_response__init(&c)
+        return UnsafeRawPointer(c.base.descriptor)
+    }()
+
+    public func _protobufCMake(in arena: inout RPCProtobuf.ProtobufCArena) -> UnsafeMutableRawPointer {
+        let c = arena.allocate(Tasks__V1__GetChoreReminderSettingsResponse.self)
+        tasks__v1__get_chore_reminder_settings_response__init(c)
+        if let v = self._settings { c.pointee.settings = arena.message(v, as: Tasks__V1__ChoreReminderSettings.self) }
+        return UnsafeMutableRawPointer(c)
+    }
+
+    public init(_protobufC message: UnsafeRawPointer) throws {
+        self.init()
+        let c = message.assumingMemoryBound(to: Tasks__V1__GetChoreReminderSettingsResponse.self)
+        if let p = c.pointee.settings { self._settings = try ProtobufC.message(p, as: Tasks_V1_ChoreReminderSettings.self) }
+    }
+}
+
+extension Tasks_V1_SetChoreReminderSettingsRequest: RPCProtobuf.ProtobufCConvertible {
+    public static let protoMessageName = "tasks.v1.SetChoreReminderSettingsRequest"
+    nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
+        var c = Tasks__V1__SetChoreReminderSettingsRequest()
+        tasks__v1__set_chore_reminder_settings_request__init(&c)
+        return UnsafeRawPointer(c.base.descriptor)
+    }()
+
+    public func _protobufCMake(in arena: inout RPCProtobuf.ProtobufCArena) -> UnsafeMutableRawPointer {
+        let c = arena.allocate(Tasks__V1__SetChoreReminderSettingsRequest.self)
+        tasks__v1__set_chore_reminder_settings_request__init(c)
+        if !self.householdId.isEmpty { c.pointee.household_id = arena.string(self.householdId) }
+        if !self.reminderTime.isEmpty { c.pointee.reminder_time = arena.string(self.reminderTime) }
+        c.pointee.reminders_off = self.remindersOff ? 1 : 0
+        return UnsafeMutableRawPointer(c)
+    }
+
+    public init(_protobufC message: UnsafeRawPointer) throws {
+        self.init()
+        let c = message.assumingMemoryBound(to: Tasks__V1__SetChoreReminderSettingsRequest.self)
+        self.householdId = try ProtobufC.string(c.pointee.household_id)
+        self.reminderTime = try ProtobufC.string(c.pointee.reminder_time)
+        self.remindersOff = c.pointee.reminders_off != 0
+    }
+}
+
+extension Tasks_V1_SetChoreReminderSettingsResponse: RPCProtobuf.ProtobufCConvertible {
+    public static let protoMessageName = "tasks.v1.SetChoreReminderSettingsResponse"
+    nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
+        var c = Tasks__V1__SetChoreReminderSettingsResponse()
+        tasks__v1__set_chore_reminder_settings_response__init(&c)
+        return UnsafeRawPointer(c.base.descriptor)
+    }()
+
+    public func _protobufCMake(in arena: inout RPCProtobuf.ProtobufCArena) -> UnsafeMutableRawPointer {
+        let c = arena.allocate(Tasks__V1__SetChoreReminderSettingsResponse.self)
+        tasks__v1__set_chore_reminder_settings_response__init(c)
+        if let v = self._settings { c.pointee.settings = arena.message(v, as: Tasks__V1__ChoreReminderSettings.self) }
+        return UnsafeMutableRawPointer(c)
+    }
+
+    public init(_protobufC message: UnsafeRawPointer) throws {
+        self.init()
+        let c = message.assumingMemoryBound(to: Tasks__V1__SetChoreReminderSettingsResponse.self)
+        if let p = c.pointee.settings { self._settings = try ProtobufC.message(p, as: Tasks_V1_ChoreReminderSettings.self) }
     }
 }

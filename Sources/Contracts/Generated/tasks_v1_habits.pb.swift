@@ -104,6 +104,15 @@ public struct Tasks_V1_Habit: Sendable, Equatable {
     /// Whether `updatedAt` is set (proto3 tracks presence of message fields).
     public var hasUpdatedAt: Bool { _updatedAt != nil }
     public mutating func clearUpdatedAt() { _updatedAt = nil }
+    /// Addition: the habit's reminder; unset when it has none. Shown to the owner only (followers
+    /// never see it).
+    public var reminder: Tasks_V1_HabitReminder {
+        get { _reminder ?? Tasks_V1_HabitReminder() }
+        set { _reminder = newValue }
+    }
+    /// Whether `reminder` is set (proto3 tracks presence of message fields).
+    public var hasReminder: Bool { _reminder != nil }
+    public mutating func clearReminder() { _reminder = nil }
 
     public init() {}
 
@@ -112,6 +121,34 @@ public struct Tasks_V1_Habit: Sendable, Equatable {
     fileprivate var _metrics: Tasks_V1_HabitMetrics? = nil
     fileprivate var _createdAt: Google_Protobuf_Timestamp? = nil
     fileprivate var _updatedAt: Google_Protobuf_Timestamp? = nil
+    fileprivate var _reminder: Tasks_V1_HabitReminder? = nil
+}
+
+/// Addition: a reminder on each of the habit's scheduled days (on or after start_date), a
+/// TASK_REMINDER notification with no actor, "Today: <title>", sent to the owner at `time` in
+/// `time_zone` unless that day's event already exists. A time that a daylight-saving change skips
+/// (02:30 when clocks jump from 02:00 to 03:00) fires at the first instant after the gap (03:00
+/// local); a time that happens twice (01:30 when clocks go back) fires once, at the first one. A
+/// day whose time has already passed when the reminder is set or changed is not reminded. Reminders
+/// that fell due while the service was down go out late, once, unless more than 12 hours late
+/// (then they are dropped). Deleting the habit, or the owner's account, ends them.
+public struct Tasks_V1_HabitReminder: Sendable, Equatable {
+    /// Local time of day, "HH:MM" on a 24-hour clock (00:00..23:59).
+    public var time: String = ""
+    /// The IANA zone `time` is reckoned in: the request's time_zone when the reminder was set
+    /// ("UTC" for an empty one). It stays when later requests name other zones.
+    public var timeZone: String = ""
+
+    public init() {}
+}
+
+/// Addition: a change of a habit's reminder (present = change).
+public struct Tasks_V1_HabitReminderUpdate: Sendable, Equatable {
+    /// "HH:MM" (24-hour, exactly five characters, 00:00..23:59) sets the reminder, in the update's
+    /// time_zone; empty removes it. Anything else → INVALID_ARGUMENT naming "reminder.time".
+    public var time: String = ""
+
+    public init() {}
 }
 
 /// Completion metrics of a habit ("visual status" and "completion metrics over time").
@@ -275,6 +312,10 @@ public struct Tasks_V1_CreateHabitRequest: Sendable, Equatable {
     public mutating func clearStartDate() { _startDate = nil }
     /// IANA zone for "today", e.g. "Europe/Berlin"; empty = UTC.
     public var timeZone: String = ""
+    /// Addition: a reminder on the habit's scheduled days at this local time, "HH:MM" (24-hour,
+    /// exactly five characters, 00:00..23:59), reckoned in time_zone; empty = no reminder. Anything
+    /// else → INVALID_ARGUMENT naming "reminder_time". See HabitReminder.
+    public var reminderTime: String = ""
 
     public init() {}
 
@@ -362,8 +403,17 @@ public struct Tasks_V1_UpdateHabitRequest: Sendable, Equatable {
     /// Whether `startDate` is set (proto3 tracks presence of message fields).
     public var hasStartDate: Bool { _startDate != nil }
     public mutating func clearStartDate() { _startDate = nil }
-    /// IANA zone for the returned metrics; empty = UTC.
+    /// IANA zone for the returned metrics; empty = UTC. Also the zone of a reminder this request sets.
     public var timeZone: String = ""
+    /// Addition: set (in time_zone) or remove the habit's reminder; unset = unchanged. See
+    /// HabitReminder.
+    public var reminder: Tasks_V1_HabitReminderUpdate {
+        get { _reminder ?? Tasks_V1_HabitReminderUpdate() }
+        set { _reminder = newValue }
+    }
+    /// Whether `reminder` is set (proto3 tracks presence of message fields).
+    public var hasReminder: Bool { _reminder != nil }
+    public mutating func clearReminder() { _reminder = nil }
 
     public init() {}
 
@@ -371,6 +421,7 @@ public struct Tasks_V1_UpdateHabitRequest: Sendable, Equatable {
     fileprivate var _reason: Google_Protobuf_StringValue? = nil
     fileprivate var _days: Tasks_V1_WeekdaySet? = nil
     fileprivate var _startDate: Common_V1_Date? = nil
+    fileprivate var _reminder: Tasks_V1_HabitReminderUpdate? = nil
 }
 
 /// The edited habit.
@@ -736,6 +787,7 @@ extension Tasks_V1_Habit: RPCProtobuf.ProtobufCConvertible {
         if let v = self._metrics { c.pointee.metrics = arena.message(v, as: Tasks__V1__HabitMetrics.self) }
         if let v = self._createdAt { c.pointee.created_at = arena.message(v, as: Google__Protobuf__Timestamp.self) }
         if let v = self._updatedAt { c.pointee.updated_at = arena.message(v, as: Google__Protobuf__Timestamp.self) }
+        if let v = self._reminder { c.pointee.reminder = arena.message(v, as: Tasks__V1__HabitReminder.self) }
         return UnsafeMutableRawPointer(c)
     }
 
@@ -751,6 +803,53 @@ extension Tasks_V1_Habit: RPCProtobuf.ProtobufCConvertible {
         if let p = c.pointee.metrics { self._metrics = try ProtobufC.message(p, as: Tasks_V1_HabitMetrics.self) }
         if let p = c.pointee.created_at { self._createdAt = try ProtobufC.message(p, as: Google_Protobuf_Timestamp.self) }
         if let p = c.pointee.updated_at { self._updatedAt = try ProtobufC.message(p, as: Google_Protobuf_Timestamp.self) }
+        if let p = c.pointee.reminder { self._reminder = try ProtobufC.message(p, as: Tasks_V1_HabitReminder.self) }
+    }
+}
+
+extension Tasks_V1_HabitReminder: RPCProtobuf.ProtobufCConvertible {
+    public static let protoMessageName = "tasks.v1.HabitReminder"
+    nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
+        var c = Tasks__V1__HabitReminder()
+        tasks__v1__habit_reminder__init(&c)
+        return UnsafeRawPointer(c.base.descriptor)
+    }()
+
+    public func _protobufCMake(in arena: inout RPCProtobuf.ProtobufCArena) -> UnsafeMutableRawPointer {
+        let c = arena.allocate(Tasks__V1__HabitReminder.self)
+        tasks__v1__habit_reminder__init(c)
+        if !self.time.isEmpty { c.pointee.time = arena.string(self.time) }
+        if !self.timeZone.isEmpty { c.pointee.time_zone = arena.string(self.timeZone) }
+        return UnsafeMutableRawPointer(c)
+    }
+
+    public init(_protobufC message: UnsafeRawPointer) throws {
+        self.init()
+        let c = message.assumingMemoryBound(to: Tasks__V1__HabitReminder.self)
+        self.time = try ProtobufC.string(c.pointee.time)
+        self.timeZone = try ProtobufC.string(c.pointee.time_zone)
+    }
+}
+
+extension Tasks_V1_HabitReminderUpdate: RPCProtobuf.ProtobufCConvertible {
+    public static let protoMessageName = "tasks.v1.HabitReminderUpdate"
+    nonisolated(unsafe) public static let _protobufCDescriptor: UnsafeRawPointer = {
+        var c = Tasks__V1__HabitReminderUpdate()
+        tasks__v1__habit_reminder_update__init(&c)
+        return UnsafeRawPointer(c.base.descriptor)
+    }()
+
+    public func _protobufCMake(in arena: inout RPCProtobuf.ProtobufCArena) -> UnsafeMutableRawPointer {
+        let c = arena.allocate(Tasks__V1__HabitReminderUpdate.self)
+        tasks__v1__habit_reminder_update__init(c)
+        if !self.time.isEmpty { c.pointee.time = arena.string(self.time) }
+        return UnsafeMutableRawPointer(c)
+    }
+
+    public init(_protobufC message: UnsafeRawPointer) throws {
+        self.init()
+        let c = message.assumingMemoryBound(to: Tasks__V1__HabitReminderUpdate.self)
+        self.time = try ProtobufC.string(c.pointee.time)
     }
 }
 
@@ -930,6 +1029,7 @@ extension Tasks_V1_CreateHabitRequest: RPCProtobuf.ProtobufCConvertible {
         }
         if let v = self._startDate { c.pointee.start_date = arena.message(v, as: Common__V1__Date.self) }
         if !self.timeZone.isEmpty { c.pointee.time_zone = arena.string(self.timeZone) }
+        if !self.reminderTime.isEmpty { c.pointee.reminder_time = arena.string(self.reminderTime) }
         return UnsafeMutableRawPointer(c)
     }
 
@@ -942,6 +1042,7 @@ extension Tasks_V1_CreateHabitRequest: RPCProtobuf.ProtobufCConvertible {
         self.days = ProtobufC.array(c.pointee.days, c.pointee.n_days) { Common_V1_Weekday(rawValue: ProtobufC.number($0)) }
         if let p = c.pointee.start_date { self._startDate = try ProtobufC.message(p, as: Common_V1_Date.self) }
         self.timeZone = try ProtobufC.string(c.pointee.time_zone)
+        self.reminderTime = try ProtobufC.string(c.pointee.reminder_time)
     }
 }
 
@@ -1032,6 +1133,7 @@ extension Tasks_V1_UpdateHabitRequest: RPCProtobuf.ProtobufCConvertible {
         if let v = self._days { c.pointee.days = arena.message(v, as: Tasks__V1__WeekdaySet.self) }
         if let v = self._startDate { c.pointee.start_date = arena.message(v, as: Common__V1__Date.self) }
         if !self.timeZone.isEmpty { c.pointee.time_zone = arena.string(self.timeZone) }
+        if let v = self._reminder { c.pointee.reminder = arena.message(v, as: Tasks__V1__HabitReminderUpdate.self) }
         return UnsafeMutableRawPointer(c)
     }
 
@@ -1044,6 +1146,7 @@ extension Tasks_V1_UpdateHabitRequest: RPCProtobuf.ProtobufCConvertible {
         if let p = c.pointee.days { self._days = try ProtobufC.message(p, as: Tasks_V1_WeekdaySet.self) }
         if let p = c.pointee.start_date { self._startDate = try ProtobufC.message(p, as: Common_V1_Date.self) }
         self.timeZone = try ProtobufC.string(c.pointee.time_zone)
+        if let p = c.pointee.reminder { self._reminder = try ProtobufC.message(p, as: Tasks_V1_HabitReminderUpdate.self) }
     }
 }
 

@@ -478,6 +478,14 @@ public enum Tasks_V1_TasksMethods {
     public static let requestOnDemandChore = RPCCore.MethodDescriptor(
         service: serviceName, method: "RequestOnDemandChore", kind: .unary, visibility: .publicAuthenticated,
         inputType: "tasks.v1.RequestOnDemandChoreRequest", outputType: "tasks.v1.RequestOnDemandChoreResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
+    /// Addition (B UC-18): the household's automatic chore reminder settings (time, on/off).
+    public static let getChoreReminderSettings = RPCCore.MethodDescriptor(
+        service: serviceName, method: "GetChoreReminderSettings", kind: .unary, visibility: .publicAuthenticated,
+        inputType: "tasks.v1.GetChoreReminderSettingsRequest", outputType: "tasks.v1.GetChoreReminderSettingsResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
+    /// Addition (B UC-18): change them; the household's pending reminders move at once.
+    public static let setChoreReminderSettings = RPCCore.MethodDescriptor(
+        service: serviceName, method: "SetChoreReminderSettings", kind: .unary, visibility: .publicAuthenticated,
+        inputType: "tasks.v1.SetChoreReminderSettingsRequest", outputType: "tasks.v1.SetChoreReminderSettingsResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// D 1.b: request a new task.
     public static let createMarketTask = RPCCore.MethodDescriptor(
         service: serviceName, method: "CreateMarketTask", kind: .unary, visibility: .publicAuthenticated,
@@ -583,7 +591,7 @@ public enum Tasks_V1_TasksMethods {
         service: serviceName, method: "ListHabitHistory", kind: .unary, visibility: .publicAuthenticated,
         inputType: "tasks.v1.ListHabitHistoryRequest", outputType: "tasks.v1.ListHabitHistoryResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
     /// Every method, in `.proto` order.
-    public static let all: [RPCCore.MethodDescriptor] = [createTeamTask, listMyTeamTasks, getTeamTask, listTeamTaskComments, addTeamTaskComment, optOutOfTeamTask, setTeamTaskCompletion, createTeamTaskLink, revokeTeamTaskLink, getPublicTeamTask, createTeamTaskUploadToken, uploadTeamTaskAttachment, getTeamTaskAttachment, requestTeamTaskHelp, offerTeamTaskHelp, createChore, getChore, listChores, finishChore, skipChore, deleteChore, remindChoreAssignee, requestOnDemandChore, createMarketTask, getMarketTask, getMarketTaskPhoto, updateMarketTask, deleteMarketTask, listMarketTasks, searchMarketTasks, placeBid, deleteBid, listBids, acceptBid, declineBid, markMarketTaskDone, markMarketTaskNotComplete, createHabit, getHabit, updateHabit, deleteHabit, listMyHabits, listTodayHabits, listFollowedHabits, createHabitEvent, getHabitEvent, updateHabitEvent, deleteHabitEvent, listHabitHistory]
+    public static let all: [RPCCore.MethodDescriptor] = [createTeamTask, listMyTeamTasks, getTeamTask, listTeamTaskComments, addTeamTaskComment, optOutOfTeamTask, setTeamTaskCompletion, createTeamTaskLink, revokeTeamTaskLink, getPublicTeamTask, createTeamTaskUploadToken, uploadTeamTaskAttachment, getTeamTaskAttachment, requestTeamTaskHelp, offerTeamTaskHelp, createChore, getChore, listChores, finishChore, skipChore, deleteChore, remindChoreAssignee, requestOnDemandChore, getChoreReminderSettings, setChoreReminderSettings, createMarketTask, getMarketTask, getMarketTaskPhoto, updateMarketTask, deleteMarketTask, listMarketTasks, searchMarketTasks, placeBid, deleteBid, listBids, acceptBid, declineBid, markMarketTaskDone, markMarketTaskNotComplete, createHabit, getHabit, updateHabit, deleteHabit, listMyHabits, listTodayHabits, listFollowedHabits, createHabitEvent, getHabitEvent, updateHabitEvent, deleteHabitEvent, listHabitHistory]
 }
 
 /// Public API (through the gateway).
@@ -636,6 +644,10 @@ public protocol Tasks_V1_TasksService: RPCCore.RPCService {
     func remindChoreAssignee(request: Tasks_V1_RemindChoreAssigneeRequest, context: RPCCore.ServerContext) async throws -> Tasks_V1_RemindChoreAssigneeResponse
     /// B UC-14: ask for a waiting on-demand chore again.
     func requestOnDemandChore(request: Tasks_V1_RequestOnDemandChoreRequest, context: RPCCore.ServerContext) async throws -> Tasks_V1_RequestOnDemandChoreResponse
+    /// Addition (B UC-18): the household's automatic chore reminder settings (time, on/off).
+    func getChoreReminderSettings(request: Tasks_V1_GetChoreReminderSettingsRequest, context: RPCCore.ServerContext) async throws -> Tasks_V1_GetChoreReminderSettingsResponse
+    /// Addition (B UC-18): change them; the household's pending reminders move at once.
+    func setChoreReminderSettings(request: Tasks_V1_SetChoreReminderSettingsRequest, context: RPCCore.ServerContext) async throws -> Tasks_V1_SetChoreReminderSettingsResponse
     /// D 1.b: request a new task.
     func createMarketTask(request: Tasks_V1_CreateMarketTaskRequest, context: RPCCore.ServerContext) async throws -> Tasks_V1_CreateMarketTaskResponse
     /// D 2.a: task detail.
@@ -718,6 +730,8 @@ extension Tasks_V1_TasksService {
             RPCCore.ServerMethod(Tasks_V1_TasksMethods.deleteChore, .unary(Tasks_V1_DeleteChoreRequest.self, Tasks_V1_DeleteChoreResponse.self) { try await self.deleteChore(request: $0, context: $1) }),
             RPCCore.ServerMethod(Tasks_V1_TasksMethods.remindChoreAssignee, .unary(Tasks_V1_RemindChoreAssigneeRequest.self, Tasks_V1_RemindChoreAssigneeResponse.self) { try await self.remindChoreAssignee(request: $0, context: $1) }),
             RPCCore.ServerMethod(Tasks_V1_TasksMethods.requestOnDemandChore, .unary(Tasks_V1_RequestOnDemandChoreRequest.self, Tasks_V1_RequestOnDemandChoreResponse.self) { try await self.requestOnDemandChore(request: $0, context: $1) }),
+            RPCCore.ServerMethod(Tasks_V1_TasksMethods.getChoreReminderSettings, .unary(Tasks_V1_GetChoreReminderSettingsRequest.self, Tasks_V1_GetChoreReminderSettingsResponse.self) { try await self.getChoreReminderSettings(request: $0, context: $1) }),
+            RPCCore.ServerMethod(Tasks_V1_TasksMethods.setChoreReminderSettings, .unary(Tasks_V1_SetChoreReminderSettingsRequest.self, Tasks_V1_SetChoreReminderSettingsResponse.self) { try await self.setChoreReminderSettings(request: $0, context: $1) }),
             RPCCore.ServerMethod(Tasks_V1_TasksMethods.createMarketTask, .unary(Tasks_V1_CreateMarketTaskRequest.self, Tasks_V1_CreateMarketTaskResponse.self) { try await self.createMarketTask(request: $0, context: $1) }),
             RPCCore.ServerMethod(Tasks_V1_TasksMethods.getMarketTask, .unary(Tasks_V1_GetMarketTaskRequest.self, Tasks_V1_GetMarketTaskResponse.self) { try await self.getMarketTask(request: $0, context: $1) }),
             RPCCore.ServerMethod(Tasks_V1_TasksMethods.getMarketTaskPhoto, .unary(Tasks_V1_GetMarketTaskPhotoRequest.self, Tasks_V1_GetMarketTaskPhotoResponse.self) { try await self.getMarketTaskPhoto(request: $0, context: $1) }),
@@ -958,6 +972,24 @@ public struct Tasks_V1_TasksClient: Sendable {
     /// `requestOnDemandChore` with the response metadata.
     public func requestOnDemandChoreWithMetadata(_ request: Tasks_V1_RequestOnDemandChoreRequest, options: RPCCore.CallOptions = .defaults) async throws -> RPCCore.ClientResponse<Tasks_V1_RequestOnDemandChoreResponse> {
         try await client.unary(Tasks_V1_TasksMethods.requestOnDemandChore, request, as: Tasks_V1_RequestOnDemandChoreResponse.self, options: options)
+    }
+
+    /// Addition (B UC-18): the household's automatic chore reminder settings (time, on/off).
+    public func getChoreReminderSettings(_ request: Tasks_V1_GetChoreReminderSettingsRequest, options: RPCCore.CallOptions = .defaults) async throws -> Tasks_V1_GetChoreReminderSettingsResponse {
+        try await client.unary(Tasks_V1_TasksMethods.getChoreReminderSettings, request, as: Tasks_V1_GetChoreReminderSettingsResponse.self, options: options).message
+    }
+    /// `getChoreReminderSettings` with the response metadata.
+    public func getChoreReminderSettingsWithMetadata(_ request: Tasks_V1_GetChoreReminderSettingsRequest, options: RPCCore.CallOptions = .defaults) async throws -> RPCCore.ClientResponse<Tasks_V1_GetChoreReminderSettingsResponse> {
+        try await client.unary(Tasks_V1_TasksMethods.getChoreReminderSettings, request, as: Tasks_V1_GetChoreReminderSettingsResponse.self, options: options)
+    }
+
+    /// Addition (B UC-18): change them; the household's pending reminders move at once.
+    public func setChoreReminderSettings(_ request: Tasks_V1_SetChoreReminderSettingsRequest, options: RPCCore.CallOptions = .defaults) async throws -> Tasks_V1_SetChoreReminderSettingsResponse {
+        try await client.unary(Tasks_V1_TasksMethods.setChoreReminderSettings, request, as: Tasks_V1_SetChoreReminderSettingsResponse.self, options: options).message
+    }
+    /// `setChoreReminderSettings` with the response metadata.
+    public func setChoreReminderSettingsWithMetadata(_ request: Tasks_V1_SetChoreReminderSettingsRequest, options: RPCCore.CallOptions = .defaults) async throws -> RPCCore.ClientResponse<Tasks_V1_SetChoreReminderSettingsResponse> {
+        try await client.unary(Tasks_V1_TasksMethods.setChoreReminderSettings, request, as: Tasks_V1_SetChoreReminderSettingsResponse.self, options: options)
     }
 
     /// D 1.b: request a new task.

@@ -124,12 +124,14 @@ extension TasksService {
                 }
                 try UserDirectory.remember(tx, users.values, now: now)
                 let chore = try ChoreStore.one(tx, id: id)
+                try ReminderStore.scheduleChore(tx, chore, now: now)
                 try Self.notifyAssigned(core, tx, chore, actor: me, eventID: "tasks:chore-assigned:\(id):1", users: users)
                 var out = Tasks_V1_CreateChoreResponse()
                 out.chore = ChoreStore.proto(chore, users: users)
                 return out
             }
         }
+        core.remindersChanged()
         var out = response
         out.replayed = replayed
         return out
@@ -261,10 +263,12 @@ extension TasksService {
             }
             try ChoreStore.save(tx, c, turn: next, finishedBy: me, now: now)
             let after = try ChoreStore.one(tx, id: c.id)
+            try ReminderStore.scheduleChore(tx, after, now: now)
             let users = try UserDirectory.cached(tx, after.userIDs + [me])
             try Self.notifyAssigned(core, tx, after, actor: me, eventID: "tasks:chore-assigned:\(c.id):\(after.revision)", users: users)
             return (after, users)
         }
+        core.remindersChanged()
         var response = Tasks_V1_FinishChoreResponse()
         response.chore = ChoreStore.proto(chore, users: users)
         return response
@@ -285,10 +289,12 @@ extension TasksService {
             }
             try ChoreStore.save(tx, c, turn: next, now: now)
             let after = try ChoreStore.one(tx, id: c.id)
+            try ReminderStore.scheduleChore(tx, after, now: now)
             let users = try UserDirectory.cached(tx, after.userIDs)
             try Self.notifyAssigned(core, tx, after, actor: me, eventID: "tasks:chore-assigned:\(c.id):\(after.revision)", users: users)
             return (after, users)
         }
+        core.remindersChanged()
         var response = Tasks_V1_SkipChoreResponse()
         response.chore = ChoreStore.proto(chore, users: users)
         return response
@@ -362,10 +368,12 @@ extension TasksService {
             let turn = ChoreTurn(assigneeCount: c.assignees.count, currentIndex: c.currentIndex, due: due, status: .active)
             try ChoreStore.save(tx, c, turn: turn, now: now)
             let after = try ChoreStore.one(tx, id: c.id)
+            try ReminderStore.scheduleChore(tx, after, now: now)
             let users = try UserDirectory.cached(tx, after.userIDs + [me])
             try Self.notifyAssigned(core, tx, after, actor: me, eventID: "tasks:chore-assigned:\(c.id):\(after.revision)", users: users)
             return (after, users)
         }
+        core.remindersChanged()
         var response = Tasks_V1_RequestOnDemandChoreResponse()
         response.chore = ChoreStore.proto(chore, users: users)
         return response

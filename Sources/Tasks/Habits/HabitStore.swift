@@ -80,13 +80,16 @@ enum HabitStore {
         var start: LocalDate
         var createdAt: Int64
         var updatedAt: Int64
+        /// The reminder's local minute of day and zone (`reminders.001-tables`); nil: none.
+        var reminderMinute: Int? = nil
+        var reminderZone: String? = nil
         var events: [HabitEventDay] = []
     }
 
     static func mask(_ days: Set<Int>) -> Int64 { days.reduce(0) { $0 | (1 << Int64($1 - 1)) } }
     static func days(_ mask: Int64) -> Set<Int> { Set((1...7).filter { mask & (1 << Int64($0 - 1)) != 0 }) }
 
-    static let columns = "id, owner_id, title, title_key, reason, weekdays, start_day, created_at, updated_at"
+    static let columns = "id, owner_id, title, title_key, reason, weekdays, start_day, created_at, updated_at, reminder_minute, reminder_zone"
 
     /// Habits by id with their event days, in the order of `ids`.
     static func load(_ db: some SQLReader, ids: [String]) throws -> [Habit] {
@@ -95,10 +98,12 @@ enum HabitStore {
         let args = ids.map { DatabaseValue.text($0) }
         var byID: [String: Habit] = [:]
         for r in try db.query("SELECT \(columns) FROM habits WHERE id IN (\(marks))", arguments: args) {
+            let minute: Int64? = try r.get("reminder_minute")
             let h = Habit(
                 id: try r.get("id"), ownerID: try r.get("owner_id"), title: try r.get("title"), titleKey: try r.get("title_key"),
                 reason: try r.get("reason"), weekdays: days(try r.get("weekdays")), start: LocalDate(key: try r.get("start_day")),
-                createdAt: try r.get("created_at"), updatedAt: try r.get("updated_at"))
+                createdAt: try r.get("created_at"), updatedAt: try r.get("updated_at"), reminderMinute: minute.map { Int($0) },
+                reminderZone: try r.get("reminder_zone"))
             byID[h.id] = h
         }
         for e in try db.query("SELECT habit_id, day, excused_from FROM habit_events WHERE habit_id IN (\(marks))", arguments: args) {
@@ -113,7 +118,8 @@ enum HabitStore {
 
     static func date(_ d: LocalDate) -> Common_V1_Date { ChoreStore.date(d) }
 
-    static func proto(_ h: Habit, users: [String: Common_V1_UserRef], today: LocalDate) -> Tasks_V1_Habit {
+    /// The habit as `viewer` sees it: its reminder only when `viewer` owns it.
+    static func proto(_ h: Habit, users: [String: Common_V1_UserRef], today: LocalDate, viewer: String) -> Tasks_V1_Habit {
         var m = Tasks_V1_Habit()
         m.habitId = h.id
         m.owner = users.ref(h.ownerID)
@@ -140,6 +146,12 @@ enum HabitStore {
         m.metrics = metrics
         m.createdAt = Google_Protobuf_Timestamp(milliseconds: h.createdAt)
         m.updatedAt = Google_Protobuf_Timestamp(milliseconds: h.updatedAt)
+        if viewer == h.ownerID, let minute = h.reminderMinute, let time = TimeOfDay(minutes: minute) {
+            var r = Tasks_V1_HabitReminder()
+            r.time = time.description
+            r.timeZone = h.reminderZone ?? "UTC"
+            m.reminder = r
+        }
         return m
     }
 

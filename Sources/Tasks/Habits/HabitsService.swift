@@ -35,12 +35,29 @@ extension TasksService {
         throw RPCError(.notFound, notFound)
     }
 
-    func habitMessages(_ habits: [HabitStore.Habit], today: LocalDate) async throws -> [Tasks_V1_Habit] {
+    /// The habits as messages for `viewer` (their reminders shown to their owner only).
+    func habitMessages(_ habits: [HabitStore.Habit], today: LocalDate, viewer: String) async throws -> [Tasks_V1_Habit] {
         let staleBefore = core.users.staleBefore
         let owners = habits.map(\.ownerID)
         let users = try await core.read { c in try UserDirectory.cached(c, owners, staleBefore: staleBefore) }
         core.users.refreshIfStale(users.stale)
-        return habits.map { HabitStore.proto($0, users: users.refs, today: today) }
+        return habits.map { HabitStore.proto($0, users: users.refs, today: today, viewer: viewer) }
+    }
+
+    /// A reminder time the client sent ("HH:MM"; empty: none), or the problem named at `field`.
+    static func reminderTime(_ raw: String, field: String, into errors: inout FieldErrors) -> TimeOfDay? {
+        guard !raw.isEmpty else { return nil }
+        guard let t = TimeOfDay(raw) else {
+            errors.add(field, "must be a 24-hour time \"HH:MM\" from 00:00 to 23:59 (e.g. \"07:30\"), or empty for none")
+            return nil
+        }
+        return t
+    }
+
+    /// The zone name a reminder set by this request is reckoned in ("UTC" for an empty one).
+    static func reminderZoneName(_ raw: String) -> String {
+        let trimmed = FieldRules.trimmed(raw)
+        return trimmed.isEmpty ? "UTC" : trimmed
     }
 
     static func weekdays(_ raw: [Common_V1_Weekday], field: String, into errors: inout FieldErrors) -> Set<Int> {
@@ -77,6 +94,8 @@ extension TasksService {
         let now = core.now
         let today = Self.today(zone, now: now)
         let start = request.hasStartDate ? Self.date(request.startDate, field: "start_date", into: &errors) : today
+        let reminder = Self.reminderTime(request.reminderTime, field: "reminder_time", into: &errors)
+        let reminderZone = Self.reminderZoneName(request.timeZone)
         try errors.throwIfAny()
         guard let start else { throw RPCError(.invalidArgument, "invalid request: start_date") }
         let scope = "CreateHabit:\(me)", fingerprint = Idempotency.fingerprint(request)
@@ -90,16 +109,20 @@ extension TasksService {
                 let id = ULID.make(now: now)
                 try tx.execute(
                     """
-                    INSERT INTO habits (id, owner_id, title, title_key, reason, weekdays, start_day, created_at, updated_at)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    """, id, me, title, title.lowercased(), reason, HabitStore.mask(days), start.key, now, now)
+                    INSERT INTO habits (id, owner_id, title, title_key, reason, weekdays, start_day, created_at, updated_at,
+                        reminder_minute, reminder_zone)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """, id, me, title, title.lowercased(), reason, HabitStore.mask(days), start.key, now, now,
+                    reminder.map { Int64($0.minutes) }, reminder == nil ? nil : reminderZone)
                 try UserDirectory.remember(tx, users.values, now: now)
+                try ReminderStore.scheduleHabit(tx, id: id, now: now)
                 guard let h = try HabitStore.one(tx, id: id) else { throw RPCError(.internal, "habit vanished") }
                 var out = Tasks_V1_CreateHabitResponse()
-                out.habit = HabitStore.proto(h, users: users, today: today)
+                out.habit = HabitStore.proto(h, users: users, today: today, viewer: me)
                 return out
             }
         }
+        core.remindersChanged()
         var out = response
         out.replayed = replayed
         return out
@@ -113,7 +136,7 @@ extension TasksService {
         try errors.throwIfAny()
         let h = try await readableHabit(id, me: me)
         var response = Tasks_V1_GetHabitResponse()
-        response.habit = try await habitMessages([h], today: Self.today(zone, now: core.now))[0]
+        response.habit = try await habitMessages([h], today: Self.today(zone, now: core.now), viewer: me)[0]
         return response
     }
 
@@ -126,21 +149,31 @@ extension TasksService {
         let days = request.hasDays ? Self.weekdays(request.days.days, field: "days.days", into: &errors) : nil
         let start = request.hasStartDate ? Self.date(request.startDate, field: "start_date", into: &errors) : nil
         let zone = RequestZone.zone(request.timeZone, into: &errors)
+        let changesReminder = request.hasReminder
+        let reminder = changesReminder ? Self.reminderTime(request.reminder.time, field: "reminder.time", into: &errors) : nil
+        let reminderZone = Self.reminderZoneName(request.timeZone)
         try errors.throwIfAny()
         guard let owner = try await core.read({ c in try HabitStore.one(c, id: id)?.ownerID }) else { throw RPCError(.notFound, Self.habitNotFound) }
         try await requireHabitOwner(owner, me: me, notFound: Self.habitNotFound)
         let now = core.now
         let h = try await core.write { tx -> HabitStore.Habit in
+            if changesReminder {
+                try tx.execute(
+                    "UPDATE habits SET reminder_minute = ?, reminder_zone = ? WHERE id = ?", reminder.map { Int64($0.minutes) },
+                    reminder == nil ? nil : reminderZone, id)
+            }
             if let title { try tx.execute("UPDATE habits SET title = ?, title_key = ? WHERE id = ?", title, title.lowercased(), id) }
             if let reason { try tx.execute("UPDATE habits SET reason = ? WHERE id = ?", reason, id) }
             if let days { try tx.execute("UPDATE habits SET weekdays = ? WHERE id = ?", HabitStore.mask(days), id) }
             if let start { try tx.execute("UPDATE habits SET start_day = ? WHERE id = ?", start.key, id) }
             try tx.execute("UPDATE habits SET updated_at = ? WHERE id = ?", now, id)
             guard let h = try HabitStore.one(tx, id: id) else { throw RPCError(.notFound, Self.habitNotFound) }
+            try ReminderStore.scheduleHabit(tx, id: id, now: now)
             return h
         }
+        core.remindersChanged()
         var response = Tasks_V1_UpdateHabitResponse()
-        response.habit = try await habitMessages([h], today: Self.today(zone, now: now))[0]
+        response.habit = try await habitMessages([h], today: Self.today(zone, now: now), viewer: me)[0]
         return response
     }
 
@@ -183,7 +216,7 @@ extension TasksService {
             return (try HabitStore.load(c, ids: Array(ids.prefix(pageSize))), ids.count > pageSize)
         }
         var response = Tasks_V1_ListMyHabitsResponse()
-        response.habits = try await habitMessages(habits, today: Self.today(zone, now: core.now))
+        response.habits = try await habitMessages(habits, today: Self.today(zone, now: core.now), viewer: me)
         if more, let last = habits.last { response.nextPageToken = core.pageTokens.make(cursor: [last.titleKey, last.id], filters: filters) }
         return response
     }
@@ -217,7 +250,7 @@ extension TasksService {
             let ids = try rows.prefix(pageSize).map { try $0.get("id", as: String.self) }
             return (try HabitStore.load(c, ids: ids), events, rows.count > pageSize)
         }
-        let messages = try await habitMessages(habits, today: today)
+        let messages = try await habitMessages(habits, today: today, viewer: me)
         var response = Tasks_V1_ListTodayHabitsResponse()
         response.habits = messages.map { h in
             var t = Tasks_V1_TodayHabit()
@@ -275,7 +308,7 @@ extension TasksService {
             let ids = try rows.prefix(pageSize).map { try $0.get("id", as: String.self) }
             return (try HabitStore.load(c, ids: ids), keys, rows.count > pageSize)
         }
-        response.habits = try await habitMessages(habits, today: Self.today(zone, now: core.now))
+        response.habits = try await habitMessages(habits, today: Self.today(zone, now: core.now), viewer: me)
         if more, let last = habits.last {
             response.nextPageToken = core.pageTokens.make(cursor: [keys[last.id] ?? "", last.titleKey, last.id], filters: filters)
         }

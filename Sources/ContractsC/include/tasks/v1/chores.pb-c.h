@@ -40,6 +40,11 @@ typedef struct Tasks__V1__RemindChoreAssigneeRequest Tasks__V1__RemindChoreAssig
 typedef struct Tasks__V1__RemindChoreAssigneeResponse Tasks__V1__RemindChoreAssigneeResponse;
 typedef struct Tasks__V1__RequestOnDemandChoreRequest Tasks__V1__RequestOnDemandChoreRequest;
 typedef struct Tasks__V1__RequestOnDemandChoreResponse Tasks__V1__RequestOnDemandChoreResponse;
+typedef struct Tasks__V1__ChoreReminderSettings Tasks__V1__ChoreReminderSettings;
+typedef struct Tasks__V1__GetChoreReminderSettingsRequest Tasks__V1__GetChoreReminderSettingsRequest;
+typedef struct Tasks__V1__GetChoreReminderSettingsResponse Tasks__V1__GetChoreReminderSettingsResponse;
+typedef struct Tasks__V1__SetChoreReminderSettingsRequest Tasks__V1__SetChoreReminderSettingsRequest;
+typedef struct Tasks__V1__SetChoreReminderSettingsResponse Tasks__V1__SetChoreReminderSettingsResponse;
 
 
 /* --- enums --- */
@@ -617,6 +622,132 @@ struct  Tasks__V1__RequestOnDemandChoreResponse
     , NULL }
 
 
+/*
+ * Addition (B UC-18, automatic reminders): when the household's chores remind their assignees by
+ * themselves. Every ACTIVE chore reminds its current assignee (the one whose turn it is when the
+ * reminder goes out) twice at most per turn, as a TASK_REMINDER notification with no actor:
+ * "Chore due today: <name>" on its due date at reminder_time, and "Overdue: <name>" at
+ * reminder_time on the day after the due date when it is still not finished. Times are local
+ * times in the chore's time_zone. A time that a daylight-saving change skips (02:30 when clocks
+ * jump from 02:00 to 03:00) fires at the first instant after the gap (03:00 local); a time that
+ * happens twice (01:30 when clocks go back) fires once, at the first (earlier) one. Finishing a
+ * chore cancels its pending reminders (its next turn gets its own); skipping passes them to the
+ * next assignee; a reminder whose time has already passed when a chore is created, finished,
+ * skipped or asked for again, or when the setting changes, is not sent. Reminders that fell due
+ * while the service was down go out late, each once, unless more than 12 hours late (then they
+ * are dropped). Ended, done, waiting and deleted chores send none.
+ */
+struct  Tasks__V1__ChoreReminderSettings
+{
+  ProtobufCMessage base;
+  /*
+   * The household.
+   */
+  char *household_id;
+  /*
+   * Local time of day the reminders go out, "HH:MM" on a 24-hour clock (00:00..23:59); "09:00"
+   * until a member sets another.
+   */
+  char *reminder_time;
+  /*
+   * True when a member turned the automatic reminders off for the household (none are sent, the
+   * manual RemindChoreAssignee still works); false (the default) = on.
+   */
+  protobuf_c_boolean reminders_off;
+  /*
+   * The member who last changed the settings; unset while the defaults apply.
+   */
+  Common__V1__UserRef *updated_by;
+  /*
+   * When they were last changed; unset while the defaults apply.
+   */
+  Google__Protobuf__Timestamp *updated_at;
+};
+#define TASKS__V1__CHORE_REMINDER_SETTINGS__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&tasks__v1__chore_reminder_settings__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, NULL, NULL }
+
+
+/*
+ * Addition: read a household's chore reminder settings. The caller must be a member of the
+ * household (checked with social like every chore call: otherwise NOT_FOUND); a deleted household
+ * still answers.
+ */
+struct  Tasks__V1__GetChoreReminderSettingsRequest
+{
+  ProtobufCMessage base;
+  /*
+   * Household id; required.
+   */
+  char *household_id;
+};
+#define TASKS__V1__GET_CHORE_REMINDER_SETTINGS_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&tasks__v1__get_chore_reminder_settings_request__descriptor) \
+    , (char *)protobuf_c_empty_string }
+
+
+/*
+ * The settings.
+ */
+struct  Tasks__V1__GetChoreReminderSettingsResponse
+{
+  ProtobufCMessage base;
+  /*
+   * The household's settings (the defaults when nobody set them: "09:00", on).
+   */
+  Tasks__V1__ChoreReminderSettings *settings;
+};
+#define TASKS__V1__GET_CHORE_REMINDER_SETTINGS_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&tasks__v1__get_chore_reminder_settings_response__descriptor) \
+    , NULL }
+
+
+/*
+ * Addition: set a household's chore reminder settings. Any current member may (non-members
+ * NOT_FOUND); a deleted household → FAILED_PRECONDITION. Setting the same values again changes
+ * nothing else, so a retry is harmless. The pending reminders of the household's chores move to
+ * the new time at once: one whose new time is still ahead today fires then; one whose new time
+ * has already passed today is not sent for this occurrence.
+ */
+struct  Tasks__V1__SetChoreReminderSettingsRequest
+{
+  ProtobufCMessage base;
+  /*
+   * Household id; required.
+   */
+  char *household_id;
+  /*
+   * "HH:MM" on a 24-hour clock, exactly five characters (00:00..23:59, e.g. "07:30", not "7:30");
+   * anything else → INVALID_ARGUMENT naming "reminder_time". Empty keeps the current time
+   * ("09:00" when never set).
+   */
+  char *reminder_time;
+  /*
+   * True turns the household's automatic chore reminders off; false turns them on.
+   */
+  protobuf_c_boolean reminders_off;
+};
+#define TASKS__V1__SET_CHORE_REMINDER_SETTINGS_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&tasks__v1__set_chore_reminder_settings_request__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0 }
+
+
+/*
+ * The settings after the change.
+ */
+struct  Tasks__V1__SetChoreReminderSettingsResponse
+{
+  ProtobufCMessage base;
+  /*
+   * The household's settings now.
+   */
+  Tasks__V1__ChoreReminderSettings *settings;
+};
+#define TASKS__V1__SET_CHORE_REMINDER_SETTINGS_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&tasks__v1__set_chore_reminder_settings_response__descriptor) \
+    , NULL }
+
+
 /* Tasks__V1__ChoreRecurrence methods */
 void   tasks__v1__chore_recurrence__init
                      (Tasks__V1__ChoreRecurrence         *message);
@@ -1054,6 +1185,101 @@ Tasks__V1__RequestOnDemandChoreResponse *
 void   tasks__v1__request_on_demand_chore_response__free_unpacked
                      (Tasks__V1__RequestOnDemandChoreResponse *message,
                       ProtobufCAllocator *allocator);
+/* Tasks__V1__ChoreReminderSettings methods */
+void   tasks__v1__chore_reminder_settings__init
+                     (Tasks__V1__ChoreReminderSettings         *message);
+size_t tasks__v1__chore_reminder_settings__get_packed_size
+                     (const Tasks__V1__ChoreReminderSettings   *message);
+size_t tasks__v1__chore_reminder_settings__pack
+                     (const Tasks__V1__ChoreReminderSettings   *message,
+                      uint8_t             *out);
+size_t tasks__v1__chore_reminder_settings__pack_to_buffer
+                     (const Tasks__V1__ChoreReminderSettings   *message,
+                      ProtobufCBuffer     *buffer);
+Tasks__V1__ChoreReminderSettings *
+       tasks__v1__chore_reminder_settings__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   tasks__v1__chore_reminder_settings__free_unpacked
+                     (Tasks__V1__ChoreReminderSettings *message,
+                      ProtobufCAllocator *allocator);
+/* Tasks__V1__GetChoreReminderSettingsRequest methods */
+void   tasks__v1__get_chore_reminder_settings_request__init
+                     (Tasks__V1__GetChoreReminderSettingsRequest         *message);
+size_t tasks__v1__get_chore_reminder_settings_request__get_packed_size
+                     (const Tasks__V1__GetChoreReminderSettingsRequest   *message);
+size_t tasks__v1__get_chore_reminder_settings_request__pack
+                     (const Tasks__V1__GetChoreReminderSettingsRequest   *message,
+                      uint8_t             *out);
+size_t tasks__v1__get_chore_reminder_settings_request__pack_to_buffer
+                     (const Tasks__V1__GetChoreReminderSettingsRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Tasks__V1__GetChoreReminderSettingsRequest *
+       tasks__v1__get_chore_reminder_settings_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   tasks__v1__get_chore_reminder_settings_request__free_unpacked
+                     (Tasks__V1__GetChoreReminderSettingsRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Tasks__V1__GetChoreReminderSettingsResponse methods */
+void   tasks__v1__get_chore_reminder_settings_response__init
+                     (Tasks__V1__GetChoreReminderSettingsResponse         *message);
+size_t tasks__v1__get_chore_reminder_settings_response__get_packed_size
+                     (const Tasks__V1__GetChoreReminderSettingsResponse   *message);
+size_t tasks__v1__get_chore_reminder_settings_response__pack
+                     (const Tasks__V1__GetChoreReminderSettingsResponse   *message,
+                      uint8_t             *out);
+size_t tasks__v1__get_chore_reminder_settings_response__pack_to_buffer
+                     (const Tasks__V1__GetChoreReminderSettingsResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Tasks__V1__GetChoreReminderSettingsResponse *
+       tasks__v1__get_chore_reminder_settings_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   tasks__v1__get_chore_reminder_settings_response__free_unpacked
+                     (Tasks__V1__GetChoreReminderSettingsResponse *message,
+                      ProtobufCAllocator *allocator);
+/* Tasks__V1__SetChoreReminderSettingsRequest methods */
+void   tasks__v1__set_chore_reminder_settings_request__init
+                     (Tasks__V1__SetChoreReminderSettingsRequest         *message);
+size_t tasks__v1__set_chore_reminder_settings_request__get_packed_size
+                     (const Tasks__V1__SetChoreReminderSettingsRequest   *message);
+size_t tasks__v1__set_chore_reminder_settings_request__pack
+                     (const Tasks__V1__SetChoreReminderSettingsRequest   *message,
+                      uint8_t             *out);
+size_t tasks__v1__set_chore_reminder_settings_request__pack_to_buffer
+                     (const Tasks__V1__SetChoreReminderSettingsRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Tasks__V1__SetChoreReminderSettingsRequest *
+       tasks__v1__set_chore_reminder_settings_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   tasks__v1__set_chore_reminder_settings_request__free_unpacked
+                     (Tasks__V1__SetChoreReminderSettingsRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Tasks__V1__SetChoreReminderSettingsResponse methods */
+void   tasks__v1__set_chore_reminder_settings_response__init
+                     (Tasks__V1__SetChoreReminderSettingsResponse         *message);
+size_t tasks__v1__set_chore_reminder_settings_response__get_packed_size
+                     (const Tasks__V1__SetChoreReminderSettingsResponse   *message);
+size_t tasks__v1__set_chore_reminder_settings_response__pack
+                     (const Tasks__V1__SetChoreReminderSettingsResponse   *message,
+                      uint8_t             *out);
+size_t tasks__v1__set_chore_reminder_settings_response__pack_to_buffer
+                     (const Tasks__V1__SetChoreReminderSettingsResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Tasks__V1__SetChoreReminderSettingsResponse *
+       tasks__v1__set_chore_reminder_settings_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   tasks__v1__set_chore_reminder_settings_response__free_unpacked
+                     (Tasks__V1__SetChoreReminderSettingsResponse *message,
+                      ProtobufCAllocator *allocator);
 /* --- per-message closures --- */
 
 typedef void (*Tasks__V1__ChoreRecurrence_Closure)
@@ -1125,6 +1351,21 @@ typedef void (*Tasks__V1__RequestOnDemandChoreRequest_Closure)
 typedef void (*Tasks__V1__RequestOnDemandChoreResponse_Closure)
                  (const Tasks__V1__RequestOnDemandChoreResponse *message,
                   void *closure_data);
+typedef void (*Tasks__V1__ChoreReminderSettings_Closure)
+                 (const Tasks__V1__ChoreReminderSettings *message,
+                  void *closure_data);
+typedef void (*Tasks__V1__GetChoreReminderSettingsRequest_Closure)
+                 (const Tasks__V1__GetChoreReminderSettingsRequest *message,
+                  void *closure_data);
+typedef void (*Tasks__V1__GetChoreReminderSettingsResponse_Closure)
+                 (const Tasks__V1__GetChoreReminderSettingsResponse *message,
+                  void *closure_data);
+typedef void (*Tasks__V1__SetChoreReminderSettingsRequest_Closure)
+                 (const Tasks__V1__SetChoreReminderSettingsRequest *message,
+                  void *closure_data);
+typedef void (*Tasks__V1__SetChoreReminderSettingsResponse_Closure)
+                 (const Tasks__V1__SetChoreReminderSettingsResponse *message,
+                  void *closure_data);
 
 /* --- services --- */
 
@@ -1155,6 +1396,11 @@ extern const ProtobufCMessageDescriptor tasks__v1__remind_chore_assignee_request
 extern const ProtobufCMessageDescriptor tasks__v1__remind_chore_assignee_response__descriptor;
 extern const ProtobufCMessageDescriptor tasks__v1__request_on_demand_chore_request__descriptor;
 extern const ProtobufCMessageDescriptor tasks__v1__request_on_demand_chore_response__descriptor;
+extern const ProtobufCMessageDescriptor tasks__v1__chore_reminder_settings__descriptor;
+extern const ProtobufCMessageDescriptor tasks__v1__get_chore_reminder_settings_request__descriptor;
+extern const ProtobufCMessageDescriptor tasks__v1__get_chore_reminder_settings_response__descriptor;
+extern const ProtobufCMessageDescriptor tasks__v1__set_chore_reminder_settings_request__descriptor;
+extern const ProtobufCMessageDescriptor tasks__v1__set_chore_reminder_settings_response__descriptor;
 
 PROTOBUF_C__END_DECLS
 

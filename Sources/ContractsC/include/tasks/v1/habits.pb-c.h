@@ -19,6 +19,8 @@ PROTOBUF_C__BEGIN_DECLS
 #include "google/protobuf/wrappers.pb-c.h"
 
 typedef struct Tasks__V1__Habit Tasks__V1__Habit;
+typedef struct Tasks__V1__HabitReminder Tasks__V1__HabitReminder;
+typedef struct Tasks__V1__HabitReminderUpdate Tasks__V1__HabitReminderUpdate;
 typedef struct Tasks__V1__HabitMetrics Tasks__V1__HabitMetrics;
 typedef struct Tasks__V1__HabitWeekMetrics Tasks__V1__HabitWeekMetrics;
 typedef struct Tasks__V1__HabitEvent Tasks__V1__HabitEvent;
@@ -123,10 +125,60 @@ struct  Tasks__V1__Habit
    * Last edit.
    */
   Google__Protobuf__Timestamp *updated_at;
+  /*
+   * Addition: the habit's reminder; unset when it has none. Shown to the owner only (followers
+   * never see it).
+   */
+  Tasks__V1__HabitReminder *reminder;
 };
 #define TASKS__V1__HABIT__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&tasks__v1__habit__descriptor) \
-    , (char *)protobuf_c_empty_string, NULL, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL, NULL, NULL, NULL, NULL }
+    , (char *)protobuf_c_empty_string, NULL, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL, NULL, NULL, NULL, NULL, NULL }
+
+
+/*
+ * Addition: a reminder on each of the habit's scheduled days (on or after start_date), a
+ * TASK_REMINDER notification with no actor, "Today: <title>", sent to the owner at `time` in
+ * `time_zone` unless that day's event already exists. A time that a daylight-saving change skips
+ * (02:30 when clocks jump from 02:00 to 03:00) fires at the first instant after the gap (03:00
+ * local); a time that happens twice (01:30 when clocks go back) fires once, at the first one. A
+ * day whose time has already passed when the reminder is set or changed is not reminded. Reminders
+ * that fell due while the service was down go out late, once, unless more than 12 hours late
+ * (then they are dropped). Deleting the habit, or the owner's account, ends them.
+ */
+struct  Tasks__V1__HabitReminder
+{
+  ProtobufCMessage base;
+  /*
+   * Local time of day, "HH:MM" on a 24-hour clock (00:00..23:59).
+   */
+  char *time;
+  /*
+   * The IANA zone `time` is reckoned in: the request's time_zone when the reminder was set
+   * ("UTC" for an empty one). It stays when later requests name other zones.
+   */
+  char *time_zone;
+};
+#define TASKS__V1__HABIT_REMINDER__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&tasks__v1__habit_reminder__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+
+
+/*
+ * Addition: a change of a habit's reminder (present = change).
+ */
+struct  Tasks__V1__HabitReminderUpdate
+{
+  ProtobufCMessage base;
+  /*
+   * "HH:MM" (24-hour, exactly five characters, 00:00..23:59) sets the reminder, in the update's
+   * time_zone; empty removes it. Anything else → INVALID_ARGUMENT naming "reminder.time".
+   */
+  char *time;
+};
+#define TASKS__V1__HABIT_REMINDER_UPDATE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&tasks__v1__habit_reminder_update__descriptor) \
+    , (char *)protobuf_c_empty_string }
 
 
 /*
@@ -331,10 +383,16 @@ struct  Tasks__V1__CreateHabitRequest
    * IANA zone for "today", e.g. "Europe/Berlin"; empty = UTC.
    */
   char *time_zone;
+  /*
+   * Addition: a reminder on the habit's scheduled days at this local time, "HH:MM" (24-hour,
+   * exactly five characters, 00:00..23:59), reckoned in time_zone; empty = no reminder. Anything
+   * else → INVALID_ARGUMENT naming "reminder_time". See HabitReminder.
+   */
+  char *reminder_time;
 };
 #define TASKS__V1__CREATE_HABIT_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&tasks__v1__create_habit_request__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL, NULL, (char *)protobuf_c_empty_string }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL, NULL, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
 
 
 /*
@@ -421,13 +479,18 @@ struct  Tasks__V1__UpdateHabitRequest
    */
   Common__V1__Date *start_date;
   /*
-   * IANA zone for the returned metrics; empty = UTC.
+   * IANA zone for the returned metrics; empty = UTC. Also the zone of a reminder this request sets.
    */
   char *time_zone;
+  /*
+   * Addition: set (in time_zone) or remove the habit's reminder; unset = unchanged. See
+   * HabitReminder.
+   */
+  Tasks__V1__HabitReminderUpdate *reminder;
 };
 #define TASKS__V1__UPDATE_HABIT_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&tasks__v1__update_habit_request__descriptor) \
-    , (char *)protobuf_c_empty_string, NULL, NULL, NULL, NULL, (char *)protobuf_c_empty_string }
+    , (char *)protobuf_c_empty_string, NULL, NULL, NULL, NULL, (char *)protobuf_c_empty_string, NULL }
 
 
 /*
@@ -929,6 +992,44 @@ Tasks__V1__Habit *
                       const uint8_t       *data);
 void   tasks__v1__habit__free_unpacked
                      (Tasks__V1__Habit *message,
+                      ProtobufCAllocator *allocator);
+/* Tasks__V1__HabitReminder methods */
+void   tasks__v1__habit_reminder__init
+                     (Tasks__V1__HabitReminder         *message);
+size_t tasks__v1__habit_reminder__get_packed_size
+                     (const Tasks__V1__HabitReminder   *message);
+size_t tasks__v1__habit_reminder__pack
+                     (const Tasks__V1__HabitReminder   *message,
+                      uint8_t             *out);
+size_t tasks__v1__habit_reminder__pack_to_buffer
+                     (const Tasks__V1__HabitReminder   *message,
+                      ProtobufCBuffer     *buffer);
+Tasks__V1__HabitReminder *
+       tasks__v1__habit_reminder__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   tasks__v1__habit_reminder__free_unpacked
+                     (Tasks__V1__HabitReminder *message,
+                      ProtobufCAllocator *allocator);
+/* Tasks__V1__HabitReminderUpdate methods */
+void   tasks__v1__habit_reminder_update__init
+                     (Tasks__V1__HabitReminderUpdate         *message);
+size_t tasks__v1__habit_reminder_update__get_packed_size
+                     (const Tasks__V1__HabitReminderUpdate   *message);
+size_t tasks__v1__habit_reminder_update__pack
+                     (const Tasks__V1__HabitReminderUpdate   *message,
+                      uint8_t             *out);
+size_t tasks__v1__habit_reminder_update__pack_to_buffer
+                     (const Tasks__V1__HabitReminderUpdate   *message,
+                      ProtobufCBuffer     *buffer);
+Tasks__V1__HabitReminderUpdate *
+       tasks__v1__habit_reminder_update__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   tasks__v1__habit_reminder_update__free_unpacked
+                     (Tasks__V1__HabitReminderUpdate *message,
                       ProtobufCAllocator *allocator);
 /* Tasks__V1__HabitMetrics methods */
 void   tasks__v1__habit_metrics__init
@@ -1543,6 +1644,12 @@ void   tasks__v1__list_habit_history_response__free_unpacked
 typedef void (*Tasks__V1__Habit_Closure)
                  (const Tasks__V1__Habit *message,
                   void *closure_data);
+typedef void (*Tasks__V1__HabitReminder_Closure)
+                 (const Tasks__V1__HabitReminder *message,
+                  void *closure_data);
+typedef void (*Tasks__V1__HabitReminderUpdate_Closure)
+                 (const Tasks__V1__HabitReminderUpdate *message,
+                  void *closure_data);
 typedef void (*Tasks__V1__HabitMetrics_Closure)
                  (const Tasks__V1__HabitMetrics *message,
                   void *closure_data);
@@ -1647,6 +1754,8 @@ typedef void (*Tasks__V1__ListHabitHistoryResponse_Closure)
 
 extern const ProtobufCEnumDescriptor    tasks__v1__habit_history_scope__descriptor;
 extern const ProtobufCMessageDescriptor tasks__v1__habit__descriptor;
+extern const ProtobufCMessageDescriptor tasks__v1__habit_reminder__descriptor;
+extern const ProtobufCMessageDescriptor tasks__v1__habit_reminder_update__descriptor;
 extern const ProtobufCMessageDescriptor tasks__v1__habit_metrics__descriptor;
 extern const ProtobufCMessageDescriptor tasks__v1__habit_week_metrics__descriptor;
 extern const ProtobufCMessageDescriptor tasks__v1__habit_event__descriptor;

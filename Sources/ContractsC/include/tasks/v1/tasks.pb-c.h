@@ -591,6 +591,14 @@ struct Tasks__V1__Tasks_Service
                                   const Tasks__V1__RequestOnDemandChoreRequest *input,
                                   Tasks__V1__RequestOnDemandChoreResponse_Closure closure,
                                   void *closure_data);
+  void (*get_chore_reminder_settings)(Tasks__V1__Tasks_Service *service,
+                                      const Tasks__V1__GetChoreReminderSettingsRequest *input,
+                                      Tasks__V1__GetChoreReminderSettingsResponse_Closure closure,
+                                      void *closure_data);
+  void (*set_chore_reminder_settings)(Tasks__V1__Tasks_Service *service,
+                                      const Tasks__V1__SetChoreReminderSettingsRequest *input,
+                                      Tasks__V1__SetChoreReminderSettingsResponse_Closure closure,
+                                      void *closure_data);
   void (*create_market_task)(Tasks__V1__Tasks_Service *service,
                              const Tasks__V1__CreateMarketTaskRequest *input,
                              Tasks__V1__CreateMarketTaskResponse_Closure closure,
@@ -726,6 +734,8 @@ void tasks__v1__tasks__init (Tasks__V1__Tasks_Service *service,
       function_prefix__ ## delete_chore,\
       function_prefix__ ## remind_chore_assignee,\
       function_prefix__ ## request_on_demand_chore,\
+      function_prefix__ ## get_chore_reminder_settings,\
+      function_prefix__ ## set_chore_reminder_settings,\
       function_prefix__ ## create_market_task,\
       function_prefix__ ## get_market_task,\
       function_prefix__ ## get_market_task_photo,\
@@ -844,6 +854,14 @@ void tasks__v1__tasks__request_on_demand_chore(ProtobufCService *service,
                                                const Tasks__V1__RequestOnDemandChoreRequest *input,
                                                Tasks__V1__RequestOnDemandChoreResponse_Closure closure,
                                                void *closure_data);
+void tasks__v1__tasks__get_chore_reminder_settings(ProtobufCService *service,
+                                                   const Tasks__V1__GetChoreReminderSettingsRequest *input,
+                                                   Tasks__V1__GetChoreReminderSettingsResponse_Closure closure,
+                                                   void *closure_data);
+void tasks__v1__tasks__set_chore_reminder_settings(ProtobufCService *service,
+                                                   const Tasks__V1__SetChoreReminderSettingsRequest *input,
+                                                   Tasks__V1__SetChoreReminderSettingsResponse_Closure closure,
+                                                   void *closure_data);
 void tasks__v1__tasks__create_market_task(ProtobufCService *service,
                                           const Tasks__V1__CreateMarketTaskRequest *input,
                                           Tasks__V1__CreateMarketTaskResponse_Closure closure,

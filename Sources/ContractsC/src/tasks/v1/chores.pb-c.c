@@ -1042,6 +1042,231 @@ void   tasks__v1__request_on_demand_chore_response__free_unpacked
   assert(message->base.descriptor == &tasks__v1__request_on_demand_chore_response__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   tasks__v1__chore_reminder_settings__init
+                     (Tasks__V1__ChoreReminderSettings         *message)
+{
+  static const Tasks__V1__ChoreReminderSettings init_value = TASKS__V1__CHORE_REMINDER_SETTINGS__INIT;
+  *message = init_value;
+}
+size_t tasks__v1__chore_reminder_settings__get_packed_size
+                     (const Tasks__V1__ChoreReminderSettings *message)
+{
+  assert(message->base.descriptor == &tasks__v1__chore_reminder_settings__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t tasks__v1__chore_reminder_settings__pack
+                     (const Tasks__V1__ChoreReminderSettings *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &tasks__v1__chore_reminder_settings__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t tasks__v1__chore_reminder_settings__pack_to_buffer
+                     (const Tasks__V1__ChoreReminderSettings *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &tasks__v1__chore_reminder_settings__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Tasks__V1__ChoreReminderSettings *
+       tasks__v1__chore_reminder_settings__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Tasks__V1__ChoreReminderSettings *)
+     protobuf_c_message_unpack (&tasks__v1__chore_reminder_settings__descriptor,
+                                allocator, len, data);
+}
+void   tasks__v1__chore_reminder_settings__free_unpacked
+                     (Tasks__V1__ChoreReminderSettings *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &tasks__v1__chore_reminder_settings__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   tasks__v1__get_chore_reminder_settings_request__init
+                     (Tasks__V1__GetChoreReminderSettingsRequest         *message)
+{
+  static const Tasks__V1__GetChoreReminderSettingsRequest init_value = TASKS__V1__GET_CHORE_REMINDER_SETTINGS_REQUEST__INIT;
+  *message = init_value;
+}
+size_t tasks__v1__get_chore_reminder_settings_request__get_packed_size
+                     (const Tasks__V1__GetChoreReminderSettingsRequest *message)
+{
+  assert(message->base.descriptor == &tasks__v1__get_chore_reminder_settings_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t tasks__v1__get_chore_reminder_settings_request__pack
+                     (const Tasks__V1__GetChoreReminderSettingsRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &tasks__v1__get_chore_reminder_settings_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t tasks__v1__get_chore_reminder_settings_request__pack_to_buffer
+                     (const Tasks__V1__GetChoreReminderSettingsRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &tasks__v1__get_chore_reminder_settings_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Tasks__V1__GetChoreReminderSettingsRequest *
+       tasks__v1__get_chore_reminder_settings_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Tasks__V1__GetChoreReminderSettingsRequest *)
+     protobuf_c_message_unpack (&tasks__v1__get_chore_reminder_settings_request__descriptor,
+                                allocator, len, data);
+}
+void   tasks__v1__get_chore_reminder_settings_request__free_unpacked
+                     (Tasks__V1__GetChoreReminderSettingsRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &tasks__v1__get_chore_reminder_settings_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   tasks__v1__get_chore_reminder_settings_response__init
+                     (Tasks__V1__GetChoreReminderSettingsResponse         *message)
+{
+  static const Tasks__V1__GetChoreReminderSettingsResponse init_value = TASKS__V1__GET_CHORE_REMINDER_SETTINGS_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t tasks__v1__get_chore_reminder_settings_response__get_packed_size
+                     (const Tasks__V1__GetChoreReminderSettingsResponse *message)
+{
+  assert(message->base.descriptor == &tasks__v1__get_chore_reminder_settings_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t tasks__v1__get_chore_reminder_settings_response__pack
+                     (const Tasks__V1__GetChoreReminderSettingsResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &tasks__v1__get_chore_reminder_settings_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t tasks__v1__get_chore_reminder_settings_response__pack_to_buffer
+                     (const Tasks__V1__GetChoreReminderSettingsResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &tasks__v1__get_chore_reminder_settings_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Tasks__V1__GetChoreReminderSettingsResponse *
+       tasks__v1__get_chore_reminder_settings_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Tasks__V1__GetChoreReminderSettingsResponse *)
+     protobuf_c_message_unpack (&tasks__v1__get_chore_reminder_settings_response__descriptor,
+                                allocator, len, data);
+}
+void   tasks__v1__get_chore_reminder_settings_response__free_unpacked
+                     (Tasks__V1__GetChoreReminderSettingsResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &tasks__v1__get_chore_reminder_settings_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   tasks__v1__set_chore_reminder_settings_request__init
+                     (Tasks__V1__SetChoreReminderSettingsRequest         *message)
+{
+  static const Tasks__V1__SetChoreReminderSettingsRequest init_value = TASKS__V1__SET_CHORE_REMINDER_SETTINGS_REQUEST__INIT;
+  *message = init_value;
+}
+size_t tasks__v1__set_chore_reminder_settings_request__get_packed_size
+                     (const Tasks__V1__SetChoreReminderSettingsRequest *message)
+{
+  assert(message->base.descriptor == &tasks__v1__set_chore_reminder_settings_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t tasks__v1__set_chore_reminder_settings_request__pack
+                     (const Tasks__V1__SetChoreReminderSettingsRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &tasks__v1__set_chore_reminder_settings_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t tasks__v1__set_chore_reminder_settings_request__pack_to_buffer
+                     (const Tasks__V1__SetChoreReminderSettingsRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &tasks__v1__set_chore_reminder_settings_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Tasks__V1__SetChoreReminderSettingsRequest *
+       tasks__v1__set_chore_reminder_settings_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Tasks__V1__SetChoreReminderSettingsRequest *)
+     protobuf_c_message_unpack (&tasks__v1__set_chore_reminder_settings_request__descriptor,
+                                allocator, len, data);
+}
+void   tasks__v1__set_chore_reminder_settings_request__free_unpacked
+                     (Tasks__V1__SetChoreReminderSettingsRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &tasks__v1__set_chore_reminder_settings_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   tasks__v1__set_chore_reminder_settings_response__init
+                     (Tasks__V1__SetChoreReminderSettingsResponse         *message)
+{
+  static const Tasks__V1__SetChoreReminderSettingsResponse init_value = TASKS__V1__SET_CHORE_REMINDER_SETTINGS_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t tasks__v1__set_chore_reminder_settings_response__get_packed_size
+                     (const Tasks__V1__SetChoreReminderSettingsResponse *message)
+{
+  assert(message->base.descriptor == &tasks__v1__set_chore_reminder_settings_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t tasks__v1__set_chore_reminder_settings_response__pack
+                     (const Tasks__V1__SetChoreReminderSettingsResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &tasks__v1__set_chore_reminder_settings_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t tasks__v1__set_chore_reminder_settings_response__pack_to_buffer
+                     (const Tasks__V1__SetChoreReminderSettingsResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &tasks__v1__set_chore_reminder_settings_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Tasks__V1__SetChoreReminderSettingsResponse *
+       tasks__v1__set_chore_reminder_settings_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Tasks__V1__SetChoreReminderSettingsResponse *)
+     protobuf_c_message_unpack (&tasks__v1__set_chore_reminder_settings_response__descriptor,
+                                allocator, len, data);
+}
+void   tasks__v1__set_chore_reminder_settings_response__free_unpacked
+                     (Tasks__V1__SetChoreReminderSettingsResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &tasks__v1__set_chore_reminder_settings_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 static const ProtobufCFieldDescriptor tasks__v1__chore_recurrence__field_descriptors[5] =
 {
   {
@@ -2302,6 +2527,274 @@ const ProtobufCMessageDescriptor tasks__v1__request_on_demand_chore_response__de
   tasks__v1__request_on_demand_chore_response__field_indices_by_name,
   1,  tasks__v1__request_on_demand_chore_response__number_ranges,
   (ProtobufCMessageInit) tasks__v1__request_on_demand_chore_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor tasks__v1__chore_reminder_settings__field_descriptors[5] =
+{
+  {
+    "household_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Tasks__V1__ChoreReminderSettings, household_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "reminder_time",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Tasks__V1__ChoreReminderSettings, reminder_time),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "reminders_off",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Tasks__V1__ChoreReminderSettings, reminders_off),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "updated_by",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Tasks__V1__ChoreReminderSettings, updated_by),
+    &common__v1__user_ref__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "updated_at",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Tasks__V1__ChoreReminderSettings, updated_at),
+    &google__protobuf__timestamp__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned tasks__v1__chore_reminder_settings__field_indices_by_name[] = {
+  0,   /* field[0] = household_id */
+  1,   /* field[1] = reminder_time */
+  2,   /* field[2] = reminders_off */
+  4,   /* field[4] = updated_at */
+  3,   /* field[3] = updated_by */
+};
+static const ProtobufCIntRange tasks__v1__chore_reminder_settings__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 5 }
+};
+const ProtobufCMessageDescriptor tasks__v1__chore_reminder_settings__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "tasks.v1.ChoreReminderSettings",
+  "ChoreReminderSettings",
+  "Tasks__V1__ChoreReminderSettings",
+  "tasks.v1",
+  sizeof(Tasks__V1__ChoreReminderSettings),
+  5,
+  tasks__v1__chore_reminder_settings__field_descriptors,
+  tasks__v1__chore_reminder_settings__field_indices_by_name,
+  1,  tasks__v1__chore_reminder_settings__number_ranges,
+  (ProtobufCMessageInit) tasks__v1__chore_reminder_settings__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor tasks__v1__get_chore_reminder_settings_request__field_descriptors[1] =
+{
+  {
+    "household_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Tasks__V1__GetChoreReminderSettingsRequest, household_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned tasks__v1__get_chore_reminder_settings_request__field_indices_by_name[] = {
+  0,   /* field[0] = household_id */
+};
+static const ProtobufCIntRange tasks__v1__get_chore_reminder_settings_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor tasks__v1__get_chore_reminder_settings_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "tasks.v1.GetChoreReminderSettingsRequest",
+  "GetChoreReminderSettingsRequest",
+  "Tasks__V1__GetChoreReminderSettingsRequest",
+  "tasks.v1",
+  sizeof(Tasks__V1__GetChoreReminderSettingsRequest),
+  1,
+  tasks__v1__get_chore_reminder_settings_request__field_descriptors,
+  tasks__v1__get_chore_reminder_settings_request__field_indices_by_name,
+  1,  tasks__v1__get_chore_reminder_settings_request__number_ranges,
+  (ProtobufCMessageInit) tasks__v1__get_chore_reminder_settings_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor tasks__v1__get_chore_reminder_settings_response__field_descriptors[1] =
+{
+  {
+    "settings",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Tasks__V1__GetChoreReminderSettingsResponse, settings),
+    &tasks__v1__chore_reminder_settings__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned tasks__v1__get_chore_reminder_settings_response__field_indices_by_name[] = {
+  0,   /* field[0] = settings */
+};
+static const ProtobufCIntRange tasks__v1__get_chore_reminder_settings_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor tasks__v1__get_chore_reminder_settings_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "tasks.v1.GetChoreReminderSettingsResponse",
+  "GetChoreReminderSettingsResponse",
+  "Tasks__V1__GetChoreReminderSettingsResponse",
+  "tasks.v1",
+  sizeof(Tasks__V1__GetChoreReminderSettingsResponse),
+  1,
+  tasks__v1__get_chore_reminder_settings_response__field_descriptors,
+  tasks__v1__get_chore_reminder_settings_response__field_indices_by_name,
+  1,  tasks__v1__get_chore_reminder_settings_response__number_ranges,
+  (ProtobufCMessageInit) tasks__v1__get_chore_reminder_settings_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor tasks__v1__set_chore_reminder_settings_request__field_descriptors[3] =
+{
+  {
+    "household_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Tasks__V1__SetChoreReminderSettingsRequest, household_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "reminder_time",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Tasks__V1__SetChoreReminderSettingsRequest, reminder_time),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "reminders_off",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Tasks__V1__SetChoreReminderSettingsRequest, reminders_off),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned tasks__v1__set_chore_reminder_settings_request__field_indices_by_name[] = {
+  0,   /* field[0] = household_id */
+  1,   /* field[1] = reminder_time */
+  2,   /* field[2] = reminders_off */
+};
+static const ProtobufCIntRange tasks__v1__set_chore_reminder_settings_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor tasks__v1__set_chore_reminder_settings_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "tasks.v1.SetChoreReminderSettingsRequest",
+  "SetChoreReminderSettingsRequest",
+  "Tasks__V1__SetChoreReminderSettingsRequest",
+  "tasks.v1",
+  sizeof(Tasks__V1__SetChoreReminderSettingsRequest),
+  3,
+  tasks__v1__set_chore_reminder_settings_request__field_descriptors,
+  tasks__v1__set_chore_reminder_settings_request__field_indices_by_name,
+  1,  tasks__v1__set_chore_reminder_settings_request__number_ranges,
+  (ProtobufCMessageInit) tasks__v1__set_chore_reminder_settings_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor tasks__v1__set_chore_reminder_settings_response__field_descriptors[1] =
+{
+  {
+    "settings",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Tasks__V1__SetChoreReminderSettingsResponse, settings),
+    &tasks__v1__chore_reminder_settings__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned tasks__v1__set_chore_reminder_settings_response__field_indices_by_name[] = {
+  0,   /* field[0] = settings */
+};
+static const ProtobufCIntRange tasks__v1__set_chore_reminder_settings_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor tasks__v1__set_chore_reminder_settings_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "tasks.v1.SetChoreReminderSettingsResponse",
+  "SetChoreReminderSettingsResponse",
+  "Tasks__V1__SetChoreReminderSettingsResponse",
+  "tasks.v1",
+  sizeof(Tasks__V1__SetChoreReminderSettingsResponse),
+  1,
+  tasks__v1__set_chore_reminder_settings_response__field_descriptors,
+  tasks__v1__set_chore_reminder_settings_response__field_indices_by_name,
+  1,  tasks__v1__set_chore_reminder_settings_response__number_ranges,
+  (ProtobufCMessageInit) tasks__v1__set_chore_reminder_settings_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCEnumValue tasks__v1__chore_status__enum_values_by_number[5] =

@@ -52,6 +52,96 @@ void   tasks__v1__habit__free_unpacked
   assert(message->base.descriptor == &tasks__v1__habit__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   tasks__v1__habit_reminder__init
+                     (Tasks__V1__HabitReminder         *message)
+{
+  static const Tasks__V1__HabitReminder init_value = TASKS__V1__HABIT_REMINDER__INIT;
+  *message = init_value;
+}
+size_t tasks__v1__habit_reminder__get_packed_size
+                     (const Tasks__V1__HabitReminder *message)
+{
+  assert(message->base.descriptor == &tasks__v1__habit_reminder__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t tasks__v1__habit_reminder__pack
+                     (const Tasks__V1__HabitReminder *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &tasks__v1__habit_reminder__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t tasks__v1__habit_reminder__pack_to_buffer
+                     (const Tasks__V1__HabitReminder *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &tasks__v1__habit_reminder__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Tasks__V1__HabitReminder *
+       tasks__v1__habit_reminder__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Tasks__V1__HabitReminder *)
+     protobuf_c_message_unpack (&tasks__v1__habit_reminder__descriptor,
+                                allocator, len, data);
+}
+void   tasks__v1__habit_reminder__free_unpacked
+                     (Tasks__V1__HabitReminder *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &tasks__v1__habit_reminder__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   tasks__v1__habit_reminder_update__init
+                     (Tasks__V1__HabitReminderUpdate         *message)
+{
+  static const Tasks__V1__HabitReminderUpdate init_value = TASKS__V1__HABIT_REMINDER_UPDATE__INIT;
+  *message = init_value;
+}
+size_t tasks__v1__habit_reminder_update__get_packed_size
+                     (const Tasks__V1__HabitReminderUpdate *message)
+{
+  assert(message->base.descriptor == &tasks__v1__habit_reminder_update__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t tasks__v1__habit_reminder_update__pack
+                     (const Tasks__V1__HabitReminderUpdate *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &tasks__v1__habit_reminder_update__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t tasks__v1__habit_reminder_update__pack_to_buffer
+                     (const Tasks__V1__HabitReminderUpdate *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &tasks__v1__habit_reminder_update__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Tasks__V1__HabitReminderUpdate *
+       tasks__v1__habit_reminder_update__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Tasks__V1__HabitReminderUpdate *)
+     protobuf_c_message_unpack (&tasks__v1__habit_reminder_update__descriptor,
+                                allocator, len, data);
+}
+void   tasks__v1__habit_reminder_update__free_unpacked
+                     (Tasks__V1__HabitReminderUpdate *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &tasks__v1__habit_reminder_update__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   tasks__v1__habit_metrics__init
                      (Tasks__V1__HabitMetrics         *message)
 {
@@ -1492,7 +1582,7 @@ void   tasks__v1__list_habit_history_response__free_unpacked
   assert(message->base.descriptor == &tasks__v1__list_habit_history_response__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
-static const ProtobufCFieldDescriptor tasks__v1__habit__field_descriptors[9] =
+static const ProtobufCFieldDescriptor tasks__v1__habit__field_descriptors[10] =
 {
   {
     "habit_id",
@@ -1602,6 +1692,18 @@ static const ProtobufCFieldDescriptor tasks__v1__habit__field_descriptors[9] =
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "reminder",
+    10,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Tasks__V1__Habit, reminder),
+    &tasks__v1__habit_reminder__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned tasks__v1__habit__field_indices_by_name[] = {
   7,   /* field[7] = created_at */
@@ -1610,6 +1712,7 @@ static const unsigned tasks__v1__habit__field_indices_by_name[] = {
   6,   /* field[6] = metrics */
   1,   /* field[1] = owner */
   3,   /* field[3] = reason */
+  9,   /* field[9] = reminder */
   5,   /* field[5] = start_date */
   2,   /* field[2] = title */
   8,   /* field[8] = updated_at */
@@ -1617,7 +1720,7 @@ static const unsigned tasks__v1__habit__field_indices_by_name[] = {
 static const ProtobufCIntRange tasks__v1__habit__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 9 }
+  { 0, 10 }
 };
 const ProtobufCMessageDescriptor tasks__v1__habit__descriptor =
 {
@@ -1627,11 +1730,100 @@ const ProtobufCMessageDescriptor tasks__v1__habit__descriptor =
   "Tasks__V1__Habit",
   "tasks.v1",
   sizeof(Tasks__V1__Habit),
-  9,
+  10,
   tasks__v1__habit__field_descriptors,
   tasks__v1__habit__field_indices_by_name,
   1,  tasks__v1__habit__number_ranges,
   (ProtobufCMessageInit) tasks__v1__habit__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor tasks__v1__habit_reminder__field_descriptors[2] =
+{
+  {
+    "time",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Tasks__V1__HabitReminder, time),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "time_zone",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Tasks__V1__HabitReminder, time_zone),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned tasks__v1__habit_reminder__field_indices_by_name[] = {
+  0,   /* field[0] = time */
+  1,   /* field[1] = time_zone */
+};
+static const ProtobufCIntRange tasks__v1__habit_reminder__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor tasks__v1__habit_reminder__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "tasks.v1.HabitReminder",
+  "HabitReminder",
+  "Tasks__V1__HabitReminder",
+  "tasks.v1",
+  sizeof(Tasks__V1__HabitReminder),
+  2,
+  tasks__v1__habit_reminder__field_descriptors,
+  tasks__v1__habit_reminder__field_indices_by_name,
+  1,  tasks__v1__habit_reminder__number_ranges,
+  (ProtobufCMessageInit) tasks__v1__habit_reminder__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor tasks__v1__habit_reminder_update__field_descriptors[1] =
+{
+  {
+    "time",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Tasks__V1__HabitReminderUpdate, time),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned tasks__v1__habit_reminder_update__field_indices_by_name[] = {
+  0,   /* field[0] = time */
+};
+static const ProtobufCIntRange tasks__v1__habit_reminder_update__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor tasks__v1__habit_reminder_update__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "tasks.v1.HabitReminderUpdate",
+  "HabitReminderUpdate",
+  "Tasks__V1__HabitReminderUpdate",
+  "tasks.v1",
+  sizeof(Tasks__V1__HabitReminderUpdate),
+  1,
+  tasks__v1__habit_reminder_update__field_descriptors,
+  tasks__v1__habit_reminder_update__field_indices_by_name,
+  1,  tasks__v1__habit_reminder_update__number_ranges,
+  (ProtobufCMessageInit) tasks__v1__habit_reminder_update__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor tasks__v1__habit_metrics__field_descriptors[8] =
@@ -2084,7 +2276,7 @@ const ProtobufCMessageDescriptor tasks__v1__weekday_set__descriptor =
   (ProtobufCMessageInit) tasks__v1__weekday_set__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor tasks__v1__create_habit_request__field_descriptors[6] =
+static const ProtobufCFieldDescriptor tasks__v1__create_habit_request__field_descriptors[7] =
 {
   {
     "idempotency_key",
@@ -2158,11 +2350,24 @@ static const ProtobufCFieldDescriptor tasks__v1__create_habit_request__field_des
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "reminder_time",
+    7,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Tasks__V1__CreateHabitRequest, reminder_time),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned tasks__v1__create_habit_request__field_indices_by_name[] = {
   3,   /* field[3] = days */
   0,   /* field[0] = idempotency_key */
   2,   /* field[2] = reason */
+  6,   /* field[6] = reminder_time */
   4,   /* field[4] = start_date */
   5,   /* field[5] = time_zone */
   1,   /* field[1] = title */
@@ -2170,7 +2375,7 @@ static const unsigned tasks__v1__create_habit_request__field_indices_by_name[] =
 static const ProtobufCIntRange tasks__v1__create_habit_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 6 }
+  { 0, 7 }
 };
 const ProtobufCMessageDescriptor tasks__v1__create_habit_request__descriptor =
 {
@@ -2180,7 +2385,7 @@ const ProtobufCMessageDescriptor tasks__v1__create_habit_request__descriptor =
   "Tasks__V1__CreateHabitRequest",
   "tasks.v1",
   sizeof(Tasks__V1__CreateHabitRequest),
-  6,
+  7,
   tasks__v1__create_habit_request__field_descriptors,
   tasks__v1__create_habit_request__field_indices_by_name,
   1,  tasks__v1__create_habit_request__number_ranges,
@@ -2327,7 +2532,7 @@ const ProtobufCMessageDescriptor tasks__v1__get_habit_response__descriptor =
   (ProtobufCMessageInit) tasks__v1__get_habit_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor tasks__v1__update_habit_request__field_descriptors[6] =
+static const ProtobufCFieldDescriptor tasks__v1__update_habit_request__field_descriptors[7] =
 {
   {
     "habit_id",
@@ -2401,11 +2606,24 @@ static const ProtobufCFieldDescriptor tasks__v1__update_habit_request__field_des
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "reminder",
+    7,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Tasks__V1__UpdateHabitRequest, reminder),
+    &tasks__v1__habit_reminder_update__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned tasks__v1__update_habit_request__field_indices_by_name[] = {
   3,   /* field[3] = days */
   0,   /* field[0] = habit_id */
   2,   /* field[2] = reason */
+  6,   /* field[6] = reminder */
   4,   /* field[4] = start_date */
   5,   /* field[5] = time_zone */
   1,   /* field[1] = title */
@@ -2413,7 +2631,7 @@ static const unsigned tasks__v1__update_habit_request__field_indices_by_name[] =
 static const ProtobufCIntRange tasks__v1__update_habit_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 6 }
+  { 0, 7 }
 };
 const ProtobufCMessageDescriptor tasks__v1__update_habit_request__descriptor =
 {
@@ -2423,7 +2641,7 @@ const ProtobufCMessageDescriptor tasks__v1__update_habit_request__descriptor =
   "Tasks__V1__UpdateHabitRequest",
   "tasks.v1",
   sizeof(Tasks__V1__UpdateHabitRequest),
-  6,
+  7,
   tasks__v1__update_habit_request__field_descriptors,
   tasks__v1__update_habit_request__field_indices_by_name,
   1,  tasks__v1__update_habit_request__number_ranges,

@@ -1038,7 +1038,7 @@ const ProtobufCMessageDescriptor tasks__v1__verify_journal_response__descriptor 
   (ProtobufCMessageInit) tasks__v1__verify_journal_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCMethodDescriptor tasks__v1__tasks__method_descriptors[49] =
+static const ProtobufCMethodDescriptor tasks__v1__tasks__method_descriptors[51] =
 {
   { "CreateTeamTask", &tasks__v1__create_team_task_request__descriptor, &tasks__v1__create_team_task_response__descriptor },
   { "ListMyTeamTasks", &tasks__v1__list_my_team_tasks_request__descriptor, &tasks__v1__list_my_team_tasks_response__descriptor },
@@ -1063,6 +1063,8 @@ static const ProtobufCMethodDescriptor tasks__v1__tasks__method_descriptors[49] 
   { "DeleteChore", &tasks__v1__delete_chore_request__descriptor, &tasks__v1__delete_chore_response__descriptor },
   { "RemindChoreAssignee", &tasks__v1__remind_chore_assignee_request__descriptor, &tasks__v1__remind_chore_assignee_response__descriptor },
   { "RequestOnDemandChore", &tasks__v1__request_on_demand_chore_request__descriptor, &tasks__v1__request_on_demand_chore_response__descriptor },
+  { "GetChoreReminderSettings", &tasks__v1__get_chore_reminder_settings_request__descriptor, &tasks__v1__get_chore_reminder_settings_response__descriptor },
+  { "SetChoreReminderSettings", &tasks__v1__set_chore_reminder_settings_request__descriptor, &tasks__v1__set_chore_reminder_settings_response__descriptor },
   { "CreateMarketTask", &tasks__v1__create_market_task_request__descriptor, &tasks__v1__create_market_task_response__descriptor },
   { "GetMarketTask", &tasks__v1__get_market_task_request__descriptor, &tasks__v1__get_market_task_response__descriptor },
   { "GetMarketTaskPhoto", &tasks__v1__get_market_task_photo_request__descriptor, &tasks__v1__get_market_task_photo_response__descriptor },
@@ -1091,54 +1093,56 @@ static const ProtobufCMethodDescriptor tasks__v1__tasks__method_descriptors[49] 
   { "ListHabitHistory", &tasks__v1__list_habit_history_request__descriptor, &tasks__v1__list_habit_history_response__descriptor },
 };
 const unsigned tasks__v1__tasks__method_indices_by_name[] = {
-  33,        /* AcceptBid */
+  35,        /* AcceptBid */
   4,        /* AddTeamTaskComment */
   15,        /* CreateChore */
-  37,        /* CreateHabit */
-  44,        /* CreateHabitEvent */
-  23,        /* CreateMarketTask */
+  39,        /* CreateHabit */
+  46,        /* CreateHabitEvent */
+  25,        /* CreateMarketTask */
   0,        /* CreateTeamTask */
   7,        /* CreateTeamTaskLink */
   10,        /* CreateTeamTaskUploadToken */
-  34,        /* DeclineBid */
-  31,        /* DeleteBid */
+  36,        /* DeclineBid */
+  33,        /* DeleteBid */
   20,        /* DeleteChore */
-  40,        /* DeleteHabit */
-  47,        /* DeleteHabitEvent */
-  27,        /* DeleteMarketTask */
+  42,        /* DeleteHabit */
+  49,        /* DeleteHabitEvent */
+  29,        /* DeleteMarketTask */
   18,        /* FinishChore */
   16,        /* GetChore */
-  38,        /* GetHabit */
-  45,        /* GetHabitEvent */
-  24,        /* GetMarketTask */
-  25,        /* GetMarketTaskPhoto */
+  23,        /* GetChoreReminderSettings */
+  40,        /* GetHabit */
+  47,        /* GetHabitEvent */
+  26,        /* GetMarketTask */
+  27,        /* GetMarketTaskPhoto */
   9,        /* GetPublicTeamTask */
   2,        /* GetTeamTask */
   12,        /* GetTeamTaskAttachment */
-  32,        /* ListBids */
+  34,        /* ListBids */
   17,        /* ListChores */
-  43,        /* ListFollowedHabits */
-  48,        /* ListHabitHistory */
-  28,        /* ListMarketTasks */
-  41,        /* ListMyHabits */
+  45,        /* ListFollowedHabits */
+  50,        /* ListHabitHistory */
+  30,        /* ListMarketTasks */
+  43,        /* ListMyHabits */
   1,        /* ListMyTeamTasks */
   3,        /* ListTeamTaskComments */
-  42,        /* ListTodayHabits */
-  35,        /* MarkMarketTaskDone */
-  36,        /* MarkMarketTaskNotComplete */
+  44,        /* ListTodayHabits */
+  37,        /* MarkMarketTaskDone */
+  38,        /* MarkMarketTaskNotComplete */
   14,        /* OfferTeamTaskHelp */
   5,        /* OptOutOfTeamTask */
-  30,        /* PlaceBid */
+  32,        /* PlaceBid */
   21,        /* RemindChoreAssignee */
   22,        /* RequestOnDemandChore */
   13,        /* RequestTeamTaskHelp */
   8,        /* RevokeTeamTaskLink */
-  29,        /* SearchMarketTasks */
+  31,        /* SearchMarketTasks */
+  24,        /* SetChoreReminderSettings */
   6,        /* SetTeamTaskCompletion */
   19,        /* SkipChore */
-  39,        /* UpdateHabit */
-  46,        /* UpdateHabitEvent */
-  26,        /* UpdateMarketTask */
+  41,        /* UpdateHabit */
+  48,        /* UpdateHabitEvent */
+  28,        /* UpdateMarketTask */
   11         /* UploadTeamTaskAttachment */
 };
 const ProtobufCServiceDescriptor tasks__v1__tasks__descriptor =
@@ -1148,7 +1152,7 @@ const ProtobufCServiceDescriptor tasks__v1__tasks__descriptor =
   "Tasks",
   "Tasks__V1__Tasks",
   "tasks.v1",
-  49,
+  51,
   tasks__v1__tasks__method_descriptors,
   tasks__v1__tasks__method_indices_by_name
 };
@@ -1336,13 +1340,29 @@ void tasks__v1__tasks__request_on_demand_chore(ProtobufCService *service,
   assert(service->descriptor == &tasks__v1__tasks__descriptor);
   service->invoke(service, 22, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
+void tasks__v1__tasks__get_chore_reminder_settings(ProtobufCService *service,
+                                                   const Tasks__V1__GetChoreReminderSettingsRequest *input,
+                                                   Tasks__V1__GetChoreReminderSettingsResponse_Closure closure,
+                                                   void *closure_data)
+{
+  assert(service->descriptor == &tasks__v1__tasks__descriptor);
+  service->invoke(service, 23, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void tasks__v1__tasks__set_chore_reminder_settings(ProtobufCService *service,
+                                                   const Tasks__V1__SetChoreReminderSettingsRequest *input,
+                                                   Tasks__V1__SetChoreReminderSettingsResponse_Closure closure,
+                                                   void *closure_data)
+{
+  assert(service->descriptor == &tasks__v1__tasks__descriptor);
+  service->invoke(service, 24, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
 void tasks__v1__tasks__create_market_task(ProtobufCService *service,
                                           const Tasks__V1__CreateMarketTaskRequest *input,
                                           Tasks__V1__CreateMarketTaskResponse_Closure closure,
                                           void *closure_data)
 {
   assert(service->descriptor == &tasks__v1__tasks__descriptor);
-  service->invoke(service, 23, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 25, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void tasks__v1__tasks__get_market_task(ProtobufCService *service,
                                        const Tasks__V1__GetMarketTaskRequest *input,
@@ -1350,7 +1370,7 @@ void tasks__v1__tasks__get_market_task(ProtobufCService *service,
                                        void *closure_data)
 {
   assert(service->descriptor == &tasks__v1__tasks__descriptor);
-  service->invoke(service, 24, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 26, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void tasks__v1__tasks__get_market_task_photo(ProtobufCService *service,
                                              const Tasks__V1__GetMarketTaskPhotoRequest *input,
@@ -1358,7 +1378,7 @@ void tasks__v1__tasks__get_market_task_photo(ProtobufCService *service,
                                              void *closure_data)
 {
   assert(service->descriptor == &tasks__v1__tasks__descriptor);
-  service->invoke(service, 25, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 27, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void tasks__v1__tasks__update_market_task(ProtobufCService *service,
                                           const Tasks__V1__UpdateMarketTaskRequest *input,
@@ -1366,7 +1386,7 @@ void tasks__v1__tasks__update_market_task(ProtobufCService *service,
                                           void *closure_data)
 {
   assert(service->descriptor == &tasks__v1__tasks__descriptor);
-  service->invoke(service, 26, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 28, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void tasks__v1__tasks__delete_market_task(ProtobufCService *service,
                                           const Tasks__V1__DeleteMarketTaskRequest *input,
@@ -1374,7 +1394,7 @@ void tasks__v1__tasks__delete_market_task(ProtobufCService *service,
                                           void *closure_data)
 {
   assert(service->descriptor == &tasks__v1__tasks__descriptor);
-  service->invoke(service, 27, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 29, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void tasks__v1__tasks__list_market_tasks(ProtobufCService *service,
                                          const Tasks__V1__ListMarketTasksRequest *input,
@@ -1382,7 +1402,7 @@ void tasks__v1__tasks__list_market_tasks(ProtobufCService *service,
                                          void *closure_data)
 {
   assert(service->descriptor == &tasks__v1__tasks__descriptor);
-  service->invoke(service, 28, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 30, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void tasks__v1__tasks__search_market_tasks(ProtobufCService *service,
                                            const Tasks__V1__SearchMarketTasksRequest *input,
@@ -1390,7 +1410,7 @@ void tasks__v1__tasks__search_market_tasks(ProtobufCService *service,
                                            void *closure_data)
 {
   assert(service->descriptor == &tasks__v1__tasks__descriptor);
-  service->invoke(service, 29, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 31, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void tasks__v1__tasks__place_bid(ProtobufCService *service,
                                  const Tasks__V1__PlaceBidRequest *input,
@@ -1398,7 +1418,7 @@ void tasks__v1__tasks__place_bid(ProtobufCService *service,
                                  void *closure_data)
 {
   assert(service->descriptor == &tasks__v1__tasks__descriptor);
-  service->invoke(service, 30, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 32, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void tasks__v1__tasks__delete_bid(ProtobufCService *service,
                                   const Tasks__V1__DeleteBidRequest *input,
@@ -1406,7 +1426,7 @@ void tasks__v1__tasks__delete_bid(ProtobufCService *service,
                                   void *closure_data)
 {
   assert(service->descriptor == &tasks__v1__tasks__descriptor);
-  service->invoke(service, 31, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 33, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void tasks__v1__tasks__list_bids(ProtobufCService *service,
                                  const Tasks__V1__ListBidsRequest *input,
@@ -1414,7 +1434,7 @@ void tasks__v1__tasks__list_bids(ProtobufCService *service,
                                  void *closure_data)
 {
   assert(service->descriptor == &tasks__v1__tasks__descriptor);
-  service->invoke(service, 32, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 34, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void tasks__v1__tasks__accept_bid(ProtobufCService *service,
                                   const Tasks__V1__AcceptBidRequest *input,
@@ -1422,7 +1442,7 @@ void tasks__v1__tasks__accept_bid(ProtobufCService *service,
                                   void *closure_data)
 {
   assert(service->descriptor == &tasks__v1__tasks__descriptor);
-  service->invoke(service, 33, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 35, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void tasks__v1__tasks__decline_bid(ProtobufCService *service,
                                    const Tasks__V1__DeclineBidRequest *input,
@@ -1430,7 +1450,7 @@ void tasks__v1__tasks__decline_bid(ProtobufCService *service,
                                    void *closure_data)
 {
   assert(service->descriptor == &tasks__v1__tasks__descriptor);
-  service->invoke(service, 34, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 36, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void tasks__v1__tasks__mark_market_task_done(ProtobufCService *service,
                                              const Tasks__V1__MarkMarketTaskDoneRequest *input,
@@ -1438,7 +1458,7 @@ void tasks__v1__tasks__mark_market_task_done(ProtobufCService *service,
                                              void *closure_data)
 {
   assert(service->descriptor == &tasks__v1__tasks__descriptor);
-  service->invoke(service, 35, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 37, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void tasks__v1__tasks__mark_market_task_not_complete(ProtobufCService *service,
                                                      const Tasks__V1__MarkMarketTaskNotCompleteRequest *input,
@@ -1446,7 +1466,7 @@ void tasks__v1__tasks__mark_market_task_not_complete(ProtobufCService *service,
                                                      void *closure_data)
 {
   assert(service->descriptor == &tasks__v1__tasks__descriptor);
-  service->invoke(service, 36, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 38, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void tasks__v1__tasks__create_habit(ProtobufCService *service,
                                     const Tasks__V1__CreateHabitRequest *input,
@@ -1454,7 +1474,7 @@ void tasks__v1__tasks__create_habit(ProtobufCService *service,
                                     void *closure_data)
 {
   assert(service->descriptor == &tasks__v1__tasks__descriptor);
-  service->invoke(service, 37, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 39, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void tasks__v1__tasks__get_habit(ProtobufCService *service,
                                  const Tasks__V1__GetHabitRequest *input,
@@ -1462,7 +1482,7 @@ void tasks__v1__tasks__get_habit(ProtobufCService *service,
                                  void *closure_data)
 {
   assert(service->descriptor == &tasks__v1__tasks__descriptor);
-  service->invoke(service, 38, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 40, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void tasks__v1__tasks__update_habit(ProtobufCService *service,
                                     const Tasks__V1__UpdateHabitRequest *input,
@@ -1470,7 +1490,7 @@ void tasks__v1__tasks__update_habit(ProtobufCService *service,
                                     void *closure_data)
 {
   assert(service->descriptor == &tasks__v1__tasks__descriptor);
-  service->invoke(service, 39, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 41, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void tasks__v1__tasks__delete_habit(ProtobufCService *service,
                                     const Tasks__V1__DeleteHabitRequest *input,
@@ -1478,7 +1498,7 @@ void tasks__v1__tasks__delete_habit(ProtobufCService *service,
                                     void *closure_data)
 {
   assert(service->descriptor == &tasks__v1__tasks__descriptor);
-  service->invoke(service, 40, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 42, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void tasks__v1__tasks__list_my_habits(ProtobufCService *service,
                                       const Tasks__V1__ListMyHabitsRequest *input,
@@ -1486,7 +1506,7 @@ void tasks__v1__tasks__list_my_habits(ProtobufCService *service,
                                       void *closure_data)
 {
   assert(service->descriptor == &tasks__v1__tasks__descriptor);
-  service->invoke(service, 41, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 43, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void tasks__v1__tasks__list_today_habits(ProtobufCService *service,
                                          const Tasks__V1__ListTodayHabitsRequest *input,
@@ -1494,7 +1514,7 @@ void tasks__v1__tasks__list_today_habits(ProtobufCService *service,
                                          void *closure_data)
 {
   assert(service->descriptor == &tasks__v1__tasks__descriptor);
-  service->invoke(service, 42, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 44, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void tasks__v1__tasks__list_followed_habits(ProtobufCService *service,
                                             const Tasks__V1__ListFollowedHabitsRequest *input,
@@ -1502,7 +1522,7 @@ void tasks__v1__tasks__list_followed_habits(ProtobufCService *service,
                                             void *closure_data)
 {
   assert(service->descriptor == &tasks__v1__tasks__descriptor);
-  service->invoke(service, 43, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 45, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void tasks__v1__tasks__create_habit_event(ProtobufCService *service,
                                           const Tasks__V1__CreateHabitEventRequest *input,
@@ -1510,7 +1530,7 @@ void tasks__v1__tasks__create_habit_event(ProtobufCService *service,
                                           void *closure_data)
 {
   assert(service->descriptor == &tasks__v1__tasks__descriptor);
-  service->invoke(service, 44, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 46, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void tasks__v1__tasks__get_habit_event(ProtobufCService *service,
                                        const Tasks__V1__GetHabitEventRequest *input,
@@ -1518,7 +1538,7 @@ void tasks__v1__tasks__get_habit_event(ProtobufCService *service,
                                        void *closure_data)
 {
   assert(service->descriptor == &tasks__v1__tasks__descriptor);
-  service->invoke(service, 45, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 47, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void tasks__v1__tasks__update_habit_event(ProtobufCService *service,
                                           const Tasks__V1__UpdateHabitEventRequest *input,
@@ -1526,7 +1546,7 @@ void tasks__v1__tasks__update_habit_event(ProtobufCService *service,
                                           void *closure_data)
 {
   assert(service->descriptor == &tasks__v1__tasks__descriptor);
-  service->invoke(service, 46, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 48, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void tasks__v1__tasks__delete_habit_event(ProtobufCService *service,
                                           const Tasks__V1__DeleteHabitEventRequest *input,
@@ -1534,7 +1554,7 @@ void tasks__v1__tasks__delete_habit_event(ProtobufCService *service,
                                           void *closure_data)
 {
   assert(service->descriptor == &tasks__v1__tasks__descriptor);
-  service->invoke(service, 47, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 49, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void tasks__v1__tasks__list_habit_history(ProtobufCService *service,
                                           const Tasks__V1__ListHabitHistoryRequest *input,
@@ -1542,7 +1562,7 @@ void tasks__v1__tasks__list_habit_history(ProtobufCService *service,
                                           void *closure_data)
 {
   assert(service->descriptor == &tasks__v1__tasks__descriptor);
-  service->invoke(service, 48, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 50, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void tasks__v1__tasks__init (Tasks__V1__Tasks_Service *service,
                              Tasks__V1__Tasks_ServiceDestroy destroy)
