@@ -303,3 +303,55 @@ def test_help_request_pushes_each_device_once_through_outage_and_kill_9(team):
     assert sorted(r["provider"] for r in got) == ["apns", "fcm", "webpush"], got
     assert by["apns"]["headers"]["apns-collapse-id"] != got[0]["headers"].get("apns-collapse-id")
     assert fake.control("GET", "/control/rejected") == []
+
+
+def test_a_chore_due_today_reminds_its_assignee_at_the_household_time_once_across_a_restart(team):
+    """Seed B UC-18 while the app is closed: a chore due today reminds its assignee's phone at the
+    household's chosen local time (the next minute of Tokyo's clock, so the test waits at most
+    about a minute of real time) and not again after tasks restarts."""
+    import datetime
+    from zoneinfo import ZoneInfo
+
+    c, fake = team
+    spb, cpb, types = c.spb, c.cpb, c.types
+    anna = c.sign_up("anna", "Anna")
+    apns_token = os.urandom(32).hex()
+    ok(connect(c.ports["gateway"], "social.v1.Social", "RegisterPushTarget",
+               {"target": {"apns": {"deviceToken": apns_token, "topic": "com.example.chores", "environment": "APNS_ENVIRONMENT_PRODUCTION"}}},
+               anna["token"]))
+    hh = c.social.CreateHousehold(spb.CreateHouseholdRequest(name="Flat 7"), metadata=auth(anna), timeout=10).household.household_id
+    zone = ZoneInfo("Asia/Tokyo")
+    now = datetime.datetime.now(zone)
+    if now.second > 45 or (now.hour == 23 and now.minute == 59):
+        time.sleep(61 - now.second)  # leave room before the chosen minute, and stay on today's date
+        now = datetime.datetime.now(zone)
+    at = (now + datetime.timedelta(minutes=1)).replace(second=0, microsecond=0)
+    today = now.date()
+    chore = c.tasks.CreateChore(cpb.CreateChoreRequest(idempotency_key=uuid.uuid4().hex, household_id=hh, name="Water the plants",
+                                                       due_date=types.Date(year=today.year, month=today.month, day=today.day),
+                                                       assignee_user_ids=[anna["id"]], recurrence=cpb.ChoreRecurrence(weekly=cpb.ChoreWeekly()),
+                                                       time_zone="Asia/Tokyo"), metadata=auth(anna), timeout=10).chore
+    settings = c.tasks.SetChoreReminderSettings(cpb.SetChoreReminderSettingsRequest(household_id=hh, reminder_time=at.strftime("%H:%M")),
+                                                metadata=auth(anna), timeout=10).settings
+    assert settings.reminder_time == at.strftime("%H:%M")
+    time.sleep(1)
+    base = [r for r in fake.received() if r["token"] == apns_token]
+    assert base == [], "nothing before the chosen time"
+
+    got = fake.wait_for("the due-today reminder", lambda r: any(x["token"] == apns_token for x in r), timeout=100)
+    reminder = next(x for x in got if x["token"] == apns_token)
+    arrived = datetime.datetime.fromtimestamp(reminder["at"] / 1000, zone)
+    assert arrived >= at, f"arrived at {arrived}, before {at}"
+    assert (arrived - at).total_seconds() < 30, f"arrived at {arrived}, long after {at}"
+    assert reminder["payload"]["aps"]["alert"]["title"] == "Chore due today: Water the plants"
+    assert reminder["payload"]["kind"] == "TASK_REMINDER"
+
+    # tasks restarts: the reminder is not sent again (nor stored twice in the inbox).
+    tasks = c.proc("tasks-service")
+    tasks.stop()
+    tasks.start()
+    time.sleep(3)
+    assert len([r for r in fake.received() if r["token"] == apns_token]) == 1
+    notes = c.social.ListNotifications(spb.ListNotificationsRequest(), metadata=auth(anna), timeout=10).notifications
+    assert [n.title for n in notes if n.kind == spb.NOTIFICATION_KIND_TASK_REMINDER] == ["Chore due today: Water the plants"]
+    assert chore.chore_id
