@@ -62,6 +62,8 @@ extension ContractCatalog {
             ContractRPC(Social_V1_SocialMethods.listPushTargets, Social_V1_ListPushTargetsRequest.self, Social_V1_ListPushTargetsResponse.self),
             ContractRPC(Social_V1_SocialMethods.removePushTarget, Social_V1_RemovePushTargetRequest.self, Social_V1_RemovePushTargetResponse.self),
             ContractRPC(
+                Social_V1_SocialMethods.setPushPreferences, Social_V1_SetPushPreferencesRequest.self, Social_V1_SetPushPreferencesResponse.self),
+            ContractRPC(
                 Social_V1_SocialInternalMethods.sendNotification, Social_V1_SendNotificationRequest.self, Social_V1_SendNotificationResponse.self),
             ContractRPC(
                 Social_V1_SocialInternalMethods.checkRelationship, Social_V1_CheckRelationshipRequest.self, Social_V1_CheckRelationshipResponse.self),

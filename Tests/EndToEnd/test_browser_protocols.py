@@ -765,7 +765,7 @@ def test_grpc_web_success_shapes_and_policy(cluster):
         frames = r.frames_until(lambda f: f[0] & 0x02)
     finally:
         r.close()
-    assert json.loads(frames[0][1]) == {"started": {"settings": {}}}, frames
+    assert json.loads(frames[0][1]) == {"started": {"settings": {"push": {}}}}, frames
     assert json.loads(frames[-1][1])["error"]["code"] == "deadline_exceeded" and 0.35 < time.time() - t0 < 3
 
     r = H1(cluster["port"], SIGNING_KEYS, {"Content-Type": "application/connect+json"}, frame(b"{}"))
@@ -806,7 +806,7 @@ def test_grpc_web_with_json_messages(cluster):
         frames = r.frames_until(lambda f: f[0] & 0x80)
     finally:
         r.close()
-    assert json.loads(frames[0][1]) == {"started": {"settings": {}}}, frames
+    assert json.loads(frames[0][1]) == {"started": {"settings": {"push": {}}}}, frames
     assert trailer_block(frames[-1][1])["grpc-status"] == "4", frames
 
     h2 = H2(cluster["port"])
