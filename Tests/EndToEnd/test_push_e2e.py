@@ -327,13 +327,15 @@ def test_a_chore_due_today_reminds_its_assignee_at_the_household_time_once_acros
         now = datetime.datetime.now(zone)
     at = (now + datetime.timedelta(minutes=1)).replace(second=0, microsecond=0)
     today = now.date()
+    # The household's time first: a time already past when the chore is written (the default
+    # 09:00 after 09:00 in Tokyo) is passed over for that day, even if moved later (tasks README).
+    settings = c.tasks.SetChoreReminderSettings(cpb.SetChoreReminderSettingsRequest(household_id=hh, reminder_time=at.strftime("%H:%M")),
+                                                metadata=auth(anna), timeout=10).settings
+    assert settings.reminder_time == at.strftime("%H:%M")
     chore = c.tasks.CreateChore(cpb.CreateChoreRequest(idempotency_key=uuid.uuid4().hex, household_id=hh, name="Water the plants",
                                                        due_date=types.Date(year=today.year, month=today.month, day=today.day),
                                                        assignee_user_ids=[anna["id"]], recurrence=cpb.ChoreRecurrence(weekly=cpb.ChoreWeekly()),
                                                        time_zone="Asia/Tokyo"), metadata=auth(anna), timeout=10).chore
-    settings = c.tasks.SetChoreReminderSettings(cpb.SetChoreReminderSettingsRequest(household_id=hh, reminder_time=at.strftime("%H:%M")),
-                                                metadata=auth(anna), timeout=10).settings
-    assert settings.reminder_time == at.strftime("%H:%M")
     time.sleep(1)
     base = [r for r in fake.received() if r["token"] == apns_token]
     assert base == [], "nothing before the chosen time"

@@ -707,7 +707,9 @@ struct  Tasks__V1__GetChoreReminderSettingsResponse
  * NOT_FOUND); a deleted household → FAILED_PRECONDITION. Setting the same values again changes
  * nothing else, so a retry is harmless. The pending reminders of the household's chores move to
  * the new time at once: one whose new time is still ahead today fires then; one whose new time
- * has already passed today is not sent for this occurrence.
+ * has already passed today is not sent for this occurrence. A reminder already passed over (sent,
+ * or its time was past when the chore was last created, finished, skipped or asked for) stays
+ * passed over: set the time before creating today's chores.
  */
 struct  Tasks__V1__SetChoreReminderSettingsRequest
 {
