@@ -11,14 +11,19 @@ extension TasksService {
     static let choreNotFound = "no such chore (or you are not a member of its household)"
 
     /// The chore if the caller is a member of its household.
-    func memberChore(_ raw: String, caller me: String) async throws -> ChoreStore.Row {
+    /// - Parameter changing: a write to the chore's turn: refused at once when social says the
+    ///   household was deleted, before its EndHouseholdChores event has ended the chore here.
+    func memberChore(_ raw: String, caller me: String, changing: Bool = false) async throws -> ChoreStore.Row {
         var errors = FieldErrors()
         let id = FieldRules.id(raw, field: "chore_id", into: &errors)
         try errors.throwIfAny()
         guard let chore = try await core.read({ c in try ChoreStore.load(c, ids: [id]).first }) else {
             throw RPCError(.notFound, Self.choreNotFound)
         }
-        try await core.peers.requireMember(household: chore.householdID, user: me, what: Self.choreNotFound)
+        let state = try await core.peers.requireMember(household: chore.householdID, user: me, what: Self.choreNotFound)
+        if changing, state != .active {
+            throw RPCError(.failedPrecondition, "this chore has ended (its household was deleted)")
+        }
         return chore
     }
 
@@ -240,7 +245,7 @@ extension TasksService {
 
     public func finishChore(request: Tasks_V1_FinishChoreRequest, context: ServerContext) async throws -> Tasks_V1_FinishChoreResponse {
         let me = try core.caller(context)
-        let seen = try await memberChore(request.choreId, caller: me)
+        let seen = try await memberChore(request.choreId, caller: me, changing: true)
         let expected = request.expectedRevision
         try Self.checkRevision(expected, seen)
         let now = core.now, core = self.core, today = self.today(seen.timeZone)
@@ -276,7 +281,7 @@ extension TasksService {
 
     public func skipChore(request: Tasks_V1_SkipChoreRequest, context: ServerContext) async throws -> Tasks_V1_SkipChoreResponse {
         let me = try core.caller(context)
-        let seen = try await memberChore(request.choreId, caller: me)
+        let seen = try await memberChore(request.choreId, caller: me, changing: true)
         let expected = request.expectedRevision
         try Self.checkRevision(expected, seen)
         let now = core.now, core = self.core
@@ -317,7 +322,7 @@ extension TasksService {
         var errors = FieldErrors()
         let message = FieldRules.text(request.message, field: "message", 0...140, multiline: true, into: &errors)
         try errors.throwIfAny()
-        let seen = try await memberChore(request.choreId, caller: me)
+        let seen = try await memberChore(request.choreId, caller: me, changing: true)
         let now = core.now, core = self.core, interval = core.configuration.reminderInterval.milliseconds
         let (chore, users) = try await core.write { tx -> (ChoreStore.Row, [String: Common_V1_UserRef]) in
             let c = try ChoreStore.one(tx, id: seen.id)
@@ -352,7 +357,7 @@ extension TasksService {
         var due: LocalDate?
         if request.hasDueDate { due = Self.date(request.dueDate, field: "due_date", into: &errors) } else { errors.add("due_date", "required") }
         try errors.throwIfAny()
-        let seen = try await memberChore(request.choreId, caller: me)
+        let seen = try await memberChore(request.choreId, caller: me, changing: true)
         let today = self.today(seen.timeZone)
         if let due, due < today { throw FieldErrors.single(.invalidArgument, field: "due_date", "must not be before today (\(today))") }
         guard let due else { throw RPCError(.invalidArgument, "due_date: required") }
