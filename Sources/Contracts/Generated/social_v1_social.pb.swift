@@ -881,7 +881,9 @@ public struct Social_V1_FcmTarget: Sendable, Equatable {
 public struct Social_V1_WebPushTarget: Sendable, Equatable {
     /// The push service URL to POST to: an absolute https URL with a host, at most 2048 bytes of
     /// printable ASCII, no user info or fragment. It identifies the registration (the scheme and host
-    /// compared case-insensitively).
+    /// compared case-insensitively). Pushes go only to public hosts on port 443: a target whose
+    /// endpoint is on another port, a local name or a private or reserved IP address is accepted
+    /// here but removed at its first push; while a name resolves to a private address its pushes wait.
     public var endpoint: String = ""
     /// keys.p256dh: the browser's P-256 public key, base64url (unpadded; trailing "=" padding is
     /// accepted and dropped), decoding to a 65-byte uncompressed point (first byte 0x04) that lies
@@ -4996,7 +4998,9 @@ public enum Social_V1_SocialMethods {
     /// Replaces the caller's push preferences (PushPreferences states the rules): which kinds are
     /// pushed and the quiet hours. They decide only what reaches devices as pushes; the inbox and
     /// the live streams are not affected. A bad value → INVALID_ARGUMENT naming its path (e.g.
-    /// "preferences.quiet_hours.time_zone"); nothing is changed then.
+    /// "preferences.quiet_hours.time_zone"); nothing is changed then. A call that commits after the
+    /// caller's account was deleted → UNAUTHENTICATED. Pushes already held for quiet hours are
+    /// checked against the new preferences at once.
     public static let setPushPreferences = RPCCore.MethodDescriptor(
         service: serviceName, method: "SetPushPreferences", kind: .unary, visibility: .publicAuthenticated,
         inputType: "social.v1.SetPushPreferencesRequest", outputType: "social.v1.SetPushPreferencesResponse", maxRequestBytes: RPCCore.MethodDescriptor.defaultMaxRequestBytes)
@@ -5136,7 +5140,9 @@ public protocol Social_V1_SocialService: RPCCore.RPCService {
     /// Replaces the caller's push preferences (PushPreferences states the rules): which kinds are
     /// pushed and the quiet hours. They decide only what reaches devices as pushes; the inbox and
     /// the live streams are not affected. A bad value → INVALID_ARGUMENT naming its path (e.g.
-    /// "preferences.quiet_hours.time_zone"); nothing is changed then.
+    /// "preferences.quiet_hours.time_zone"); nothing is changed then. A call that commits after the
+    /// caller's account was deleted → UNAUTHENTICATED. Pushes already held for quiet hours are
+    /// checked against the new preferences at once.
     func setPushPreferences(request: Social_V1_SetPushPreferencesRequest, context: RPCCore.ServerContext) async throws -> Social_V1_SetPushPreferencesResponse
 }
 
@@ -5569,7 +5575,9 @@ public struct Social_V1_SocialClient: Sendable {
     /// Replaces the caller's push preferences (PushPreferences states the rules): which kinds are
     /// pushed and the quiet hours. They decide only what reaches devices as pushes; the inbox and
     /// the live streams are not affected. A bad value → INVALID_ARGUMENT naming its path (e.g.
-    /// "preferences.quiet_hours.time_zone"); nothing is changed then.
+    /// "preferences.quiet_hours.time_zone"); nothing is changed then. A call that commits after the
+    /// caller's account was deleted → UNAUTHENTICATED. Pushes already held for quiet hours are
+    /// checked against the new preferences at once.
     public func setPushPreferences(_ request: Social_V1_SetPushPreferencesRequest, options: RPCCore.CallOptions = .defaults) async throws -> Social_V1_SetPushPreferencesResponse {
         try await client.unary(Social_V1_SocialMethods.setPushPreferences, request, as: Social_V1_SetPushPreferencesResponse.self, options: options).message
     }

@@ -924,7 +924,9 @@ struct  Social__V1__WebPushTarget
   /*
    * The push service URL to POST to: an absolute https URL with a host, at most 2048 bytes of
    * printable ASCII, no user info or fragment. It identifies the registration (the scheme and host
-   * compared case-insensitively).
+   * compared case-insensitively). Pushes go only to public hosts on port 443: a target whose
+   * endpoint is on another port, a local name or a private or reserved IP address is accepted
+   * here but removed at its first push; while a name resolves to a private address its pushes wait.
    */
   char *endpoint;
   /*
